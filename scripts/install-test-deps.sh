@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what Cairn's tests need on a fresh Debian/Ubuntu machine. Idempotent:
+# each tool is installed only when missing. Needs root (or sudo) for apt-get.
+set -euo pipefail
+
+need_apt=()
+want() { # want COMMAND DEBIAN_PACKAGE
+  command -v "$1" >/dev/null 2>&1 || need_apt+=("$2")
+}
+want crushtool ceph-base    # the CRUSH oracle (Ceph's own crushtool)
+want fio fio                # raw-disk baselines in bench/
+want faketime faketime      # clock-skew tests
+
+if ((${#need_apt[@]})); then
+  SUDO=""
+  [[ $(id -u) == 0 ]] || SUDO="sudo"
+  echo "installing: ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if command -v rustup >/dev/null 2>&1; then
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+fi

@@ -1,0 +1,1 @@
+//! cairn-map (being written).

@@ -1,0 +1,1 @@
+//! cairn-mon (being written).

@@ -1,0 +1,1 @@
+//! cairn-msg (being written).

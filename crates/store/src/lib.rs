@@ -1,0 +1,1 @@
+//! cairn-store (being written).

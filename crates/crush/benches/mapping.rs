@@ -1,0 +1,113 @@
+//! Mapping throughput on a 100-host x 12-OSD map with a host-level
+//! 3-replica rule (chooseleaf firstn 0 type host), through the reusable
+//! workspace API. `CAIRN_BENCH_CRUSHTOOL=1` also times `crushtool --test` on
+//! the same map over x 0..999999 and prints both rates and their ratio.
+
+use cairn_crush::{CrushMap, Workspace};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use std::hint::black_box;
+
+fn bench_map() -> CrushMap {
+    let mut map = CrushMap::new();
+    map.add_bucket("default", "root", None).expect("root");
+    for h in 0..100 {
+        let host = format!("host{h}");
+        for d in 0..12 {
+            map.add_device(h * 12 + d, Some("hdd"), 4.0, &[("host", &host), ("root", "default")])
+                .expect("device");
+        }
+    }
+    map.add_replicated_rule("replicated_rule", "default", "host", None).expect("rule");
+    map
+}
+
+fn mapping(c: &mut Criterion) {
+    let map = bench_map();
+    let rule = map.rule_id("replicated_rule").unwrap_or(0);
+    let reweights = vec![0x10000u32; 1200];
+    let mut ws = Workspace::new(&map);
+    let mut out = Vec::with_capacity(3);
+    const BATCH: u32 = 10_000;
+    let mut g = c.benchmark_group("crush");
+    g.throughput(Throughput::Elements(u64::from(BATCH)));
+    g.bench_function("do_rule_100x12_host_rep3", |b| {
+        let mut base = 0u32;
+        b.iter(|| {
+            for x in base..base + BATCH {
+                map.do_rule_into(&mut ws, rule, black_box(x), 3, &reweights, &mut out);
+                black_box(&out);
+            }
+            base = base.wrapping_add(BATCH);
+        })
+    });
+    g.finish();
+
+    if std::env::var("CAIRN_BENCH_CRUSHTOOL").as_deref() == Ok("1") {
+        compare_with_crushtool(&map, rule);
+    }
+}
+
+fn compare_with_crushtool(map: &CrushMap, rule: i32) {
+    use std::time::Instant;
+    let dir = std::env::temp_dir().join(format!("cairn-crush-bench-{}", std::process::id()));
+    if std::fs::create_dir_all(&dir).is_err() {
+        eprintln!("cannot create {}", dir.display());
+        return;
+    }
+    let txt = dir.join("map.txt");
+    let bin = dir.join("map.bin");
+    if std::fs::write(&txt, map.to_text()).is_err() {
+        return;
+    }
+    let ok = std::process::Command::new("crushtool")
+        .arg("-c")
+        .arg(&txt)
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("crushtool not available; skipping the comparison");
+        return;
+    }
+    let n: u32 = 1_000_000;
+    let t = Instant::now();
+    let st = std::process::Command::new("crushtool")
+        .args(["--test", "--rule", &rule.to_string(), "--num-rep", "3", "--min-x", "0"])
+        .args(["--max-x", &(n - 1).to_string(), "--show-statistics", "-i"])
+        .arg(&bin)
+        .stdout(std::process::Stdio::null())
+        .status();
+    let crushtool_secs = t.elapsed().as_secs_f64();
+    if !st.map(|s| s.success()).unwrap_or(false) {
+        eprintln!("crushtool --test failed");
+        return;
+    }
+    let reweights = vec![0x10000u32; 1200];
+    let mut ws = Workspace::new(map);
+    let mut out = Vec::new();
+    let t = Instant::now();
+    let mut sum = 0i64;
+    for x in 0..n {
+        map.do_rule_into(&mut ws, rule, x, 3, &reweights, &mut out);
+        sum += i64::from(out[0]);
+    }
+    let ours_secs = t.elapsed().as_secs_f64();
+    black_box(sum);
+    let ours = f64::from(n) / ours_secs;
+    let theirs = f64::from(n) / crushtool_secs;
+    println!(
+        "x 0..{}: cairn {:.0} mappings/s ({:.3} s), crushtool --test {:.0} mappings/s ({:.3} s, includes process start and statistics), ratio {:.2}x",
+        n - 1,
+        ours,
+        ours_secs,
+        theirs,
+        crushtool_secs,
+        ours / theirs
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, mapping);
+criterion_main!(benches);

@@ -1,0 +1,306 @@
+//! Keys, tickets and the MAC/KDF primitives of the handshake and of frame
+//! signing. Owns the cryptography; not the socket I/O (see `handshake`).
+
+use crate::keyring::{Secret, SECRET_LEN};
+use bytes::Bytes;
+use cairn_types::{decode_versioned, encode_versioned, EntityName};
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Nonce};
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Length of a frame MAC (HMAC-SHA256 truncated).
+pub const FRAME_MAC_LEN: usize = 16;
+/// Length of handshake nonces.
+pub const NONCE_LEN: usize = 32;
+/// Largest sealed ticket we accept (bounds the handshake).
+pub const TICKET_MAX_BYTES: usize = 8 << 10;
+const TICKET_VERSION: u8 = 1;
+const AEAD_NONCE_LEN: usize = 12;
+
+/// Server-side key lookup (the mons know every entity's secret; OSDs know the
+/// rotating service secrets).
+pub trait KeyServer: Send + Sync + 'static {
+    fn secret_for(&self, name: &EntityName) -> Option<Secret>;
+    fn service_secret(&self, generation: u64) -> Option<Secret>;
+}
+
+/// A ticket: `{name, caps, session secret}` sealed (ChaCha20-Poly1305) under
+/// the service secret of `generation`. Opaque to the holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    pub generation: u64,
+    pub sealed: Bytes,
+}
+
+/// What a service finds inside a ticket it could unseal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TicketContents {
+    pub name: EntityName,
+    pub caps: String,
+    pub session: Secret,
+}
+
+#[derive(Serialize, Deserialize)]
+struct TicketBody {
+    name: EntityName,
+    caps: String,
+    session: [u8; SECRET_LEN],
+}
+
+/// How a connecting entity proves who it is.
+#[derive(Debug, Clone)]
+pub enum Credentials {
+    /// The entity's own key (e.g. client.admin -> mon).
+    Key { name: EntityName, secret: Secret },
+    /// A ticket issued by a mon plus the session secret sealed inside it
+    /// (e.g. osd.1 -> osd.2, client -> osd).
+    Ticket {
+        name: EntityName,
+        ticket: Ticket,
+        session_secret: Secret,
+    },
+}
+
+impl Credentials {
+    pub fn name(&self) -> &EntityName {
+        match self {
+            Credentials::Key { name, .. } | Credentials::Ticket { name, .. } => name,
+        }
+    }
+
+    pub(crate) fn secret(&self) -> &Secret {
+        match self {
+            Credentials::Key { secret, .. } => secret,
+            Credentials::Ticket { session_secret, .. } => session_secret,
+        }
+    }
+}
+
+fn ticket_cipher(service: &Secret) -> ChaCha20Poly1305 {
+    let key = prf(service, b"cairn ticket seal v1", &[]);
+    ChaCha20Poly1305::new((&key).into())
+}
+
+fn ticket_aad(generation: u64) -> [u8; 20] {
+    let mut aad = [0u8; 20];
+    aad[..12].copy_from_slice(b"cairn-ticket");
+    aad[12..].copy_from_slice(&generation.to_le_bytes());
+    aad
+}
+
+/// Seals `{name, caps, session}` for the service whose secret of
+/// `generation` is `service`.
+pub fn issue_ticket(
+    service: &Secret,
+    generation: u64,
+    name: &EntityName,
+    caps: &str,
+    session: &Secret,
+) -> Ticket {
+    let body = TicketBody {
+        name: name.clone(),
+        caps: caps.to_string(),
+        session: *session.as_bytes(),
+    };
+    let plain = encode_versioned(TICKET_VERSION, &body);
+    let mut nonce = [0u8; AEAD_NONCE_LEN];
+    rand::rngs::OsRng.fill_bytes(&mut nonce);
+    let aad = ticket_aad(generation);
+    // Encryption with a valid key and in-memory buffers cannot fail.
+    let ct = ticket_cipher(service)
+        .encrypt(
+            Nonce::from_slice(&nonce),
+            Payload {
+                msg: &plain,
+                aad: &aad,
+            },
+        )
+        .unwrap_or_default();
+    let mut sealed = Vec::with_capacity(AEAD_NONCE_LEN + ct.len());
+    sealed.extend_from_slice(&nonce);
+    sealed.extend_from_slice(&ct);
+    Ticket {
+        generation,
+        sealed: Bytes::from(sealed),
+    }
+}
+
+/// Opens a ticket with the service secret of its generation. The error says
+/// why it was refused (never panics on garbage).
+pub fn unseal_ticket(service: &Secret, ticket: &Ticket) -> Result<TicketContents, String> {
+    if ticket.sealed.len() > TICKET_MAX_BYTES {
+        return Err(format!(
+            "ticket is {} bytes, over the {TICKET_MAX_BYTES}-byte limit",
+            ticket.sealed.len()
+        ));
+    }
+    if ticket.sealed.len() < AEAD_NONCE_LEN + 16 {
+        return Err("ticket is too short to be sealed".into());
+    }
+    let (nonce, ct) = ticket.sealed.split_at(AEAD_NONCE_LEN);
+    let aad = ticket_aad(ticket.generation);
+    let plain = ticket_cipher(service)
+        .decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad: &aad })
+        .map_err(|_| {
+            format!(
+                "ticket does not open under service secret generation {} (forged, corrupted or for another service)",
+                ticket.generation
+            )
+        })?;
+    let (_, body): (u8, TicketBody) = decode_versioned(
+        "ticket",
+        &plain,
+        TICKET_VERSION,
+        TICKET_VERSION,
+        TICKET_MAX_BYTES,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(TicketContents {
+        name: body.name,
+        caps: body.caps,
+        session: Secret::from_bytes(body.session),
+    })
+}
+
+/// HMAC-SHA256(key, label || parts...) — our PRF for proofs and key derivation.
+pub(crate) fn prf(key: &Secret, label: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    // HMAC accepts keys of any length; 32 bytes cannot be refused.
+    let mut mac = <HmacSha256 as Mac>::new_from_slice(key.as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    mac.update(label);
+    for p in parts {
+        mac.update(&(p.len() as u32).to_le_bytes());
+        mac.update(p);
+    }
+    mac.finalize().into_bytes().into()
+}
+
+/// Transcript of a handshake: the values both proofs and both session keys
+/// are bound to.
+pub(crate) struct Transcript<'a> {
+    pub client: &'a EntityName,
+    pub server: &'a EntityName,
+    pub nonce_c: &'a [u8; NONCE_LEN],
+    pub nonce_s: &'a [u8; NONCE_LEN],
+}
+
+impl Transcript<'_> {
+    fn compute(&self, k: &Secret, label: &[u8]) -> [u8; 32] {
+        let c = self.client.to_string();
+        let s = self.server.to_string();
+        prf(
+            k,
+            label,
+            &[self.nonce_c, self.nonce_s, c.as_bytes(), s.as_bytes()],
+        )
+    }
+    pub fn server_proof(&self, k: &Secret) -> [u8; 32] {
+        self.compute(k, b"cairn auth server proof v1")
+    }
+    pub fn client_proof(&self, k: &Secret) -> [u8; 32] {
+        self.compute(k, b"cairn auth client proof v1")
+    }
+    /// (client->server key, server->client key)
+    pub fn session_keys(&self, k: &Secret) -> (Secret, Secret) {
+        (
+            Secret::from_bytes(self.compute(k, b"cairn session c2s v1")),
+            Secret::from_bytes(self.compute(k, b"cairn session s2c v1")),
+        )
+    }
+}
+
+/// Constant-time equality of MACs.
+pub(crate) fn mac_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && bool::from(a.ct_eq(b))
+}
+
+/// A frame MAC key (one per direction) with a precomputed HMAC state.
+#[derive(Clone)]
+pub struct FrameKey {
+    base: HmacSha256,
+}
+
+impl FrameKey {
+    pub fn new(key: &Secret) -> FrameKey {
+        FrameKey {
+            base: <HmacSha256 as Mac>::new_from_slice(key.as_bytes())
+                .unwrap_or_else(|_| unreachable!("HMAC takes any key length")),
+        }
+    }
+
+    /// HMAC-SHA256 over `header || payload`, truncated to 16 bytes.
+    pub fn sign(&self, header: &[u8], payload: &[u8]) -> [u8; FRAME_MAC_LEN] {
+        let mut mac = self.base.clone();
+        mac.update(header);
+        mac.update(payload);
+        let full = mac.finalize().into_bytes();
+        let mut out = [0u8; FRAME_MAC_LEN];
+        out.copy_from_slice(&full[..FRAME_MAC_LEN]);
+        out
+    }
+
+    pub fn verify(&self, header: &[u8], payload: &[u8], mac: &[u8]) -> bool {
+        mac_eq(&self.sign(header, payload), mac)
+    }
+}
+
+pub(crate) fn random_nonce() -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
+    rand::rngs::OsRng.fill_bytes(&mut n);
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticket_round_trip_and_refusals() {
+        let svc = Secret::generate();
+        let sess = Secret::generate();
+        let name = EntityName::osd(1);
+        let t = issue_ticket(&svc, 7, &name, "osd 'allow *'", &sess);
+        let c = unseal_ticket(&svc, &t).unwrap();
+        assert_eq!(c.name, name);
+        assert_eq!(c.caps, "osd 'allow *'");
+        assert_eq!(c.session, sess);
+        // wrong service secret
+        assert!(unseal_ticket(&Secret::generate(), &t).is_err());
+        // generation is bound (AAD)
+        let mut t2 = t.clone();
+        t2.generation = 8;
+        assert!(unseal_ticket(&svc, &t2).is_err());
+        // tampered
+        let mut raw = t.sealed.to_vec();
+        raw[20] ^= 1;
+        let t3 = Ticket {
+            generation: 7,
+            sealed: raw.into(),
+        };
+        assert!(unseal_ticket(&svc, &t3).is_err());
+        assert!(unseal_ticket(
+            &svc,
+            &Ticket {
+                generation: 7,
+                sealed: Bytes::from_static(b"x")
+            }
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn frame_mac_detects_changes() {
+        let k = FrameKey::new(&Secret::generate());
+        let m = k.sign(b"head", b"body");
+        assert!(k.verify(b"head", b"body", &m));
+        assert!(!k.verify(b"head", b"bodz", &m));
+        assert!(!k.verify(b"heae", b"body", &m));
+        assert!(!FrameKey::new(&Secret::generate()).verify(b"head", b"body", &m));
+    }
+}

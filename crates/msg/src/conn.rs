@@ -1,0 +1,701 @@
+//! An authenticated connection: a reader task and a writer task own the two
+//! halves of the socket; `Connection` handles talk to them through bounded
+//! queues. Owns dispatch (replies vs. requests), keepalives, backpressure
+//! and shutdown; not the handshake (see `handshake`).
+
+use crate::auth::{Credentials, KeyServer};
+use crate::config::MsgConfig;
+use crate::frame::{
+    FrameHeader, FrameKind, FrameSigner, FrameVerifier, CLOSE_MAX_BYTES, HEADER_LEN,
+};
+use crate::handshake::{self, Established};
+use crate::io::{frame_error, read_frame, write_frame};
+use crate::MsgError;
+use bytes::Bytes;
+use cairn_types::EntityName;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::{timeout, timeout_at, Instant};
+
+/// Most frames queued to the writer at once (the byte bound is the real limit).
+pub const OUT_QUEUE_FRAMES: usize = 4096;
+/// Each received message is charged at least this many bytes against the
+/// receive bound, so a flood of empty messages is bounded too.
+pub const RECV_MIN_CHARGE_BYTES: usize = 256;
+/// Most handshakes a listener runs at once.
+pub const MAX_CONCURRENT_HANDSHAKES: usize = 128;
+/// Most authenticated connections waiting for `Listener::accept`.
+pub const ACCEPT_QUEUE_LEN: usize = 128;
+/// Socket read buffer size.
+const READ_BUFFER_BYTES: usize = 64 << 10;
+/// How long a local close waits to tell the peer why.
+const CLOSE_NOTICE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// One application message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub msg_type: u16,
+    /// Sender-assigned id, unique per connection and direction.
+    pub id: u64,
+    /// Set on replies: the id of the request answered.
+    pub reply_to: Option<u64>,
+    pub payload: Bytes,
+}
+
+struct OutFrame {
+    header: FrameHeader,
+    payload: Bytes,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+struct Inbound {
+    msg: Message,
+    _permit: OwnedSemaphorePermit,
+}
+
+struct Shared {
+    peer: EntityName,
+    label: String,
+    peer_caps: Option<String>,
+    cfg: MsgConfig,
+    out_tx: mpsc::Sender<OutFrame>,
+    send_window: Arc<Semaphore>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Message>>>,
+    next_id: AtomicU64,
+    inbox: tokio::sync::Mutex<mpsc::UnboundedReceiver<Inbound>>,
+    dead: Mutex<Option<(MsgError, bool)>>,
+    dead_tx: watch::Sender<bool>,
+}
+
+impl Shared {
+    /// Records the first cause of death and wakes every waiter.
+    fn fail(&self, err: MsgError, local: bool) {
+        {
+            let mut d = self.dead.lock().unwrap_or_else(|p| p.into_inner());
+            if d.is_none() {
+                match &err {
+                    MsgError::Closed { .. } => tracing::debug!("{err}"),
+                    _ => tracing::warn!("{err}"),
+                }
+                *d = Some((err, local));
+            }
+        }
+        self.dead_tx.send_replace(true);
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    fn dead_error(&self) -> Option<MsgError> {
+        self.dead
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|(e, _)| e.clone())
+    }
+
+    fn closed_error(&self) -> MsgError {
+        self.dead_error().unwrap_or_else(|| MsgError::Closed {
+            peer: self.label.clone(),
+            reason: "the connection's tasks stopped".into(),
+        })
+    }
+
+    async fn wait_dead(&self) {
+        let mut rx = self.dead_tx.subscribe();
+        while !*rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn enqueue(
+        &self,
+        header: FrameHeader,
+        payload: Bytes,
+        deadline: Instant,
+        after: Duration,
+    ) -> Result<(), MsgError> {
+        if let Some(e) = self.dead_error() {
+            return Err(e);
+        }
+        if payload.len() > self.cfg.max_message_bytes {
+            return Err(MsgError::TooLarge {
+                peer: self.label.clone(),
+                direction: "to",
+                len: payload.len() as u64,
+                limit: self.cfg.max_message_bytes,
+            });
+        }
+        let cost = (HEADER_LEN + payload.len()).min(self.cfg.max_inflight_bytes) as u32;
+        let what = || {
+            format!(
+                "room to send a {}-byte message (max_inflight_bytes {} in use: the peer reads too slowly)",
+                payload.len(),
+                self.cfg.max_inflight_bytes
+            )
+        };
+        let permit = tokio::select! {
+            p = timeout_at(deadline, self.send_window.clone().acquire_many_owned(cost)) => match p {
+                Err(_) => return Err(MsgError::timeout(&self.label, what(), after)),
+                Ok(Err(_)) => return Err(self.closed_error()),
+                Ok(Ok(p)) => p,
+            },
+            _ = self.wait_dead() => return Err(self.closed_error()),
+        };
+        let frame = OutFrame {
+            header,
+            payload,
+            _permit: Some(permit),
+        };
+        match timeout_at(deadline, self.out_tx.send(frame)).await {
+            Err(_) => Err(MsgError::timeout(
+                &self.label,
+                "a slot in the send queue",
+                after,
+            )),
+            Ok(Err(_)) => Err(self.closed_error()),
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+}
+
+/// Dropping the last `Connection` clone closes the connection.
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.fail(
+            MsgError::Closed {
+                peer: self.shared.label.clone(),
+                reason: "closed locally (all handles dropped)".into(),
+            },
+            true,
+        );
+    }
+}
+
+/// An authenticated, signed connection. Cheap to clone; background tasks
+/// own the socket.
+///
+/// The application must keep calling [`Connection::recv`]: requests not
+/// taken fill the receive bound (`max_inflight_bytes`), after which the
+/// socket is no longer read — including replies to this side's calls.
+#[derive(Clone)]
+pub struct Connection {
+    handle: Arc<Handle>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.handle.shared.label)
+            .finish()
+    }
+}
+
+impl Connection {
+    /// The authenticated name of the peer.
+    pub fn peer(&self) -> &EntityName {
+        &self.handle.shared.peer
+    }
+
+    /// `"osd.3 (127.0.0.1:6800)"`: what errors use to name the peer.
+    pub fn peer_label(&self) -> &str {
+        &self.handle.shared.label
+    }
+
+    /// Caps carried by a ticket, if the peer used one (server side only).
+    pub fn peer_caps(&self) -> Option<&str> {
+        self.handle.shared.peer_caps.as_deref()
+    }
+
+    /// Why the connection died, if it did.
+    pub fn closed_reason(&self) -> Option<MsgError> {
+        self.handle.shared.dead_error()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed_reason().is_some()
+    }
+
+    fn next_id(&self) -> u64 {
+        self.handle.shared.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn header(&self, msg_type: u16, id: u64, reply_to: Option<u64>, len: usize) -> FrameHeader {
+        let mut h = FrameHeader::new(
+            FrameKind::Message,
+            msg_type,
+            len.min(u32::MAX as usize) as u32,
+        );
+        h.id = id;
+        h.reply_to = reply_to;
+        h
+    }
+
+    /// One-way message. Waits (up to `send_timeout`) while the in-flight
+    /// bound is used up.
+    pub async fn send(&self, msg_type: u16, payload: Bytes) -> Result<(), MsgError> {
+        let after = self.handle.shared.cfg.send_timeout;
+        let h = self.header(msg_type, self.next_id(), None, payload.len());
+        self.handle
+            .shared
+            .enqueue(h, payload, Instant::now() + after, after)
+            .await
+    }
+
+    /// Request/response: sends and waits for the reply, all within `timeout`.
+    pub async fn call(
+        &self,
+        msg_type: u16,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Message, MsgError> {
+        let sh = &self.handle.shared;
+        let deadline = Instant::now() + timeout;
+        let id = self.next_id();
+        let (tx, rx) = oneshot::channel();
+        sh.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, tx);
+        let h = self.header(msg_type, id, None, payload.len());
+        let result = async {
+            sh.enqueue(h, payload, deadline, timeout).await?;
+            match timeout_at(deadline, rx).await {
+                Err(_) => Err(MsgError::timeout(
+                    &sh.label,
+                    format!("the reply to message type {msg_type} (id {id})"),
+                    timeout,
+                )),
+                Ok(Err(_)) => Err(sh.closed_error()),
+                Ok(Ok(m)) => Ok(m),
+            }
+        }
+        .await;
+        if result.is_err() {
+            sh.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+        }
+        result
+    }
+
+    /// Answers `to` (a message received with `recv`).
+    pub async fn reply(&self, to: &Message, msg_type: u16, payload: Bytes) -> Result<(), MsgError> {
+        let after = self.handle.shared.cfg.send_timeout;
+        let h = self.header(msg_type, self.next_id(), Some(to.id), payload.len());
+        self.handle
+            .shared
+            .enqueue(h, payload, Instant::now() + after, after)
+            .await
+    }
+
+    /// The next incoming request or one-way message. Messages that arrived
+    /// before the connection died are still delivered, then the cause of
+    /// death is returned. Ends when the connection dies (keepalive timeout
+    /// bounds the wait on a silent peer).
+    pub async fn recv(&self) -> Result<Message, MsgError> {
+        let sh = &self.handle.shared;
+        let mut inbox = sh.inbox.lock().await;
+        tokio::select! {
+            biased;
+            m = inbox.recv() => match m {
+                Some(inb) => Ok(inb.msg),
+                None => Err(sh.closed_error()),
+            },
+            _ = sh.wait_dead() => match inbox.try_recv() {
+                Ok(inb) => Ok(inb.msg),
+                Err(_) => Err(sh.closed_error()),
+            },
+        }
+    }
+
+    /// [`Connection::recv`] with a bound on the wait.
+    pub async fn recv_timeout(&self, after: Duration) -> Result<Message, MsgError> {
+        match timeout(after, self.recv()).await {
+            Ok(r) => r,
+            Err(_) => Err(MsgError::timeout(
+                &self.handle.shared.label,
+                "an incoming message",
+                after,
+            )),
+        }
+    }
+
+    /// Closes the connection (tells the peer, best effort). Pending calls
+    /// fail with `Closed`.
+    pub fn close(&self) {
+        self.handle.shared.fail(
+            MsgError::Closed {
+                peer: self.handle.shared.label.clone(),
+                reason: "closed locally".into(),
+            },
+            true,
+        );
+    }
+}
+
+/// Starts the tasks of an established connection.
+pub(crate) fn start(
+    stream: TcpStream,
+    est: Established,
+    addr: SocketAddr,
+    cfg: MsgConfig,
+) -> Connection {
+    let label = format!("{} ({addr})", est.peer);
+    let (out_tx, out_rx) = mpsc::channel(OUT_QUEUE_FRAMES);
+    let (in_tx, in_rx) = mpsc::unbounded_channel();
+    let (dead_tx, _) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        peer: est.peer,
+        label,
+        peer_caps: est.peer_caps,
+        send_window: Arc::new(Semaphore::new(cfg.max_inflight_bytes)),
+        cfg,
+        out_tx,
+        pending: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(1),
+        inbox: tokio::sync::Mutex::new(in_rx),
+        dead: Mutex::new(None),
+        dead_tx,
+    });
+    let (rd, wr) = stream.into_split();
+    tokio::spawn(reader_task(shared.clone(), rd, est.verifier, in_tx));
+    tokio::spawn(writer_task(shared.clone(), wr, est.signer, out_rx));
+    Connection {
+        handle: Arc::new(Handle { shared }),
+    }
+}
+
+async fn reader_task(
+    sh: Arc<Shared>,
+    rd: OwnedReadHalf,
+    verifier: FrameVerifier,
+    in_tx: mpsc::UnboundedSender<Inbound>,
+) {
+    let recv_window = Arc::new(Semaphore::new(sh.cfg.max_inflight_bytes));
+    let r = tokio::select! {
+        r = reader_loop(&sh, rd, verifier, &in_tx, &recv_window) => r,
+        _ = sh.wait_dead() => Ok(()),
+    };
+    if let Err(e) = r {
+        sh.fail(e, false);
+    }
+}
+
+async fn reader_loop(
+    sh: &Shared,
+    rd: OwnedReadHalf,
+    mut verifier: FrameVerifier,
+    in_tx: &mpsc::UnboundedSender<Inbound>,
+    recv_window: &Arc<Semaphore>,
+) -> Result<(), MsgError> {
+    let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
+    loop {
+        let f = read_frame(
+            &mut rd,
+            &sh.label,
+            sh.cfg.max_message_bytes,
+            sh.cfg.keepalive_timeout,
+        )
+        .await?;
+        if !f.header.kind.is_signed() || f.header.kind == FrameKind::AuthOk {
+            return Err(MsgError::protocol(
+                &sh.label,
+                format!("unexpected {:?} frame after the handshake", f.header.kind),
+            ));
+        }
+        verifier
+            .verify(&f.raw_header, &f.header, &f.payload)
+            .map_err(|e| frame_error(&sh.label, e))?;
+        match f.header.kind {
+            FrameKind::Keepalive => {}
+            FrameKind::Close => {
+                let why =
+                    String::from_utf8_lossy(&f.payload[..f.payload.len().min(CLOSE_MAX_BYTES)])
+                        .into_owned();
+                return Err(MsgError::Closed {
+                    peer: sh.label.clone(),
+                    reason: format!("the peer closed the connection: {why}"),
+                });
+            }
+            _ => {
+                let msg = Message {
+                    msg_type: f.header.msg_type,
+                    id: f.header.id,
+                    reply_to: f.header.reply_to,
+                    payload: f.payload,
+                };
+                deliver(sh, msg, in_tx, recv_window).await?;
+            }
+        }
+    }
+}
+
+async fn deliver(
+    sh: &Shared,
+    msg: Message,
+    in_tx: &mpsc::UnboundedSender<Inbound>,
+    recv_window: &Arc<Semaphore>,
+) -> Result<(), MsgError> {
+    if let Some(to) = msg.reply_to {
+        let waiter = sh
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&to);
+        match waiter {
+            Some(tx) => {
+                let _ = tx.send(msg);
+            }
+            None => tracing::debug!(
+                "{}: dropping a reply to id {to} nobody waits for (timed out?)",
+                sh.label
+            ),
+        }
+        return Ok(());
+    }
+    let cost = (msg.payload.len().max(RECV_MIN_CHARGE_BYTES)).min(sh.cfg.max_inflight_bytes) as u32;
+    // Waits while the application has not taken enough messages: this is
+    // what stops us reading the socket and pushes back on the sender.
+    let permit = recv_window
+        .clone()
+        .acquire_many_owned(cost)
+        .await
+        .map_err(|_| sh.closed_error())?;
+    in_tx
+        .send(Inbound {
+            msg,
+            _permit: permit,
+        })
+        .map_err(|_| sh.closed_error())
+}
+
+async fn writer_task(
+    sh: Arc<Shared>,
+    mut wr: OwnedWriteHalf,
+    mut signer: FrameSigner,
+    mut out_rx: mpsc::Receiver<OutFrame>,
+) {
+    let result = tokio::select! {
+        r = writer_loop(&sh, &mut wr, &mut signer, &mut out_rx) => r,
+        _ = sh.wait_dead() => Ok(()),
+    };
+    if let Err(e) = result {
+        sh.fail(e, false);
+        return;
+    }
+    let local = sh
+        .dead
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map(|(e, local)| (e.to_string(), *local));
+    if let Some((reason, true)) = local {
+        let mut why = reason.into_bytes();
+        why.truncate(CLOSE_MAX_BYTES);
+        let mut h = FrameHeader::new(FrameKind::Close, 0, why.len() as u32);
+        let raw = signer.seal(&mut h, &why);
+        let _ = timeout(CLOSE_NOTICE_TIMEOUT, async {
+            write_frame(&mut wr, &raw, &why).await?;
+            wr.shutdown().await
+        })
+        .await;
+    }
+}
+
+async fn writer_loop(
+    sh: &Shared,
+    wr: &mut OwnedWriteHalf,
+    signer: &mut FrameSigner,
+    out_rx: &mut mpsc::Receiver<OutFrame>,
+) -> Result<(), MsgError> {
+    loop {
+        let frame = match timeout(sh.cfg.keepalive_interval, out_rx.recv()).await {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(()),
+            Err(_) => OutFrame {
+                header: FrameHeader::new(FrameKind::Keepalive, 0, 0),
+                payload: Bytes::new(),
+                _permit: None,
+            },
+        };
+        let mut h = frame.header;
+        let raw = signer.seal(&mut h, &frame.payload);
+        write_frame(wr, &raw, &frame.payload)
+            .await
+            .map_err(|e| MsgError::io(&sh.label, "sending a frame", &e))?;
+        // `frame` (and its in-flight permit) is released here.
+    }
+}
+
+/// Connects to `addr`, authenticates both ways and returns the connection.
+/// `expect_peer`, if given, must be the name the server proves.
+pub async fn connect(
+    addr: SocketAddr,
+    creds: &Credentials,
+    expect_peer: Option<&EntityName>,
+    cfg: &MsgConfig,
+) -> Result<Connection, MsgError> {
+    cfg.validate()?;
+    let label = addr.to_string();
+    let stream = match timeout(cfg.connect_timeout, TcpStream::connect(addr)).await {
+        Err(_) => {
+            return Err(MsgError::timeout(
+                &label,
+                "the TCP connection to be established",
+                cfg.connect_timeout,
+            ))
+        }
+        Ok(Err(e)) => return Err(MsgError::io(&label, "connecting", &e)),
+        Ok(Ok(s)) => s,
+    };
+    let _ = stream.set_nodelay(true);
+    let mut stream = stream;
+    let est = match timeout(
+        cfg.handshake_timeout,
+        handshake::client(
+            &mut stream,
+            &label,
+            creds,
+            expect_peer,
+            cfg.handshake_timeout,
+        ),
+    )
+    .await
+    {
+        Err(_) => {
+            return Err(MsgError::timeout(
+                &label,
+                "the authentication handshake to finish",
+                cfg.handshake_timeout,
+            ))
+        }
+        Ok(r) => r?,
+    };
+    Ok(start(stream, est, addr, cfg.clone()))
+}
+
+/// Accepts connections and authenticates them in the background.
+pub struct Listener {
+    local: SocketAddr,
+    ready: tokio::sync::Mutex<mpsc::Receiver<Connection>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Listener {
+    /// Binds `addr` and starts accepting. `me` is the name this side proves.
+    pub async fn bind(
+        addr: SocketAddr,
+        me: EntityName,
+        keys: Arc<dyn KeyServer>,
+        cfg: MsgConfig,
+    ) -> Result<Listener, MsgError> {
+        cfg.validate()?;
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|e| MsgError::io(&addr.to_string(), "binding the listening socket", &e))?;
+        let local = l
+            .local_addr()
+            .map_err(|e| MsgError::io(&addr.to_string(), "reading the bound address", &e))?;
+        let (tx, rx) = mpsc::channel(ACCEPT_QUEUE_LEN);
+        let task = tokio::spawn(accept_loop(l, me, keys, cfg, tx));
+        Ok(Listener {
+            local,
+            ready: tokio::sync::Mutex::new(rx),
+            task,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The next authenticated connection. Failed handshakes are logged and
+    /// dropped; the listener keeps going. Waits for a client indefinitely
+    /// (wrap in a timeout if needed).
+    pub async fn accept(&self) -> Result<Connection, MsgError> {
+        self.ready
+            .lock()
+            .await
+            .recv()
+            .await
+            .ok_or_else(|| MsgError::Closed {
+                peer: self.local.to_string(),
+                reason: "the listener stopped accepting".into(),
+            })
+    }
+}
+
+async fn accept_loop(
+    l: TcpListener,
+    me: EntityName,
+    keys: Arc<dyn KeyServer>,
+    cfg: MsgConfig,
+    tx: mpsc::Sender<Connection>,
+) {
+    let limit = Arc::new(Semaphore::new(MAX_CONCURRENT_HANDSHAKES));
+    loop {
+        let (stream, addr) = match l.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("{me}: accept failed: {e}; retrying in 100 ms");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = limit.clone().acquire_owned().await else {
+            return;
+        };
+        let (me, keys, cfg, tx) = (me.clone(), keys.clone(), cfg.clone(), tx.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let _ = stream.set_nodelay(true);
+            let mut stream = stream;
+            let label = addr.to_string();
+            let hs = timeout(
+                cfg.handshake_timeout,
+                handshake::server(
+                    &mut stream,
+                    &label,
+                    &me,
+                    keys.as_ref(),
+                    cfg.handshake_timeout,
+                ),
+            )
+            .await;
+            match hs {
+                Err(_) => tracing::warn!(
+                    "{me}: handshake with {label} timed out after {:?}; dropped",
+                    cfg.handshake_timeout
+                ),
+                Ok(Err(e)) => tracing::warn!("{me}: refused a connection: {e}"),
+                Ok(Ok(est)) => {
+                    let conn = start(stream, est, addr, cfg);
+                    let _ = tx.send(conn).await;
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,407 @@
+//! The wire frame: a fixed 56-byte header (magic, version, kind, lengths,
+//! sequence, ids, MAC) followed by the payload. Owns encoding, pure decoding
+//! and the per-direction signing/verification state; not socket I/O.
+//!
+//! Every decoder here is total: garbage yields a [`FrameError`], never a
+//! panic, and a length is checked against its limit before anything is
+//! allocated for it.
+
+use crate::auth::{FrameKey, FRAME_MAC_LEN};
+
+/// First bytes of every frame.
+pub const MAGIC: [u8; 4] = *b"CAIR";
+/// Wire format version carried in every frame header.
+pub const WIRE_VERSION: u8 = 1;
+/// Size of the fixed frame header.
+pub const HEADER_LEN: usize = 56;
+/// Bytes of the header covered by the MAC (everything before the MAC).
+pub const SIGNED_HEADER_LEN: usize = HEADER_LEN - FRAME_MAC_LEN;
+/// Largest handshake payload (names, nonces, a ticket).
+pub const HANDSHAKE_MAX_BYTES: usize = 16 << 10;
+/// Largest close-frame payload (a reason text).
+pub const CLOSE_MAX_BYTES: usize = 1 << 10;
+
+const FLAG_HAS_REPLY_TO: u8 = 1;
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// client -> server: name, nonce, optional ticket (unsigned).
+    Hello = 1,
+    /// server -> client: name, nonce, server proof (unsigned).
+    ServerHello = 2,
+    /// client -> server: client proof (unsigned).
+    ClientProof = 3,
+    /// server -> client: authentication refused, with a reason (unsigned).
+    AuthReject = 4,
+    /// server -> client: authentication accepted (signed, first s2c frame).
+    AuthOk = 5,
+    /// An application message (signed).
+    Message = 8,
+    /// Liveness only, empty payload (signed).
+    Keepalive = 9,
+    /// Orderly close with a reason text (signed).
+    Close = 10,
+}
+
+impl FrameKind {
+    pub fn from_u8(v: u8) -> Option<FrameKind> {
+        Some(match v {
+            1 => FrameKind::Hello,
+            2 => FrameKind::ServerHello,
+            3 => FrameKind::ClientProof,
+            4 => FrameKind::AuthReject,
+            5 => FrameKind::AuthOk,
+            8 => FrameKind::Message,
+            9 => FrameKind::Keepalive,
+            10 => FrameKind::Close,
+            _ => return None,
+        })
+    }
+
+    /// Handshake frames before the session key exists carry no MAC.
+    pub fn is_signed(self) -> bool {
+        matches!(
+            self,
+            FrameKind::AuthOk | FrameKind::Message | FrameKind::Keepalive | FrameKind::Close
+        )
+    }
+
+    fn payload_limit(self, max_message_bytes: usize) -> usize {
+        match self {
+            FrameKind::Hello
+            | FrameKind::ServerHello
+            | FrameKind::ClientProof
+            | FrameKind::AuthReject => HANDSHAKE_MAX_BYTES,
+            FrameKind::AuthOk | FrameKind::Keepalive => 0,
+            FrameKind::Close => CLOSE_MAX_BYTES,
+            FrameKind::Message => max_message_bytes,
+        }
+    }
+}
+
+/// Why a frame could not be decoded or verified.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("bad magic {0:02x?}: not a Cairn peer (expected \"CAIR\")")]
+    BadMagic([u8; 4]),
+    #[error("peer speaks wire version {0}, this build speaks version {WIRE_VERSION}; upgrade the older side")]
+    BadVersion(u8),
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    #[error("reserved header bits set (flags {flags:#x}, reserved {reserved:#x})")]
+    Reserved { flags: u8, reserved: u32 },
+    #[error("{kind:?} frame with a {len}-byte payload, over its {limit}-byte limit")]
+    TooLarge {
+        kind: FrameKind,
+        len: u64,
+        limit: usize,
+    },
+    #[error("truncated frame: {have} of {need} bytes")]
+    Truncated { have: usize, need: usize },
+    #[error("frame {seq} failed its MAC check (tampered or corrupted in transit)")]
+    BadMac { seq: u64 },
+    #[error("frame has sequence number {got}, expected {expected} (replayed, reordered or dropped frame)")]
+    BadSequence { got: u64, expected: u64 },
+}
+
+/// A decoded frame header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub kind: FrameKind,
+    pub msg_type: u16,
+    pub payload_len: u32,
+    pub seq: u64,
+    pub id: u64,
+    pub reply_to: Option<u64>,
+    pub mac: [u8; FRAME_MAC_LEN],
+}
+
+impl FrameHeader {
+    /// A header for `kind` with everything else zero.
+    pub fn new(kind: FrameKind, msg_type: u16, payload_len: u32) -> FrameHeader {
+        FrameHeader {
+            kind,
+            msg_type,
+            payload_len,
+            seq: 0,
+            id: 0,
+            reply_to: None,
+            mac: [0; FRAME_MAC_LEN],
+        }
+    }
+
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..4].copy_from_slice(&MAGIC);
+        b[4] = WIRE_VERSION;
+        b[5] = self.kind as u8;
+        b[6] = if self.reply_to.is_some() {
+            FLAG_HAS_REPLY_TO
+        } else {
+            0
+        };
+        b[8..10].copy_from_slice(&self.msg_type.to_le_bytes());
+        b[10..14].copy_from_slice(&self.payload_len.to_le_bytes());
+        b[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        b[24..32].copy_from_slice(&self.id.to_le_bytes());
+        b[32..40].copy_from_slice(&self.reply_to.unwrap_or(0).to_le_bytes());
+        b[40..56].copy_from_slice(&self.mac);
+        b
+    }
+
+    /// Decodes and checks a header; the payload length is checked against
+    /// the kind's limit (`max_message_bytes` for messages) so the caller may
+    /// allocate `payload_len` bytes afterwards.
+    pub fn decode(
+        b: &[u8; HEADER_LEN],
+        max_message_bytes: usize,
+    ) -> Result<FrameHeader, FrameError> {
+        let magic = [b[0], b[1], b[2], b[3]];
+        if magic != MAGIC {
+            return Err(FrameError::BadMagic(magic));
+        }
+        if b[4] != WIRE_VERSION {
+            return Err(FrameError::BadVersion(b[4]));
+        }
+        let kind = FrameKind::from_u8(b[5]).ok_or(FrameError::UnknownKind(b[5]))?;
+        let flags = b[6];
+        let reserved = u32::from(b[7]) | (u32::from(u16::from_le_bytes([b[14], b[15]])) << 8);
+        if flags & !FLAG_HAS_REPLY_TO != 0 || reserved != 0 {
+            return Err(FrameError::Reserved { flags, reserved });
+        }
+        let payload_len = u32::from_le_bytes([b[10], b[11], b[12], b[13]]);
+        let limit = kind.payload_limit(max_message_bytes);
+        if payload_len as usize > limit {
+            return Err(FrameError::TooLarge {
+                kind,
+                len: u64::from(payload_len),
+                limit,
+            });
+        }
+        let u64_at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        let reply = u64_at(32);
+        let reply_to = if flags & FLAG_HAS_REPLY_TO != 0 {
+            Some(reply)
+        } else if reply != 0 {
+            return Err(FrameError::Reserved { flags, reserved: 0 });
+        } else {
+            None
+        };
+        let mut mac = [0u8; FRAME_MAC_LEN];
+        mac.copy_from_slice(&b[40..56]);
+        Ok(FrameHeader {
+            kind,
+            msg_type: u16::from_le_bytes([b[8], b[9]]),
+            payload_len,
+            seq: u64_at(16),
+            id: u64_at(24),
+            reply_to,
+            mac,
+        })
+    }
+}
+
+/// Signs outgoing frames of one direction: assigns sequence numbers and MACs.
+pub struct FrameSigner {
+    key: FrameKey,
+    next_seq: u64,
+}
+
+impl FrameSigner {
+    pub fn new(key: FrameKey) -> FrameSigner {
+        FrameSigner { key, next_seq: 0 }
+    }
+
+    /// Fills in `seq` and `mac` and returns the encoded header.
+    pub fn seal(&mut self, hdr: &mut FrameHeader, payload: &[u8]) -> [u8; HEADER_LEN] {
+        debug_assert_eq!(hdr.payload_len as usize, payload.len());
+        hdr.seq = self.next_seq;
+        self.next_seq += 1;
+        hdr.mac = [0; FRAME_MAC_LEN];
+        let mut bytes = hdr.encode();
+        hdr.mac = self.key.sign(&bytes[..SIGNED_HEADER_LEN], payload);
+        bytes[SIGNED_HEADER_LEN..].copy_from_slice(&hdr.mac);
+        bytes
+    }
+}
+
+/// Verifies incoming signed frames of one direction: MAC first (tamper),
+/// then the exact next sequence number (replay, reorder, drop).
+pub struct FrameVerifier {
+    key: FrameKey,
+    next_seq: u64,
+}
+
+impl FrameVerifier {
+    pub fn new(key: FrameKey) -> FrameVerifier {
+        FrameVerifier { key, next_seq: 0 }
+    }
+
+    pub fn verify(
+        &mut self,
+        raw_header: &[u8; HEADER_LEN],
+        hdr: &FrameHeader,
+        payload: &[u8],
+    ) -> Result<(), FrameError> {
+        if !self
+            .key
+            .verify(&raw_header[..SIGNED_HEADER_LEN], payload, &hdr.mac)
+        {
+            return Err(FrameError::BadMac { seq: hdr.seq });
+        }
+        if hdr.seq != self.next_seq {
+            return Err(FrameError::BadSequence {
+                got: hdr.seq,
+                expected: self.next_seq,
+            });
+        }
+        self.next_seq += 1;
+        Ok(())
+    }
+}
+
+/// Splits one frame off the front of `buf`: header, payload and the number
+/// of bytes consumed. Pure; used by the fuzzer and by tests.
+pub fn split_frame(
+    buf: &[u8],
+    max_message_bytes: usize,
+) -> Result<(FrameHeader, [u8; HEADER_LEN], &[u8], usize), FrameError> {
+    let raw: [u8; HEADER_LEN] = buf
+        .get(..HEADER_LEN)
+        .and_then(|h| h.try_into().ok())
+        .ok_or(FrameError::Truncated {
+            have: buf.len(),
+            need: HEADER_LEN,
+        })?;
+    let hdr = FrameHeader::decode(&raw, max_message_bytes)?;
+    let end = HEADER_LEN + hdr.payload_len as usize;
+    let payload = buf.get(HEADER_LEN..end).ok_or(FrameError::Truncated {
+        have: buf.len(),
+        need: end,
+    })?;
+    Ok((hdr, raw, payload, end))
+}
+
+/// Decodes a byte stream of frames, verifying signed ones with `verifier`
+/// and handshake payloads with the handshake decoders. Returns how many
+/// frames were accepted before the first error (if any). Pure; this is the
+/// fuzz target's entry point.
+pub fn decode_stream(
+    mut buf: &[u8],
+    max_message_bytes: usize,
+    verifier: &mut FrameVerifier,
+) -> (usize, Option<FrameError>) {
+    let mut frames = 0;
+    while !buf.is_empty() {
+        let (hdr, raw, payload, used) = match split_frame(buf, max_message_bytes) {
+            Ok(x) => x,
+            Err(e) => return (frames, Some(e)),
+        };
+        if hdr.kind.is_signed() {
+            if let Err(e) = verifier.verify(&raw, &hdr, payload) {
+                return (frames, Some(e));
+            }
+        } else {
+            let _ = crate::handshake::decode_handshake_payload("fuzz", hdr.kind, payload);
+        }
+        frames += 1;
+        buf = &buf[used..];
+    }
+    (frames, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keyring::Secret;
+    use proptest::prelude::*;
+
+    fn key() -> FrameKey {
+        FrameKey::new(&Secret::from_bytes([7; 32]))
+    }
+
+    fn frame(signer: &mut FrameSigner, payload: &[u8], reply_to: Option<u64>) -> Vec<u8> {
+        let mut h = FrameHeader::new(FrameKind::Message, 3, payload.len() as u32);
+        h.id = 9;
+        h.reply_to = reply_to;
+        let mut out = signer.seal(&mut h, payload).to_vec();
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn header_round_trip() {
+        let mut h = FrameHeader::new(FrameKind::Message, 77, 5);
+        h.seq = 3;
+        h.id = 4;
+        h.reply_to = Some(0);
+        h.mac = [1; 16];
+        let b = h.encode();
+        assert_eq!(FrameHeader::decode(&b, 10).unwrap(), h);
+    }
+
+    #[test]
+    fn oversize_refused_from_header() {
+        let h = FrameHeader::new(FrameKind::Message, 1, u32::MAX);
+        let err = FrameHeader::decode(&h.encode(), 1 << 20).unwrap_err();
+        assert!(matches!(err, FrameError::TooLarge { len, .. } if len == u64::from(u32::MAX)));
+        let h = FrameHeader::new(FrameKind::Hello, 1, (HANDSHAKE_MAX_BYTES + 1) as u32);
+        assert!(FrameHeader::decode(&h.encode(), usize::MAX).is_err());
+    }
+
+    #[test]
+    fn replay_reorder_tamper_detected() {
+        let mut s = FrameSigner::new(key());
+        let f0 = frame(&mut s, b"zero", None);
+        let f1 = frame(&mut s, b"one", Some(5));
+        let check = |stream: Vec<u8>| {
+            let mut v = FrameVerifier::new(key());
+            decode_stream(&stream, 1 << 20, &mut v)
+        };
+        assert_eq!(check([f0.clone(), f1.clone()].concat()), (2, None));
+        let (n, e) = check([f0.clone(), f0.clone()].concat());
+        assert_eq!(
+            (n, e),
+            (
+                1,
+                Some(FrameError::BadSequence {
+                    got: 0,
+                    expected: 1
+                })
+            )
+        );
+        let (n, e) = check([f1.clone(), f0.clone()].concat());
+        assert_eq!(
+            (n, e),
+            (
+                0,
+                Some(FrameError::BadSequence {
+                    got: 1,
+                    expected: 0
+                })
+            )
+        );
+        let mut t = f1.clone();
+        let last = t.len() - 1;
+        t[last] ^= 0x40;
+        let (n, e) = check([f0.clone(), t].concat());
+        assert_eq!((n, e), (1, Some(FrameError::BadMac { seq: 1 })));
+        let mut t = f0.clone();
+        t[8] ^= 1; // msg_type
+        assert!(matches!(check(t).1, Some(FrameError::BadMac { .. })));
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_headers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut v = FrameVerifier::new(key());
+            let _ = decode_stream(&bytes, 1 << 16, &mut v);
+        }
+    }
+}

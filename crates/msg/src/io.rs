@@ -1,0 +1,162 @@
+//! Reading and writing whole frames on a byte stream with bounded waits.
+//! Owns the "check the length before allocating" rule and vectored writes;
+//! not signing (see `frame`) nor dispatch (see `conn`).
+
+use crate::frame::{FrameError, FrameHeader, HEADER_LEN};
+use crate::MsgError;
+use bytes::{BufMut, Bytes, BytesMut};
+use std::io::IoSlice;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::timeout;
+
+/// A frame as read from the wire (not yet verified).
+pub(crate) struct RawFrame {
+    pub header: FrameHeader,
+    pub raw_header: [u8; HEADER_LEN],
+    pub payload: Bytes,
+}
+
+pub(crate) fn frame_error(peer: &str, e: FrameError) -> MsgError {
+    match e {
+        FrameError::TooLarge { kind, len, limit } => {
+            if kind == crate::frame::FrameKind::Message {
+                MsgError::TooLarge {
+                    peer: peer.to_string(),
+                    direction: "from",
+                    len,
+                    limit,
+                }
+            } else {
+                MsgError::protocol(peer, FrameError::TooLarge { kind, len, limit }.to_string())
+            }
+        }
+        e @ (FrameError::BadMac { .. } | FrameError::BadSequence { .. }) => MsgError::Integrity {
+            peer: peer.to_string(),
+            reason: e.to_string(),
+        },
+        e => MsgError::protocol(peer, e.to_string()),
+    }
+}
+
+/// Reads one frame. `idle` bounds every single read: a peer that sends
+/// nothing for that long is reported as a timeout naming it.
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    peer: &str,
+    max_message_bytes: usize,
+    idle: Duration,
+) -> Result<RawFrame, MsgError> {
+    let mut raw_header = [0u8; HEADER_LEN];
+    let mut have = 0;
+    while have < HEADER_LEN {
+        let n = match timeout(idle, r.read(&mut raw_header[have..])).await {
+            Err(_) => {
+                return Err(MsgError::timeout(
+                    peer,
+                    "any traffic (keepalive timeout: the peer went silent)",
+                    idle,
+                ))
+            }
+            Ok(Err(e)) => return Err(MsgError::io(peer, "reading a frame header", &e)),
+            Ok(Ok(n)) => n,
+        };
+        if n == 0 {
+            let reason = if have == 0 {
+                "the peer closed the connection".to_string()
+            } else {
+                format!("the peer closed the connection after {have} bytes of a frame header")
+            };
+            return Err(MsgError::Closed {
+                peer: peer.to_string(),
+                reason,
+            });
+        }
+        have += n;
+    }
+    let header =
+        FrameHeader::decode(&raw_header, max_message_bytes).map_err(|e| frame_error(peer, e))?;
+    // The length is within its limit now: allocating it is allowed.
+    let len = header.payload_len as usize;
+    let mut payload = BytesMut::with_capacity(len);
+    while payload.len() < len {
+        let remaining = len - payload.len();
+        let mut limited = (&mut payload).limit(remaining);
+        let n = match timeout(idle, r.read_buf(&mut limited)).await {
+            Err(_) => {
+                return Err(MsgError::timeout(
+                    peer,
+                    format!(
+                        "the rest of a {len}-byte payload ({} bytes received; keepalive timeout)",
+                        len - remaining
+                    ),
+                    idle,
+                ))
+            }
+            Ok(Err(e)) => return Err(MsgError::io(peer, "reading a frame payload", &e)),
+            Ok(Ok(n)) => n,
+        };
+        if n == 0 {
+            return Err(MsgError::Closed {
+                peer: peer.to_string(),
+                reason: format!(
+                    "the peer closed the connection in the middle of a {len}-byte payload"
+                ),
+            });
+        }
+    }
+    Ok(RawFrame {
+        header,
+        raw_header,
+        payload: payload.freeze(),
+    })
+}
+
+/// Writes header and payload with vectored writes (no copy of the payload).
+pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    header: &[u8],
+    payload: &[u8],
+) -> std::io::Result<()> {
+    let (mut a, mut b) = (header, payload);
+    while !a.is_empty() || !b.is_empty() {
+        let n = if a.is_empty() {
+            w.write(b).await?
+        } else if b.is_empty() {
+            w.write(a).await?
+        } else {
+            w.write_vectored(&[IoSlice::new(a), IoSlice::new(b)])
+                .await?
+        };
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "socket accepted no bytes",
+            ));
+        }
+        if n < a.len() {
+            a = &a[n..];
+        } else {
+            let rest = n - a.len();
+            a = &[];
+            b = &b[rest..];
+        }
+    }
+    Ok(())
+}
+
+/// Writes an unsigned handshake frame.
+pub(crate) async fn write_unsigned<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    peer: &str,
+    kind: crate::frame::FrameKind,
+    payload: &[u8],
+) -> Result<(), MsgError> {
+    let hdr = FrameHeader::new(kind, 0, payload.len() as u32);
+    write_frame(w, &hdr.encode(), payload)
+        .await
+        .map_err(|e| MsgError::io(peer, format!("sending {kind:?}"), &e))?;
+    w.flush()
+        .await
+        .map_err(|e| MsgError::io(peer, format!("sending {kind:?}"), &e))
+}

@@ -1,0 +1,469 @@
+//! Read-modify-write planning for writes to erasure-coded objects: which old
+//! chunk ranges to read, the new bytes of every shard's touched range, and
+//! the rollback record each shard keeps (in its PG log entry) so that an
+//! interrupted write can be undone on every shard. Deciding *when* to roll
+//! back or forward, and storing the records, is the OSD's job.
+//!
+//! A [`ShardWrite`] means: set the chunk's length to `new_chunk_len`
+//! (zero-extending or truncating), then write `data` at `offset`. A
+//! [`ShardRollback`] means: set the length back to `old_chunk_len`, then
+//! write the saved `old_bytes` at `offset`. Both are idempotent, and the
+//! rollback is correct whether the write was not applied, applied, or torn
+//! anywhere inside its range.
+
+use std::ops::Range;
+
+use bytes::{Buf, BufMut, Bytes};
+
+use crate::error::{EcError, Result};
+use crate::geometry::checked_end;
+use crate::object::{check_results, ChunkRead, ErasureCode};
+
+/// What kind of write a plan is; the pool's `allow_ec_overwrites` decides
+/// which kinds are accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    /// Replaces the whole object (`write_full`): no reads.
+    Full,
+    /// Starts at or past the current end: never changes existing logical
+    /// bytes (only the zero padding and the parity of the last stripe).
+    /// Stripe-aligned appends need no reads.
+    Append,
+    /// Changes existing bytes: needs `allow_ec_overwrites`.
+    Overwrite,
+}
+
+/// The plan of one write: what to read, then [`WritePlan::build`] makes the
+/// per-shard writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WritePlan {
+    code: ErasureCode,
+    pub kind: WriteKind,
+    pub old_size: u64,
+    /// Logical offset and length of the new bytes.
+    pub offset: u64,
+    pub len: u64,
+    pub new_size: u64,
+    /// Stripes rewritten on every shard (empty for a no-op write).
+    pub stripes: Range<u64>,
+    /// Old data-chunk ranges to read first (whole stripe units of partly
+    /// overwritten stripes). If a chunk's OSD is down, decode the same range
+    /// from any `k` chunks with [`crate::Codec::decode_data`].
+    pub reads: Vec<ChunkRead>,
+}
+
+/// New bytes for one shard's chunk. Sent to the OSD at `acting[shard]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardWrite {
+    pub shard: usize,
+    pub offset: u64,
+    pub data: Bytes,
+    pub old_chunk_len: u64,
+    pub new_chunk_len: u64,
+}
+
+/// What a shard saves before applying a [`ShardWrite`]: enough to restore
+/// its chunk exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardRollback {
+    pub shard: usize,
+    pub offset: u64,
+    pub old_bytes: Bytes,
+    pub old_chunk_len: u64,
+}
+
+/// Plans writing `len` bytes at `offset` into an object of `old_size` bytes.
+/// Overwrites of existing bytes are refused unless `allow_overwrites`.
+pub fn plan_write(
+    code: &ErasureCode,
+    old_size: u64,
+    offset: u64,
+    len: u64,
+    allow_overwrites: bool,
+) -> Result<WritePlan> {
+    let end = checked_end(offset, len)?;
+    let g = code.geometry();
+    if len == 0 {
+        return Ok(WritePlan {
+            code: *code,
+            kind: WriteKind::Append,
+            old_size,
+            offset,
+            len,
+            new_size: old_size,
+            stripes: 0..0,
+            reads: Vec::new(),
+        });
+    }
+    let kind = if offset >= old_size {
+        WriteKind::Append
+    } else {
+        WriteKind::Overwrite
+    };
+    if kind == WriteKind::Overwrite && !allow_overwrites {
+        return Err(EcError::OverwritesDisabled {
+            offset,
+            end,
+            old_size,
+        });
+    }
+    let stripes = g.stripes_touched(offset, len)?;
+    let su = g.stripe_unit_bytes();
+    let width = g.stripe_width_bytes();
+    let mut per_shard: Vec<Vec<Range<u64>>> = vec![Vec::new(); code.k()];
+    let edge_stripes = [stripes.start, stripes.end - 1];
+    for (n, &s) in edge_stripes.iter().enumerate() {
+        if n == 1 && s == stripes.start {
+            break;
+        }
+        for (shard, ranges) in per_shard.iter_mut().enumerate() {
+            let unit = s * width + shard as u64 * su..s * width + (shard as u64 + 1) * su;
+            let has_old_data = unit.start < old_size;
+            let fully_written = offset <= unit.start && unit.end <= end;
+            if has_old_data && !fully_written {
+                let r = s * su..(s + 1) * su;
+                match ranges.last_mut() {
+                    Some(prev) if prev.end == r.start => prev.end = r.end,
+                    _ => ranges.push(r),
+                }
+            }
+        }
+    }
+    let reads = per_shard
+        .into_iter()
+        .enumerate()
+        .flat_map(|(shard, rs)| rs.into_iter().map(move |range| ChunkRead { shard, range }))
+        .collect();
+    Ok(WritePlan {
+        code: *code,
+        kind,
+        old_size,
+        offset,
+        len,
+        new_size: old_size.max(end),
+        stripes,
+        reads,
+    })
+}
+
+/// Plans replacing an object of `old_size` bytes by `new_len` bytes.
+pub fn plan_write_full(code: &ErasureCode, old_size: u64, new_len: u64) -> WritePlan {
+    WritePlan {
+        code: *code,
+        kind: WriteKind::Full,
+        old_size,
+        offset: 0,
+        len: new_len,
+        new_size: new_len,
+        stripes: 0..code.geometry().stripe_count(new_len),
+        reads: Vec::new(),
+    }
+}
+
+impl WritePlan {
+    /// Builds the `k + m` shard writes from the new bytes (`data.len() ==
+    /// len`) and the old bytes read for [`WritePlan::reads`], in that order.
+    /// Returns nothing for a zero-length extent write.
+    pub fn build(&self, data: &Bytes, old_reads: &[Bytes]) -> Result<Vec<ShardWrite>> {
+        if data.len() as u64 != self.len {
+            return Err(EcError::PlanMismatch {
+                reason: format!("plan is for {} bytes, {} given", self.len, data.len()),
+            });
+        }
+        check_results(&self.reads, old_reads)?;
+        let g = self.code.geometry();
+        let old_chunk_len = g.chunk_len(self.old_size);
+        let new_chunk_len = g.chunk_len(self.new_size);
+        if self.stripes.is_empty() {
+            if self.kind != WriteKind::Full {
+                return Ok(Vec::new());
+            }
+            // Full write of an empty object: every chunk becomes empty.
+            return Ok(self.shard_writes(
+                0,
+                vec![Bytes::new(); self.code.total()],
+                old_chunk_len,
+                0,
+            ));
+        }
+        let chunks = if self.kind == WriteKind::Full {
+            self.code.encode(data)?
+        } else {
+            let range = g.chunk_range_of_stripes(&self.stripes);
+            let span = (range.end - range.start) as usize;
+            let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; span]; self.code.k()];
+            for (read, bytes) in self.reads.iter().zip(old_reads) {
+                let at = (read.range.start - range.start) as usize;
+                bufs[read.shard][at..at + bytes.len()].copy_from_slice(bytes);
+            }
+            for seg in g.map_extent(self.offset, self.len)? {
+                let at = (seg.chunk_offset - range.start) as usize;
+                let from = (seg.logical_offset - self.offset) as usize;
+                bufs[seg.shard][at..at + seg.len as usize]
+                    .copy_from_slice(&data[from..from + seg.len as usize]);
+            }
+            let parity = self.code.codec().encode_parity(&bufs)?;
+            bufs.into_iter().map(Bytes::from).chain(parity).collect()
+        };
+        let start = g.chunk_range_of_stripes(&self.stripes).start;
+        Ok(self.shard_writes(start, chunks, old_chunk_len, new_chunk_len))
+    }
+
+    fn shard_writes(
+        &self,
+        offset: u64,
+        chunks: Vec<Bytes>,
+        old_chunk_len: u64,
+        new_chunk_len: u64,
+    ) -> Vec<ShardWrite> {
+        chunks
+            .into_iter()
+            .enumerate()
+            .map(|(shard, data)| ShardWrite {
+                shard,
+                offset,
+                data,
+                old_chunk_len,
+                new_chunk_len,
+            })
+            .collect()
+    }
+}
+
+impl ShardWrite {
+    fn end(&self) -> u64 {
+        self.offset + self.data.len() as u64
+    }
+
+    /// The range of the current (old) chunk the shard must save before
+    /// applying this write: everything the write changes or truncates.
+    pub fn rollback_range(&self) -> Range<u64> {
+        let start = self.offset.min(self.new_chunk_len).min(self.old_chunk_len);
+        let mut end = self.end();
+        if self.new_chunk_len < self.old_chunk_len {
+            end = end.max(self.old_chunk_len);
+        }
+        start..end.min(self.old_chunk_len).max(start)
+    }
+
+    /// Makes the rollback record from the old bytes of
+    /// [`rollback_range`](Self::rollback_range).
+    pub fn rollback(&self, old_bytes: Bytes) -> Result<ShardRollback> {
+        let range = self.rollback_range();
+        if old_bytes.len() as u64 != range.end - range.start {
+            return Err(EcError::PlanMismatch {
+                reason: format!(
+                    "shard {}: rollback needs old bytes {:?} ({} bytes), {} given",
+                    self.shard,
+                    range,
+                    range.end - range.start,
+                    old_bytes.len()
+                ),
+            });
+        }
+        Ok(ShardRollback {
+            shard: self.shard,
+            offset: range.start,
+            old_bytes,
+            old_chunk_len: self.old_chunk_len,
+        })
+    }
+
+    /// Convenience for in-memory chunks: saves the rollback, then applies.
+    pub fn apply_with_rollback(&self, chunk: &mut Vec<u8>) -> Result<ShardRollback> {
+        self.check_old_len(chunk)?;
+        let r = self.rollback_range();
+        let old = Bytes::copy_from_slice(&chunk[r.start as usize..r.end as usize]);
+        let rollback = self.rollback(old)?;
+        self.apply(chunk)?;
+        Ok(rollback)
+    }
+
+    /// Applies the write to an in-memory chunk of `old_chunk_len` bytes
+    /// (or `new_chunk_len`, when re-applying).
+    pub fn apply(&self, chunk: &mut Vec<u8>) -> Result<()> {
+        if chunk.len() as u64 != self.new_chunk_len {
+            self.check_old_len(chunk)?;
+        }
+        chunk.resize(self.new_chunk_len as usize, 0);
+        chunk[self.offset as usize..self.end() as usize].copy_from_slice(&self.data);
+        Ok(())
+    }
+
+    fn check_old_len(&self, chunk: &[u8]) -> Result<()> {
+        if chunk.len() as u64 != self.old_chunk_len {
+            return Err(EcError::ChunkLength {
+                index: self.shard,
+                len: chunk.len() as u64,
+                expected: self.old_chunk_len,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Version byte of the encoded [`ShardRollback`].
+const ROLLBACK_FORMAT_VERSION: u8 = 1;
+const ROLLBACK_HEADER_BYTES: usize = 1 + 1 + 8 + 8 + 8;
+
+impl ShardRollback {
+    /// Restores the chunk to its state before the write.
+    pub fn apply(&self, chunk: &mut Vec<u8>) {
+        chunk.resize(self.old_chunk_len as usize, 0);
+        let at = self.offset as usize;
+        chunk[at..at + self.old_bytes.len()].copy_from_slice(&self.old_bytes);
+    }
+
+    /// `[version][shard u8][offset u64][old_chunk_len u64][len u64][bytes]`,
+    /// little-endian, for the PG log.
+    pub fn encode(&self) -> Bytes {
+        let mut out = Vec::with_capacity(ROLLBACK_HEADER_BYTES + self.old_bytes.len());
+        out.put_u8(ROLLBACK_FORMAT_VERSION);
+        out.put_u8(self.shard as u8);
+        out.put_u64_le(self.offset);
+        out.put_u64_le(self.old_chunk_len);
+        out.put_u64_le(self.old_bytes.len() as u64);
+        out.extend_from_slice(&self.old_bytes);
+        Bytes::from(out)
+    }
+
+    /// Decodes [`encode`](Self::encode)'s output without copying the bytes.
+    pub fn decode(buf: Bytes) -> Result<Self> {
+        let malformed = |reason: String| EcError::Malformed {
+            what: "EC rollback record",
+            reason,
+        };
+        if buf.len() < ROLLBACK_HEADER_BYTES {
+            return Err(malformed(format!(
+                "{} bytes, header needs {ROLLBACK_HEADER_BYTES}",
+                buf.len()
+            )));
+        }
+        let mut b = buf.clone();
+        let version = b.get_u8();
+        if version != ROLLBACK_FORMAT_VERSION {
+            return Err(EcError::UnsupportedFormat {
+                what: "EC rollback record",
+                found: version,
+                min: ROLLBACK_FORMAT_VERSION,
+                max: ROLLBACK_FORMAT_VERSION,
+            });
+        }
+        let shard = b.get_u8() as usize;
+        let offset = b.get_u64_le();
+        let old_chunk_len = b.get_u64_le();
+        let len = b.get_u64_le();
+        if len != b.remaining() as u64 {
+            return Err(malformed(format!(
+                "says {len} bytes follow, {} do",
+                b.remaining()
+            )));
+        }
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > old_chunk_len)
+        {
+            return Err(malformed(format!(
+                "range {offset}+{len} lies outside the old chunk of {old_chunk_len} bytes"
+            )));
+        }
+        Ok(Self {
+            shard,
+            offset,
+            old_bytes: buf.slice(ROLLBACK_HEADER_BYTES..),
+            old_chunk_len,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code() -> ErasureCode {
+        ErasureCode::new(2, 1, 64).unwrap()
+    }
+
+    #[test]
+    fn overwrite_needs_the_flag() {
+        let err = plan_write(&code(), 1000, 10, 5, false).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("allow_ec_overwrites"), "{msg}");
+        assert!(plan_write(&code(), 1000, 1000, 5, false).is_ok());
+        assert!(plan_write(&code(), 1000, 2000, 5, false).is_ok());
+        assert!(plan_write(&code(), 1000, 10, 5, true).is_ok());
+    }
+
+    #[test]
+    fn aligned_append_reads_nothing() {
+        let plan = plan_write(&code(), 256, 256, 300, false).unwrap();
+        assert_eq!(plan.kind, WriteKind::Append);
+        assert!(plan.reads.is_empty());
+        assert_eq!(plan.stripes, 2..5);
+        assert_eq!(plan.new_size, 556);
+    }
+
+    #[test]
+    fn unaligned_append_reads_last_stripe_units() {
+        // old size 100: stripe 0 has shard 0 full (64) and shard 1 partly (36).
+        let plan = plan_write(&code(), 100, 100, 10, false).unwrap();
+        assert_eq!(
+            plan.reads,
+            vec![
+                ChunkRead {
+                    shard: 0,
+                    range: 0..64
+                },
+                ChunkRead {
+                    shard: 1,
+                    range: 0..64
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn middle_stripes_are_not_read() {
+        let plan = plan_write(&code(), 10_000, 100, 1000, true).unwrap();
+        assert_eq!(plan.stripes, 0..9);
+        for r in &plan.reads {
+            assert!(r.range.start == 0 || r.range.start == 8 * 64, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn rollback_record_roundtrip_and_checks() {
+        let rb = ShardRollback {
+            shard: 3,
+            offset: 64,
+            old_bytes: Bytes::from_static(b"0123456789"),
+            old_chunk_len: 128,
+        };
+        let enc = rb.encode();
+        assert_eq!(ShardRollback::decode(enc.clone()).unwrap(), rb);
+        assert!(ShardRollback::decode(enc.slice(..10)).is_err());
+        assert!(ShardRollback::decode(enc.slice(..enc.len() - 1)).is_err());
+        let mut bad = enc.to_vec();
+        bad[0] = 9;
+        assert!(matches!(
+            ShardRollback::decode(Bytes::from(bad)),
+            Err(EcError::UnsupportedFormat { found: 9, .. })
+        ));
+    }
+
+    #[test]
+    fn build_checks_its_inputs() {
+        let plan = plan_write(&code(), 100, 10, 5, true).unwrap();
+        assert!(plan.build(&Bytes::from_static(b"abc"), &[]).is_err());
+        assert!(plan.build(&Bytes::from_static(b"abcde"), &[]).is_err());
+        let w = ShardWrite {
+            shard: 0,
+            offset: 0,
+            data: Bytes::from_static(&[1; 64]),
+            old_chunk_len: 64,
+            new_chunk_len: 64,
+        };
+        assert!(w.apply(&mut vec![0u8; 3]).is_err());
+        assert!(w.rollback(Bytes::new()).is_err());
+    }
+}

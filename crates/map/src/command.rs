@@ -1,0 +1,322 @@
+//! The commands the monitors accept: one variant per admin verb, plus the
+//! internal ones daemons send (mon add/remove, OSD new/boot/alive/failure).
+//! Parsing from words lives in `parse`, effects in `apply` and `query`.
+
+use crate::caps::{CapsNeed, Perms};
+use crate::model::{OsdFlag, OsdReported, PoolKind};
+use cairn_types::{EntityName, Epoch};
+use serde::{Deserialize, Serialize};
+
+/// A set of OSDs named on the command line: explicit ids, or `all`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OsdSelector {
+    All,
+    Ids(Vec<i32>),
+}
+
+/// Every command of the cluster map.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum MonCommand {
+    // ---- read-only ----
+    Status,
+    Health {
+        detail: bool,
+    },
+    QuorumStatus,
+    MonStat,
+    MonDump,
+    OsdTree,
+    OsdDump,
+    OsdLs,
+    OsdStat,
+    CrushRuleLs,
+    CrushRuleDump {
+        name: Option<String>,
+    },
+    GetCrushMap,
+    EcProfileLs,
+    EcProfileGet {
+        name: String,
+    },
+    PoolLs {
+        detail: bool,
+    },
+    PoolGet {
+        pool: String,
+        key: String,
+    },
+    AuthLs,
+    AuthGet {
+        entity: EntityName,
+    },
+    ConfigGet {
+        who: String,
+        key: Option<String>,
+    },
+    ConfigDump,
+
+    // ---- admin mutations ----
+    OsdSetFlag {
+        flag: OsdFlag,
+    },
+    OsdUnsetFlag {
+        flag: OsdFlag,
+    },
+    CrushRuleCreateReplicated {
+        name: String,
+        root: String,
+        failure_domain: String,
+        class: Option<String>,
+    },
+    CrushRuleCreateErasure {
+        name: String,
+        profile: String,
+    },
+    CrushRuleRm {
+        name: String,
+    },
+    CrushSetDeviceClass {
+        class: String,
+        osds: OsdSelector,
+    },
+    /// `class`: when given, each OSD must currently have this class.
+    CrushRmDeviceClass {
+        class: Option<String>,
+        osds: OsdSelector,
+    },
+    CrushReweight {
+        osd: i32,
+        weight: f64,
+    },
+    OsdReweight {
+        osd: i32,
+        weight: f64,
+    },
+    /// The compiled CRUSH map (`CrushMap::encode`), or its text form.
+    SetCrushMap {
+        encoded: Vec<u8>,
+    },
+    EcProfileSet {
+        name: String,
+        params: Vec<(String, String)>,
+        force: bool,
+    },
+    EcProfileRm {
+        name: String,
+    },
+    PoolCreate {
+        name: String,
+        pg_num: Option<u32>,
+        pgp_num: Option<u32>,
+        kind: PoolKind,
+        /// EC pools only; `default` when not given.
+        profile: Option<String>,
+        rule: Option<String>,
+    },
+    PoolSet {
+        pool: String,
+        key: String,
+        value: String,
+        /// `--yes-i-really-mean-it` (needed for size 1).
+        sure: bool,
+    },
+    PoolApplicationEnable {
+        pool: String,
+        app: String,
+    },
+    PoolDelete {
+        pool: String,
+        confirm: String,
+        sure: bool,
+    },
+    AuthGetOrCreate {
+        entity: EntityName,
+        caps: Vec<(String, String)>,
+    },
+    AuthDel {
+        entity: EntityName,
+    },
+    AuthCaps {
+        entity: EntityName,
+        caps: Vec<(String, String)>,
+    },
+    ConfigSet {
+        who: String,
+        key: String,
+        value: String,
+        /// Store an option the monitors do not know.
+        force: bool,
+    },
+    ConfigRm {
+        who: String,
+        key: String,
+    },
+    /// `osd down N…` (admin): marks OSDs down; they come back up when they boot.
+    OsdDown {
+        ids: Vec<i32>,
+    },
+    OsdOut {
+        ids: Vec<i32>,
+    },
+    OsdIn {
+        ids: Vec<i32>,
+    },
+    /// `osd purge N --yes-i-really-mean-it`: removes a down OSD from the OSD
+    /// map, CRUSH and auth.
+    OsdPurge {
+        id: i32,
+        sure: bool,
+    },
+
+    // ---- internal (daemons and the monitor runtime) ----
+    MonAdd {
+        name: String,
+        addr: String,
+    },
+    MonRemove {
+        name: String,
+    },
+    /// Registers a new OSD (or returns the id of the one with this uuid).
+    /// Places it in CRUSH at host=<host> under root default; creates its
+    /// `osd.N` key when the context carries a secret.
+    OsdNew {
+        uuid: String,
+        /// Wanted id (e.g. re-creating a purged OSD); lowest free id otherwise.
+        id: Option<i32>,
+        host: String,
+        /// CRUSH weight in TiB (usually the device size).
+        weight: f64,
+        class: Option<String>,
+    },
+    /// An OSD process started and asks to be marked up.
+    OsdBoot {
+        id: i32,
+        uuid: String,
+        addrs: Vec<String>,
+        reported: OsdReported,
+    },
+    /// An OSD asks for `up_thru` to reach `want` before going active.
+    OsdAlive {
+        id: i32,
+        want: Epoch,
+    },
+    /// The monitors judged an OSD failed from peer reports (respects `nodown`).
+    OsdFailed {
+        id: i32,
+    },
+    /// `mon_osd_down_out_interval` elapsed for a down OSD (respects `noout`).
+    OsdAutoOut {
+        id: i32,
+    },
+}
+
+impl MonCommand {
+    /// True when the command may change the map (and so goes through Raft).
+    pub fn is_mutation(&self) -> bool {
+        use MonCommand::*;
+        !matches!(
+            self,
+            Status
+                | Health { .. }
+                | QuorumStatus
+                | MonStat
+                | MonDump
+                | OsdTree
+                | OsdDump
+                | OsdLs
+                | OsdStat
+                | CrushRuleLs
+                | CrushRuleDump { .. }
+                | GetCrushMap
+                | EcProfileLs
+                | EcProfileGet { .. }
+                | PoolLs { .. }
+                | PoolGet { .. }
+                | AuthLs
+                | AuthGet { .. }
+                | ConfigGet { .. }
+                | ConfigDump
+        )
+    }
+
+    /// What the caller's caps must grant. Reads need `mon r`; changes need
+    /// `mon rw`; anything that reveals or changes keys, and monitor
+    /// membership, needs `mon rwx` (`auth ls`/`get`: `mon rx`). OSDs may boot
+    /// and report for themselves.
+    pub fn required_caps(&self) -> CapsNeed {
+        use MonCommand::*;
+        match self {
+            AuthLs | AuthGet { .. } => CapsNeed::mon(Perms::RX),
+            AuthGetOrCreate { .. } | AuthDel { .. } | AuthCaps { .. } => CapsNeed::mon(Perms::RWX),
+            MonAdd { .. } | MonRemove { .. } | OsdFailed { .. } | OsdAutoOut { .. } => {
+                CapsNeed::mon(Perms::RWX)
+            }
+            OsdNew { .. } | OsdPurge { .. } => CapsNeed::mon(Perms::RWX),
+            OsdBoot { id, .. } | OsdAlive { id, .. } => CapsNeed {
+                or_entity: Some(EntityName::osd(*id)),
+                ..CapsNeed::mon(Perms::RWX)
+            },
+            c if c.is_mutation() => CapsNeed::mon(Perms::RW),
+            _ => CapsNeed::mon(Perms::R),
+        }
+    }
+
+    /// Short name of the command for logs (`osd pool create`).
+    pub fn verb(&self) -> &'static str {
+        use MonCommand::*;
+        match self {
+            Status => "status",
+            Health { .. } => "health",
+            QuorumStatus => "quorum_status",
+            MonStat => "mon stat",
+            MonDump => "mon dump",
+            OsdTree => "osd tree",
+            OsdDump => "osd dump",
+            OsdLs => "osd ls",
+            OsdStat => "osd stat",
+            CrushRuleLs => "osd crush rule ls",
+            CrushRuleDump { .. } => "osd crush rule dump",
+            GetCrushMap => "osd getcrushmap",
+            EcProfileLs => "osd erasure-code-profile ls",
+            EcProfileGet { .. } => "osd erasure-code-profile get",
+            PoolLs { .. } => "osd pool ls",
+            PoolGet { .. } => "osd pool get",
+            AuthLs => "auth ls",
+            AuthGet { .. } => "auth get",
+            ConfigGet { .. } => "config get",
+            ConfigDump => "config dump",
+            OsdSetFlag { .. } => "osd set",
+            OsdUnsetFlag { .. } => "osd unset",
+            CrushRuleCreateReplicated { .. } => "osd crush rule create-replicated",
+            CrushRuleCreateErasure { .. } => "osd crush rule create-erasure",
+            CrushRuleRm { .. } => "osd crush rule rm",
+            CrushSetDeviceClass { .. } => "osd crush set-device-class",
+            CrushRmDeviceClass { .. } => "osd crush rm-device-class",
+            CrushReweight { .. } => "osd crush reweight",
+            OsdReweight { .. } => "osd reweight",
+            SetCrushMap { .. } => "osd setcrushmap",
+            EcProfileSet { .. } => "osd erasure-code-profile set",
+            EcProfileRm { .. } => "osd erasure-code-profile rm",
+            PoolCreate { .. } => "osd pool create",
+            PoolSet { .. } => "osd pool set",
+            PoolApplicationEnable { .. } => "osd pool application enable",
+            PoolDelete { .. } => "osd pool delete",
+            AuthGetOrCreate { .. } => "auth get-or-create",
+            AuthDel { .. } => "auth del",
+            AuthCaps { .. } => "auth caps",
+            ConfigSet { .. } => "config set",
+            ConfigRm { .. } => "config rm",
+            OsdDown { .. } => "osd down",
+            OsdOut { .. } => "osd out",
+            OsdIn { .. } => "osd in",
+            OsdPurge { .. } => "osd purge",
+            MonAdd { .. } => "mon add",
+            MonRemove { .. } => "mon remove",
+            OsdNew { .. } => "osd new",
+            OsdBoot { .. } => "osd boot",
+            OsdAlive { .. } => "osd alive",
+            OsdFailed { .. } => "osd failed",
+            OsdAutoOut { .. } => "osd auto-out",
+        }
+    }
+}

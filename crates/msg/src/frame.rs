@@ -266,12 +266,19 @@ impl FrameVerifier {
     }
 }
 
-/// Splits one frame off the front of `buf`: header, payload and the number
-/// of bytes consumed. Pure; used by the fuzzer and by tests.
-pub fn split_frame(
-    buf: &[u8],
-    max_message_bytes: usize,
-) -> Result<(FrameHeader, [u8; HEADER_LEN], &[u8], usize), FrameError> {
+/// One frame split off the front of a buffer.
+#[derive(Debug)]
+pub struct SplitFrame<'a> {
+    pub header: FrameHeader,
+    pub raw_header: [u8; HEADER_LEN],
+    pub payload: &'a [u8],
+    /// Bytes of the buffer this frame used.
+    pub consumed: usize,
+}
+
+/// Splits one frame off the front of `buf`. Pure; used by the fuzzer and
+/// by tests.
+pub fn split_frame(buf: &[u8], max_message_bytes: usize) -> Result<SplitFrame<'_>, FrameError> {
     let raw: [u8; HEADER_LEN] = buf
         .get(..HEADER_LEN)
         .and_then(|h| h.try_into().ok())
@@ -285,7 +292,12 @@ pub fn split_frame(
         have: buf.len(),
         need: end,
     })?;
-    Ok((hdr, raw, payload, end))
+    Ok(SplitFrame {
+        header: hdr,
+        raw_header: raw,
+        payload,
+        consumed: end,
+    })
 }
 
 /// Decodes a byte stream of frames, verifying signed ones with `verifier`
@@ -299,7 +311,12 @@ pub fn decode_stream(
 ) -> (usize, Option<FrameError>) {
     let mut frames = 0;
     while !buf.is_empty() {
-        let (hdr, raw, payload, used) = match split_frame(buf, max_message_bytes) {
+        let SplitFrame {
+            header: hdr,
+            raw_header: raw,
+            payload,
+            consumed: used,
+        } = match split_frame(buf, max_message_bytes) {
             Ok(x) => x,
             Err(e) => return (frames, Some(e)),
         };

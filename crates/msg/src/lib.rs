@@ -41,3 +41,22 @@ pub fn fuzz_signer() -> frame::FrameSigner {
         [0x5a; keyring::SECRET_LEN],
     )))
 }
+
+/// Valid example frames (one per handshake kind, plus a signed stream under
+/// the [`fuzz_signer`] key) to seed the fuzzer and mutation tests.
+pub fn fuzz_samples() -> Vec<Vec<u8>> {
+    let mut out = handshake::sample_frames();
+    let mut signer = fuzz_signer();
+    let mut stream = Vec::new();
+    for (i, body) in [&b""[..], b"hello", &[0u8; 300]].iter().enumerate() {
+        let mut h = frame::FrameHeader::new(frame::FrameKind::Message, 7, body.len() as u32);
+        h.id = i as u64 + 1;
+        h.reply_to = if i == 1 { Some(1) } else { None };
+        stream.extend_from_slice(&signer.seal(&mut h, body));
+        stream.extend_from_slice(body);
+    }
+    let mut h = frame::FrameHeader::new(frame::FrameKind::Keepalive, 0, 0);
+    stream.extend_from_slice(&signer.seal(&mut h, &[]));
+    out.push(stream);
+    out
+}

@@ -1,0 +1,63 @@
+//! A frame whose header announces more than `max_message_bytes` is refused
+//! before any buffer is allocated for it: measured with a counting global
+//! allocator (this test binary only).
+
+mod common;
+use cairn_msg::{connect, Credentials, Listener, MsgConfig, MsgError, Secret};
+use common::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+struct Counting;
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[tokio::test]
+async fn oversize_frame_is_refused_without_allocating_it() {
+    let server_cfg = MsgConfig {
+        max_message_bytes: 1 << 20,
+        ..fast_cfg()
+    };
+    let key = Secret::generate();
+    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), server_cfg)
+        .await
+        .unwrap();
+    let creds = Credentials::Key {
+        name: admin(),
+        secret: key,
+    };
+    let client = connect(l.local_addr(), &creds, None, &fast_cfg())
+        .await
+        .unwrap();
+    let server = l.accept().await.unwrap();
+    let big = payload(96 << 20, 1); // allocated here, before the measurement
+    LARGEST.store(0, Ordering::Relaxed);
+    let _ = client.send(1, big).await;
+    let err = server
+        .recv_timeout(Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MsgError::TooLarge { .. }), "{err}");
+    let largest = LARGEST.load(Ordering::Relaxed);
+    assert!(
+        largest < 8 << 20,
+        "largest allocation while refusing a 96 MiB frame was {largest} bytes"
+    );
+}

@@ -1,0 +1,172 @@
+//! Round trips on loopback: small and 64 MiB payloads, one-way messages, many
+//! concurrent calls on one connection, close semantics.
+
+mod common;
+use bytes::Bytes;
+use cairn_msg::{connect, Credentials, Listener, MsgError, Secret};
+use common::*;
+use std::time::{Duration, Instant};
+
+async fn setup() -> (cairn_msg::Connection, tokio::task::JoinHandle<()>) {
+    let key = Secret::generate();
+    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
+        .await
+        .unwrap();
+    let addr = l.local_addr();
+    let server = echo_server(l);
+    let creds = Credentials::Key {
+        name: admin(),
+        secret: key,
+    };
+    let conn = connect(addr, &creds, Some(&mon_a()), &fast_cfg())
+        .await
+        .unwrap();
+    (conn, server)
+}
+
+#[tokio::test]
+async fn small_and_64mib_round_trips() {
+    let big = payload(64 << 20, 3);
+    let (conn, _server) = setup().await;
+    assert_eq!(conn.peer(), &mon_a());
+    assert_eq!(conn.peer_caps(), None);
+    let r = conn
+        .call(7, Bytes::from_static(b"hello"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(r.msg_type, 8);
+    assert_eq!(&r.payload[..], b"hello");
+    assert!(r.reply_to.is_some());
+    let r = conn
+        .call(1, Bytes::new(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(r.payload.is_empty());
+
+    let t = Instant::now();
+    let r = conn
+        .call(9, big.clone(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(r.payload.len(), big.len());
+    assert!(r.payload == big, "64 MiB payload corrupted");
+    eprintln!("64 MiB round trip took {:?}", t.elapsed());
+}
+
+#[tokio::test]
+async fn one_way_messages_arrive_in_order() {
+    let key = Secret::generate();
+    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
+        .await
+        .unwrap();
+    let creds = Credentials::Key {
+        name: admin(),
+        secret: key,
+    };
+    let client = connect(l.local_addr(), &creds, None, &fast_cfg())
+        .await
+        .unwrap();
+    let server = l.accept().await.unwrap();
+    assert_eq!(server.peer(), &admin());
+    for i in 0..100u16 {
+        client
+            .send(i, payload(i as usize * 10, i as u8))
+            .await
+            .unwrap();
+    }
+    for i in 0..100u16 {
+        let m = server.recv_timeout(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(m.msg_type, i);
+        assert_eq!(m.payload, payload(i as usize * 10, i as u8));
+        assert_eq!(m.reply_to, None);
+    }
+    // The server may also call the client.
+    let c2 = client.clone();
+    tokio::spawn(async move { serve_echo(c2).await });
+    let r = server
+        .call(40, Bytes::from_static(b"ping"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!((r.msg_type, &r.payload[..]), (41, &b"ping"[..]));
+}
+
+#[tokio::test]
+async fn many_concurrent_calls_on_one_connection() {
+    let (conn, _server) = setup().await;
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..2000u32 {
+        let c = conn.clone();
+        set.spawn(async move {
+            let p = Bytes::from(i.to_le_bytes().repeat((i % 64) as usize + 1));
+            let r = c
+                .call(100, p.clone(), Duration::from_secs(20))
+                .await
+                .unwrap();
+            assert_eq!(r.payload, p, "reply routed to the wrong caller");
+        });
+    }
+    let mut n = 0;
+    while let Some(r) = set.join_next().await {
+        r.unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 2000);
+}
+
+#[tokio::test]
+async fn close_fails_pending_and_future_calls_and_tells_the_peer() {
+    let key = Secret::generate();
+    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
+        .await
+        .unwrap();
+    let creds = Credentials::Key {
+        name: admin(),
+        secret: key,
+    };
+    let client = connect(l.local_addr(), &creds, None, &fast_cfg())
+        .await
+        .unwrap();
+    let server = l.accept().await.unwrap();
+    // A call nobody answers, then close.
+    let c = client.clone();
+    let pending =
+        tokio::spawn(async move { c.call(1, Bytes::new(), Duration::from_secs(10)).await });
+    let _ = server.recv_timeout(Duration::from_secs(5)).await.unwrap();
+    client.close();
+    let err = pending.await.unwrap().unwrap_err();
+    assert!(matches!(err, MsgError::Closed { .. }), "{err}");
+    let err = client.send(1, Bytes::new()).await.unwrap_err();
+    assert!(err.to_string().contains("mon.a"), "{err}");
+    let err = server
+        .recv_timeout(Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, MsgError::Closed { reason, .. } if reason.contains("peer closed")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("client.admin"), "{err}");
+}
+
+#[tokio::test]
+async fn call_timeout_names_peer_and_what() {
+    let key = Secret::generate();
+    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
+        .await
+        .unwrap();
+    let creds = Credentials::Key {
+        name: admin(),
+        secret: key,
+    };
+    let client = connect(l.local_addr(), &creds, None, &fast_cfg())
+        .await
+        .unwrap();
+    let _server = l.accept().await.unwrap(); // never answers
+    let err = client
+        .call(5, Bytes::new(), Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, MsgError::Timeout { .. }), "{text}");
+    assert!(text.contains("mon.a") && text.contains("reply"), "{text}");
+}

@@ -431,6 +431,9 @@ pub fn parse_size(v: &str) -> Result<u64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!("'{v}' is not a size (e.g. 4096, 64K, 1G)"));
+    }
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => KIB,
@@ -443,9 +446,6 @@ pub fn parse_size(v: &str) -> Result<u64, String> {
             ))
         }
     };
-    if num.is_empty() {
-        return Err(format!("'{v}' is not a size (e.g. 4096, 64K, 1G)"));
-    }
     if let Ok(n) = num.parse::<u64>() {
         return n
             .checked_mul(mult)

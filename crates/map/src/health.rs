@@ -420,8 +420,16 @@ pub struct PlacementShortfall {
 
 impl PlacementShortfall {
     pub fn describe(&self, p: &crate::model::Pool) -> String {
+        let fix = match p.kind {
+            PoolKind::Replicated => format!(
+                "lower the size ('cairn osd pool set {} size {}') or use a rule with a smaller failure domain",
+                p.name,
+                self.min_placed.max(1)
+            ),
+            PoolKind::Erasure => "or recreate the pool with a profile of fewer chunks (k+m) or a smaller crush-failure-domain".to_string(),
+        };
         format!(
-            "pool '{}' (size {}, min_size {}, crush_rule '{}', failure domain {}): CRUSH placed only {} of {} OSDs in distinct {}s for {} of {} sampled PGs; add OSDs in more {}s, lower the size ('cairn osd pool set {} size {}') or use a rule with a smaller failure domain",
+            "pool '{}' (size {}, min_size {}, crush_rule '{}', failure domain {}): CRUSH placed only {} of {} OSDs in distinct {}s for {} of {} sampled PGs; add OSDs in more {}s, {fix}",
             p.name,
             p.size,
             p.min_size,
@@ -433,8 +441,6 @@ impl PlacementShortfall {
             self.short_inputs,
             self.sampled,
             self.failure_domain,
-            p.name,
-            self.min_placed.max(1),
         )
     }
 }

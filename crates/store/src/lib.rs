@@ -1,1 +1,32 @@
-//! cairn-store (being written).
+//! cairn-store: the per-disk transactional object store every OSD runs on.
+//!
+//! Collections (one per PG shard) hold objects with sparse checksummed data,
+//! xattrs and an ordered omap, plus PG metadata and PG log entries.
+//! [`Transaction`]s apply atomically and are durable when
+//! [`Store::commit`] returns; concurrent submitters share one data sync and
+//! one metadata commit (group commit). Metadata lives in redb, data in one
+//! preallocated file with an extent allocator and a crc32c per block. See
+//! `README.md` for the on-disk format and the fsync discipline.
+
+mod alloc;
+mod apply;
+pub mod bench;
+pub mod device;
+mod error;
+mod fsck;
+mod ids;
+mod meta;
+pub mod sim;
+mod store;
+mod txn;
+
+pub use apply::MAX_ATTR_BYTES;
+pub use error::{Result, StoreError};
+pub use fsck::{FsckIssue, FsckReport};
+pub use ids::{CollectionId, ObjectId, NO_SHARD, OBJECT_NAME_MAX_BYTES, SNAP_HEAD};
+pub use meta::FORMAT_VERSION;
+pub use store::{
+    CommitHandle, FullState, ListStart, ObjectStat, StatFs, Store, StoreConfig, StoreFiles,
+    DATA_FILE, META_FILE,
+};
+pub use txn::{Op, Transaction};

@@ -1,0 +1,145 @@
+//! In-memory free-space map of the data file, in blocks. Rebuilt from the
+//! extent table at open; never persisted (the extent table is the truth).
+
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default)]
+pub(crate) struct Allocator {
+    /// start block -> length in blocks, non-overlapping, coalesced.
+    free: BTreeMap<u64, u64>,
+    free_blocks: u64,
+    /// Next-fit cursor so consecutive allocations stay sequential on disk.
+    cursor: u64,
+}
+
+impl Allocator {
+    /// All of `[first, end)` free.
+    pub fn new_free(first: u64, end: u64) -> Allocator {
+        let mut a = Allocator::default();
+        if end > first {
+            a.release(first, end - first);
+        }
+        a
+    }
+
+    pub fn free_blocks(&self) -> u64 {
+        self.free_blocks
+    }
+
+    /// Marks `[start, start+len)` used; false if any of it was not free.
+    pub fn mark_used(&mut self, start: u64, len: u64) -> bool {
+        let Some((&fs, &fl)) = self.free.range(..=start).next_back() else {
+            return false;
+        };
+        if start + len > fs + fl {
+            return false;
+        }
+        self.free.remove(&fs);
+        if start > fs {
+            self.free.insert(fs, start - fs);
+        }
+        if fs + fl > start + len {
+            self.free.insert(start + len, fs + fl - start - len);
+        }
+        self.free_blocks -= len;
+        true
+    }
+
+    /// Allocates `n` blocks as one or more runs of at most `max_run` blocks.
+    /// Returns None (allocating nothing) if fewer than `n` are free.
+    pub fn allocate(&mut self, n: u64, max_run: u64) -> Option<Vec<(u64, u64)>> {
+        if n > self.free_blocks {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut left = n;
+        // First pass: a single run that fits, from the cursor.
+        let fit = self
+            .free
+            .range(self.cursor..)
+            .chain(self.free.range(..self.cursor))
+            .find(|(_, &l)| l >= n.min(max_run))
+            .map(|(&s, _)| s);
+        let mut next = fit;
+        while left > 0 {
+            let start = match next.take() {
+                Some(s) => s,
+                None => {
+                    *self
+                        .free
+                        .range(self.cursor..)
+                        .next()
+                        .or_else(|| self.free.iter().next())?
+                        .0
+                }
+            };
+            let len = *self.free.get(&start)?;
+            let take = len.min(left).min(max_run);
+            self.mark_used(start, take);
+            out.push((start, take));
+            self.cursor = start + take;
+            left -= take;
+        }
+        Some(out)
+    }
+
+    /// Returns `[start, start+len)` to the free map, coalescing neighbours.
+    pub fn release(&mut self, start: u64, len: u64) {
+        debug_assert!(len > 0);
+        let mut s = start;
+        let mut l = len;
+        if let Some((&ps, &pl)) = self.free.range(..start).next_back() {
+            debug_assert!(ps + pl <= start, "double free of block {start}");
+            if ps + pl == start {
+                self.free.remove(&ps);
+                s = ps;
+                l += pl;
+            }
+        }
+        if let Some(&nl) = self.free.get(&(start + len)) {
+            self.free.remove(&(start + len));
+            l += nl;
+        }
+        self.free.insert(s, l);
+        self.free_blocks += len;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn alloc_release_conserves_blocks(ops in proptest::collection::vec((1u64..40, any::<bool>()), 1..80)) {
+            let mut a = Allocator::new_free(1, 1000);
+            let mut held: Vec<(u64, u64)> = Vec::new();
+            for (n, rel) in ops {
+                if rel && !held.is_empty() {
+                    let (s, l) = held.remove(n as usize % held.len());
+                    a.release(s, l);
+                } else if let Some(runs) = a.allocate(n, 16) {
+                    prop_assert_eq!(runs.iter().map(|r| r.1).sum::<u64>(), n);
+                    held.extend(runs);
+                }
+                let used: u64 = held.iter().map(|r| r.1).sum();
+                prop_assert_eq!(a.free_blocks() + used, 999);
+                // No two held runs overlap.
+                let mut v = held.clone();
+                v.sort();
+                for w in v.windows(2) {
+                    prop_assert!(w[0].0 + w[0].1 <= w[1].0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn full_returns_none() {
+        let mut a = Allocator::new_free(0, 10);
+        assert!(a.allocate(11, 4).is_none());
+        assert_eq!(a.allocate(10, 4).map(|v| v.len()), Some(3));
+        assert!(a.allocate(1, 4).is_none());
+    }
+}

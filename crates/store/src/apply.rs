@@ -1,0 +1,750 @@
+//! Applies one group-commit batch of transactions inside a single redb write
+//! transaction: object data goes to freshly allocated blocks (copy-on-write,
+//! never overwriting committed blocks), metadata to the KV tables. Owns op
+//! semantics; the commit pipeline around it lives in `store.rs`.
+
+use crate::error::{Result, StoreError};
+use crate::ids::{CollectionId, ObjectId};
+use crate::meta::*;
+use crate::store::Inner;
+use crate::txn::{Op, Transaction};
+use redb::{ReadableTable, Table, WriteTransaction};
+
+type KvTable<'w> = Table<'w, &'static [u8], &'static [u8]>;
+
+/// Longest run of blocks one extent record covers.
+pub(crate) const MAX_RUN_BYTES: u64 = 4 << 20;
+/// Largest total size of one object's xattrs.
+pub const MAX_ATTR_BYTES: usize = 64 << 10;
+/// Copies (clone, clone-range) move data in chunks of this size.
+const COPY_CHUNK_BYTES: u64 = 4 << 20;
+/// Range deletions remove at most this many keys per step (bounded memory).
+const DELETE_CHUNK_KEYS: usize = 4096;
+
+pub(crate) struct Tables<'w> {
+    pub sup: KvTable<'w>,
+    pub colls: KvTable<'w>,
+    pub objects: KvTable<'w>,
+    pub extents: KvTable<'w>,
+    pub omap: KvTable<'w>,
+    pub pgmeta: KvTable<'w>,
+    pub pglog: KvTable<'w>,
+}
+
+impl<'w> Tables<'w> {
+    pub fn open(w: &'w WriteTransaction) -> Result<Tables<'w>> {
+        Ok(Tables {
+            sup: w.open_table(T_SUPER)?,
+            colls: w.open_table(T_COLLS)?,
+            objects: w.open_table(T_OBJECTS)?,
+            extents: w.open_table(T_EXTENTS)?,
+            omap: w.open_table(T_OMAP)?,
+            pgmeta: w.open_table(T_PGMETA)?,
+            pglog: w.open_table(T_PGLOG)?,
+        })
+    }
+}
+
+/// State of one batch attempt.
+pub(crate) struct Batch<'a, 'w> {
+    pub inner: &'a Inner,
+    pub t: Tables<'w>,
+    /// Blocks allocated in this attempt (returned to the allocator on abort).
+    pub allocated: Vec<(u64, u64)>,
+    /// Blocks released by this attempt (reusable only after commit and readers drain).
+    pub freed: Vec<(u64, u64)>,
+    pub data_dirty: bool,
+    pub next_id: u64,
+    pub next_id_dirty: bool,
+    /// The metadata filesystem is below its reserve: refuse ops that grow anything.
+    pub meta_low: bool,
+}
+
+fn grows(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Remove(..)
+            | Op::RemoveCollection(_)
+            | Op::Truncate { .. }
+            | Op::Zero { .. }
+            | Op::RmAttr { .. }
+            | Op::OmapRm { .. }
+            | Op::OmapClear(..)
+            | Op::OmapRmRange { .. }
+            | Op::LogTrim { .. }
+            | Op::MetaRm { .. }
+    )
+}
+
+impl<'a, 'w> Batch<'a, 'w> {
+    pub fn apply(&mut self, txn: &Transaction) -> Result<()> {
+        if self.meta_low && txn.ops.iter().any(grows) {
+            return Err(StoreError::StoreFull {
+                what: "metadata filesystem is below meta_reserve_bytes; only deletions commit",
+                needed_bytes: txn.payload_bytes(),
+                available_bytes: 0,
+            });
+        }
+        for op in &txn.ops {
+            self.apply_op(op)?;
+        }
+        Ok(())
+    }
+
+    fn apply_op(&mut self, op: &Op) -> Result<()> {
+        match op {
+            Op::CreateCollection(c) => {
+                if self.t.colls.get(c.key().as_slice())?.is_some() {
+                    return Err(StoreError::CollectionExists(*c));
+                }
+                self.t.colls.insert(
+                    c.key().as_slice(),
+                    enc(&CollMeta { created: true }).as_slice(),
+                )?;
+            }
+            Op::RemoveCollection(c) => self.remove_collection(c)?,
+            Op::Touch(c, o) => {
+                self.onode_or_new(c, o)?;
+            }
+            Op::Create(c, o) => {
+                if self.onode(c, o)?.is_some() {
+                    return Err(StoreError::ObjectExists {
+                        coll: *c,
+                        obj: o.clone(),
+                    });
+                }
+                self.onode_or_new(c, o)?;
+            }
+            Op::Write {
+                coll,
+                obj,
+                offset,
+                data,
+            } => {
+                let mut on = self.onode_or_new(coll, obj)?;
+                self.write_data(coll, obj, &mut on, *offset, data)?;
+                self.put_onode(coll, obj, &on)?;
+            }
+            Op::Zero {
+                coll,
+                obj,
+                offset,
+                len,
+            } => {
+                let mut on = self.onode_or_new(coll, obj)?;
+                self.zero(coll, obj, &mut on, *offset, *len)?;
+                self.put_onode(coll, obj, &on)?;
+            }
+            Op::Truncate { coll, obj, size } => {
+                let mut on = self.onode_or_new(coll, obj)?;
+                self.truncate(coll, obj, &mut on, *size)?;
+                self.put_onode(coll, obj, &on)?;
+            }
+            Op::Remove(c, o) => {
+                let on = self.onode_req(c, o)?;
+                self.remove_object(c, o, &on)?;
+            }
+            Op::Clone { coll, src, dst } => self.clone_object(coll, src, dst)?,
+            Op::CloneRange {
+                coll,
+                src,
+                dst,
+                src_offset,
+                len,
+                dst_offset,
+            } => self.clone_range(coll, src, dst, *src_offset, *len, *dst_offset)?,
+            Op::SetAttrs { coll, obj, attrs } => {
+                let mut on = self.onode_req(coll, obj)?;
+                for (k, v) in attrs {
+                    on.attrs.insert(k.clone(), v.to_vec());
+                }
+                let total: usize = on.attrs.iter().map(|(k, v)| k.len() + v.len()).sum();
+                if total > MAX_ATTR_BYTES {
+                    return Err(StoreError::Invalid(format!(
+                        "xattrs of {obj} in {coll} would total {total} bytes, limit is {MAX_ATTR_BYTES}; keep large values in omap"
+                    )));
+                }
+                self.put_onode(coll, obj, &on)?;
+            }
+            Op::RmAttr { coll, obj, name } => {
+                let mut on = self.onode_req(coll, obj)?;
+                if on.attrs.remove(name).is_some() {
+                    self.put_onode(coll, obj, &on)?;
+                }
+            }
+            Op::OmapSet { coll, obj, entries } => {
+                let on = self.onode_req(coll, obj)?;
+                for (k, v) in entries {
+                    self.t
+                        .omap
+                        .insert(id_key(on.id, k).as_slice(), v.as_ref())?;
+                }
+            }
+            Op::OmapRm { coll, obj, keys } => {
+                let on = self.onode_req(coll, obj)?;
+                for k in keys {
+                    self.t.omap.remove(id_key(on.id, k).as_slice())?;
+                }
+            }
+            Op::OmapClear(c, o) => {
+                let on = self.onode_req(c, o)?;
+                let lo = id_key(on.id, &[]);
+                let hi = id_key(on.id + 1, &[]);
+                delete_range(&mut self.t.omap, &lo, &hi)?;
+            }
+            Op::OmapRmRange {
+                coll,
+                obj,
+                first,
+                last,
+            } => {
+                let on = self.onode_req(coll, obj)?;
+                let lo = id_key(on.id, first);
+                let hi = id_key(on.id, last);
+                if lo < hi {
+                    delete_range(&mut self.t.omap, &lo, &hi)?;
+                }
+            }
+            Op::LogAppend { coll, index, entry } => {
+                self.coll_req(coll)?;
+                self.t.pglog.insert(
+                    coll_key(coll, &index.to_be_bytes()).as_slice(),
+                    entry.as_ref(),
+                )?;
+            }
+            Op::LogTrim { coll, upto } => {
+                self.coll_req(coll)?;
+                let lo = coll_key(coll, &0u64.to_be_bytes());
+                let hi = match upto.checked_add(1) {
+                    Some(n) => coll_key(coll, &n.to_be_bytes()),
+                    None => coll_key(coll, &[0xFF; 9]),
+                };
+                delete_range(&mut self.t.pglog, &lo, &hi)?;
+            }
+            Op::MetaSet { coll, key, value } => {
+                self.coll_req(coll)?;
+                self.t
+                    .pgmeta
+                    .insert(coll_key(coll, key.as_bytes()).as_slice(), value.as_ref())?;
+            }
+            Op::MetaRm { coll, key } => {
+                self.coll_req(coll)?;
+                self.t
+                    .pgmeta
+                    .remove(coll_key(coll, key.as_bytes()).as_slice())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn coll_req(&self, c: &CollectionId) -> Result<()> {
+        if self.t.colls.get(c.key().as_slice())?.is_none() {
+            return Err(StoreError::NoSuchCollection(*c));
+        }
+        Ok(())
+    }
+
+    fn onode(&self, c: &CollectionId, o: &ObjectId) -> Result<Option<Onode>> {
+        match self.t.objects.get(obj_key(c, o).as_slice())? {
+            Some(v) => Ok(Some(dec("onode", v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn onode_req(&self, c: &CollectionId, o: &ObjectId) -> Result<Onode> {
+        self.coll_req(c)?;
+        self.onode(c, o)?.ok_or_else(|| StoreError::NoSuchObject {
+            coll: *c,
+            obj: o.clone(),
+        })
+    }
+
+    fn onode_or_new(&mut self, c: &CollectionId, o: &ObjectId) -> Result<Onode> {
+        self.coll_req(c)?;
+        o.validate().map_err(StoreError::Invalid)?;
+        if let Some(on) = self.onode(c, o)? {
+            return Ok(on);
+        }
+        let on = Onode {
+            id: self.next_id,
+            size: 0,
+            attrs: Default::default(),
+        };
+        self.next_id += 1;
+        self.next_id_dirty = true;
+        self.put_onode(c, o, &on)?;
+        Ok(on)
+    }
+
+    fn put_onode(&mut self, c: &CollectionId, o: &ObjectId, on: &Onode) -> Result<()> {
+        self.t
+            .objects
+            .insert(obj_key(c, o).as_slice(), enc(on).as_slice())?;
+        Ok(())
+    }
+
+    fn check_size(&self, c: &CollectionId, o: &ObjectId, end: Option<u64>) -> Result<u64> {
+        let limit = self.inner.cfg.max_object_size;
+        match end {
+            Some(e) if e <= limit => Ok(e),
+            _ => Err(StoreError::ObjectTooLarge {
+                coll: *c,
+                obj: o.clone(),
+                size: end.unwrap_or(u64::MAX),
+                limit,
+            }),
+        }
+    }
+
+    /// Allocates `n` blocks, honouring `full_ratio`.
+    fn allocate(&mut self, n: u64) -> Result<Vec<(u64, u64)>> {
+        let inner = self.inner;
+        let mut a = inner.lock_alloc()?;
+        let usable = inner.usable_blocks;
+        let used = usable - a.free_blocks();
+        let limit = (usable as f64 * inner.cfg.full_ratio) as u64;
+        let bs = inner.block_size;
+        let full = StoreError::StoreFull {
+            what: "data device reached full_ratio",
+            needed_bytes: n * bs,
+            available_bytes: limit.saturating_sub(used) * bs,
+        };
+        if used + n > limit {
+            return Err(full);
+        }
+        let runs = a.allocate(n, MAX_RUN_BYTES / bs).ok_or(full)?;
+        self.allocated.extend_from_slice(&runs);
+        Ok(runs)
+    }
+
+    /// Extents of object `id` overlapping logical blocks `[b0, b1)`.
+    fn extents_overlapping(&self, id: u64, b0: u64, b1: u64) -> Result<Vec<(u64, ExtentRec)>> {
+        extents_overlapping(
+            &self.t.extents,
+            id,
+            b0,
+            b1,
+            MAX_RUN_BYTES / self.inner.block_size,
+        )
+    }
+
+    /// Unmaps logical blocks `[b0, b1)` of object `id`, splitting extents and freeing blocks.
+    fn punch(&mut self, id: u64, b0: u64, b1: u64) -> Result<()> {
+        if b0 >= b1 {
+            return Ok(());
+        }
+        for (lb, e) in self.extents_overlapping(id, b0, b1)? {
+            self.t.extents.remove(ext_key(id, lb).as_slice())?;
+            let end = lb + e.blocks();
+            let cut0 = b0.max(lb);
+            let cut1 = b1.min(end);
+            if lb < cut0 {
+                let left = ExtentRec {
+                    pblock: e.pblock,
+                    crcs: e.crcs[..(cut0 - lb) as usize].to_vec(),
+                };
+                self.t
+                    .extents
+                    .insert(ext_key(id, lb).as_slice(), left.encode().as_slice())?;
+            }
+            if cut1 < end {
+                let right = ExtentRec {
+                    pblock: e.pblock + (cut1 - lb),
+                    crcs: e.crcs[(cut1 - lb) as usize..].to_vec(),
+                };
+                self.t
+                    .extents
+                    .insert(ext_key(id, cut1).as_slice(), right.encode().as_slice())?;
+            }
+            self.freed.push((e.pblock + (cut0 - lb), cut1 - cut0));
+        }
+        Ok(())
+    }
+
+    /// Reads logical block `b` (zeros if unmapped), verifying its checksum.
+    fn read_block(&self, c: &CollectionId, o: &ObjectId, on: &Onode, b: u64) -> Result<Vec<u8>> {
+        let bs = self.inner.block_size;
+        let len = bs.min(on.size.saturating_sub(b * bs));
+        let mut v = read_range(self.inner, &self.t.extents, c, o, on, b * bs, len)?;
+        v.resize(bs as usize, 0);
+        Ok(v)
+    }
+
+    /// Writes `data` at `offset`: whole new blocks, partial edge blocks merged with old content.
+    fn write_data(
+        &mut self,
+        c: &CollectionId,
+        o: &ObjectId,
+        on: &mut Onode,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let end = self.check_size(c, o, offset.checked_add(data.len() as u64))?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let bs = self.inner.block_size;
+        let b0 = offset / bs;
+        let b1 = end.div_ceil(bs);
+        // Old content of partial edge blocks (beyond EOF is always zero, so skip reads there).
+        let head = if offset % bs != 0 && b0 * bs < on.size {
+            Some(self.read_block(c, o, on, b0)?)
+        } else {
+            None
+        };
+        let tail = if end % bs != 0 && end < on.size && !(b1 - 1 == b0 && head.is_some()) {
+            Some(self.read_block(c, o, on, b1 - 1)?)
+        } else {
+            None
+        };
+        self.punch(on.id, b0, b1)?;
+        let runs = self.allocate(b1 - b0)?;
+        let mut lb = b0;
+        for (pstart, plen) in runs {
+            let lo = lb * bs; // logical byte range of this run
+            let hi = (lb + plen) * bs;
+            let crcs;
+            if lo >= offset && hi <= end {
+                // Fully covered: write straight from the caller's buffer.
+                let src = &data[(lo - offset) as usize..(hi - offset) as usize];
+                crcs = block_crcs(src, bs);
+                self.write_phys(pstart, src)?;
+            } else {
+                let mut buf = vec![0u8; (hi - lo) as usize];
+                if let Some(h) = head.as_ref().filter(|_| lb == b0) {
+                    buf[..bs as usize].copy_from_slice(h);
+                }
+                if lb + plen == b1 {
+                    let t = tail
+                        .as_ref()
+                        .or(if b1 - 1 == b0 { head.as_ref() } else { None });
+                    if let Some(t) = t {
+                        let s = buf.len() - bs as usize;
+                        buf[s..].copy_from_slice(t);
+                    }
+                }
+                let s = offset.max(lo);
+                let e = end.min(hi);
+                buf[(s - lo) as usize..(e - lo) as usize]
+                    .copy_from_slice(&data[(s - offset) as usize..(e - offset) as usize]);
+                crcs = block_crcs(&buf, bs);
+                self.write_phys(pstart, &buf)?;
+            }
+            let rec = ExtentRec {
+                pblock: pstart,
+                crcs,
+            };
+            self.t
+                .extents
+                .insert(ext_key(on.id, lb).as_slice(), rec.encode().as_slice())?;
+            lb += plen;
+        }
+        on.size = on.size.max(end);
+        Ok(())
+    }
+
+    fn write_phys(&mut self, pblock: u64, buf: &[u8]) -> Result<()> {
+        self.data_dirty = true;
+        self.inner
+            .data
+            .write_at(buf, pblock * self.inner.block_size)
+            .map_err(|e| StoreError::io("data file write", e))
+    }
+
+    fn zero(
+        &mut self,
+        c: &CollectionId,
+        o: &ObjectId,
+        on: &mut Onode,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let end = self.check_size(c, o, offset.checked_add(len))?;
+        if len == 0 {
+            return Ok(());
+        }
+        let bs = self.inner.block_size;
+        let fb0 = offset.div_ceil(bs);
+        let fb1 = end / bs;
+        if fb0 >= fb1 {
+            // Inside one or two partial blocks: rewrite those bytes as zeros (only below EOF).
+            let zend = end.min(on.size);
+            if offset < zend {
+                self.write_data(c, o, on, offset, &vec![0u8; (zend - offset) as usize])?;
+            }
+        } else {
+            let head_end = (fb0 * bs).min(on.size);
+            if offset < head_end {
+                self.write_data(c, o, on, offset, &vec![0u8; (head_end - offset) as usize])?;
+            }
+            let tail_start = fb1 * bs;
+            let tail_end = end.min(on.size);
+            if tail_start < tail_end {
+                self.write_data(
+                    c,
+                    o,
+                    on,
+                    tail_start,
+                    &vec![0u8; (tail_end - tail_start) as usize],
+                )?;
+            }
+            self.punch(on.id, fb0, fb1)?;
+        }
+        on.size = on.size.max(end);
+        Ok(())
+    }
+
+    fn truncate(
+        &mut self,
+        c: &CollectionId,
+        o: &ObjectId,
+        on: &mut Onode,
+        size: u64,
+    ) -> Result<()> {
+        self.check_size(c, o, Some(size))?;
+        let bs = self.inner.block_size;
+        if size < on.size {
+            // Keep the invariant "bytes past EOF in the last block are zero".
+            let block_end = (size.div_ceil(bs) * bs).min(on.size);
+            if size % bs != 0 && size < block_end {
+                self.write_data(c, o, on, size, &vec![0u8; (block_end - size) as usize])?;
+            }
+            self.punch(on.id, size.div_ceil(bs), on.size.div_ceil(bs))?;
+        }
+        on.size = size;
+        Ok(())
+    }
+
+    fn remove_object(&mut self, c: &CollectionId, o: &ObjectId, on: &Onode) -> Result<()> {
+        let bs = self.inner.block_size;
+        self.punch(on.id, 0, on.size.div_ceil(bs).max(1))?;
+        delete_range(
+            &mut self.t.omap,
+            &id_key(on.id, &[]),
+            &id_key(on.id + 1, &[]),
+        )?;
+        self.t.objects.remove(obj_key(c, o).as_slice())?;
+        Ok(())
+    }
+
+    fn remove_collection(&mut self, c: &CollectionId) -> Result<()> {
+        self.coll_req(c)?;
+        let prefix = c.key();
+        let hi = prefix_end(&prefix).unwrap_or_else(|| vec![0xFF; 14]);
+        let objects = self
+            .t
+            .objects
+            .range(prefix.as_slice()..hi.as_slice())?
+            .take(1000)
+            .count() as u64;
+        if objects > 0 {
+            return Err(StoreError::CollectionNotEmpty { coll: *c, objects });
+        }
+        delete_range(&mut self.t.pgmeta, &prefix, &hi)?;
+        delete_range(&mut self.t.pglog, &prefix, &hi)?;
+        self.t.colls.remove(prefix.as_slice())?;
+        Ok(())
+    }
+
+    fn clone_object(&mut self, c: &CollectionId, src: &ObjectId, dst: &ObjectId) -> Result<()> {
+        let s = self.onode_req(c, src)?;
+        if src == dst {
+            return Err(StoreError::Invalid(format!("clone of {src} onto itself")));
+        }
+        if let Some(old) = self.onode(c, dst)? {
+            self.remove_object(c, dst, &old)?;
+        }
+        let mut d = self.onode_or_new(c, dst)?;
+        d.size = s.size;
+        d.attrs = s.attrs.clone();
+        // Data: copy each extent's blocks (verified) into new blocks with the same crcs.
+        let bs = self.inner.block_size;
+        for (lb, e) in self.extents_overlapping(s.id, 0, s.size.div_ceil(bs))? {
+            let mut buf = vec![0u8; (e.blocks() * bs) as usize];
+            self.inner
+                .data
+                .read_at(&mut buf, e.pblock * bs)
+                .map_err(|er| StoreError::io("data file read", er))?;
+            verify_blocks(self.inner, c, src, lb, &e, &buf)?;
+            let mut done = 0u64;
+            for (pstart, plen) in self.allocate(e.blocks())? {
+                let part = &buf[(done * bs) as usize..((done + plen) * bs) as usize];
+                self.write_phys(pstart, part)?;
+                let rec = ExtentRec {
+                    pblock: pstart,
+                    crcs: e.crcs[done as usize..(done + plen) as usize].to_vec(),
+                };
+                self.t
+                    .extents
+                    .insert(ext_key(d.id, lb + done).as_slice(), rec.encode().as_slice())?;
+                done += plen;
+            }
+        }
+        // Omap, in bounded chunks.
+        let mut cursor = id_key(s.id, &[]);
+        let hi = id_key(s.id + 1, &[]);
+        loop {
+            let chunk: Vec<(Vec<u8>, Vec<u8>)> = self
+                .t
+                .omap
+                .range(cursor.as_slice()..hi.as_slice())?
+                .take(DELETE_CHUNK_KEYS)
+                .map(|r| r.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
+                .collect::<Result<_, _>>()?;
+            let Some(last) = chunk.last() else { break };
+            cursor = last.0.clone();
+            cursor.push(0);
+            for (k, v) in &chunk {
+                self.t
+                    .omap
+                    .insert(id_key(d.id, &k[8..]).as_slice(), v.as_slice())?;
+            }
+        }
+        self.put_onode(c, dst, &d)?;
+        Ok(())
+    }
+
+    fn clone_range(
+        &mut self,
+        c: &CollectionId,
+        src: &ObjectId,
+        dst: &ObjectId,
+        soff: u64,
+        len: u64,
+        doff: u64,
+    ) -> Result<()> {
+        let s = self.onode_req(c, src)?;
+        let len = len.min(s.size.saturating_sub(soff));
+        if src == dst && soff < doff.saturating_add(len) && doff < soff.saturating_add(len) {
+            return Err(StoreError::Invalid(format!(
+                "clone_range within {src} with overlapping ranges"
+            )));
+        }
+        let mut d = self.onode_or_new(c, dst)?;
+        let mut done = 0;
+        while done < len {
+            let n = COPY_CHUNK_BYTES.min(len - done);
+            let s = self.onode_req(c, src)?; // re-read: src may equal dst
+            let buf = read_range(self.inner, &self.t.extents, c, src, &s, soff + done, n)?;
+            self.write_data(c, dst, &mut d, doff + done, &buf)?;
+            self.put_onode(c, dst, &d)?;
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// crc32c of each `bs`-sized block of `buf` (whose length is a multiple of `bs`).
+pub(crate) fn block_crcs(buf: &[u8], bs: u64) -> Vec<u32> {
+    debug_assert_eq!(buf.len() as u64 % bs, 0);
+    buf.chunks(bs as usize).map(crc32c::crc32c).collect()
+}
+
+/// Checks every block of an extent read into `buf` (which starts at logical block `lb`).
+pub(crate) fn verify_blocks(
+    inner: &Inner,
+    c: &CollectionId,
+    o: &ObjectId,
+    lb: u64,
+    e: &ExtentRec,
+    buf: &[u8],
+) -> Result<()> {
+    let bs = inner.block_size;
+    for (i, (blk, &want)) in buf.chunks(bs as usize).zip(&e.crcs).enumerate() {
+        let got = crc32c::crc32c(blk);
+        if got != want {
+            return Err(StoreError::Checksum {
+                coll: *c,
+                obj: o.clone(),
+                offset: (lb + i as u64) * bs,
+                block_bytes: bs as u32,
+                disk_offset: (e.pblock + i as u64) * bs,
+                expected: want,
+                actual: got,
+            });
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn extents_overlapping<T: ReadableTable<&'static [u8], &'static [u8]>>(
+    t: &T,
+    id: u64,
+    b0: u64,
+    b1: u64,
+    max_run_blocks: u64,
+) -> Result<Vec<(u64, ExtentRec)>> {
+    let mut out = Vec::new();
+    if b0 >= b1 {
+        return Ok(out);
+    }
+    let lo = ext_key(id, b0.saturating_sub(max_run_blocks - 1));
+    let hi = ext_key(id, b1);
+    for r in t.range(lo.as_slice()..hi.as_slice())? {
+        let (k, v) = r?;
+        let (_, lb) =
+            ext_key_parse(k.value()).ok_or_else(|| StoreError::Corrupt("bad extent key".into()))?;
+        let e = ExtentRec::decode(v.value())?;
+        if lb + e.blocks() > b0 {
+            out.push((lb, e));
+        }
+    }
+    Ok(out)
+}
+
+/// Reads `[off, off+len)` of an object (caller clamps to its size); holes are zeros.
+pub(crate) fn read_range<T: ReadableTable<&'static [u8], &'static [u8]>>(
+    inner: &Inner,
+    t: &T,
+    c: &CollectionId,
+    o: &ObjectId,
+    on: &Onode,
+    off: u64,
+    len: u64,
+) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; len as usize];
+    if len == 0 {
+        return Ok(out);
+    }
+    let bs = inner.block_size;
+    let end = off + len;
+    let b0 = off / bs;
+    let b1 = end.div_ceil(bs);
+    for (lb, e) in extents_overlapping(t, on.id, b0, b1, MAX_RUN_BYTES / bs)? {
+        let r0 = lb.max(b0);
+        let r1 = (lb + e.blocks()).min(b1);
+        let mut buf = vec![0u8; ((r1 - r0) * bs) as usize];
+        let pstart = e.pblock + (r0 - lb);
+        inner
+            .data
+            .read_at(&mut buf, pstart * bs)
+            .map_err(|er| StoreError::io("data file read", er))?;
+        let sub = ExtentRec {
+            pblock: pstart,
+            crcs: e.crcs[(r0 - lb) as usize..(r1 - lb) as usize].to_vec(),
+        };
+        verify_blocks(inner, c, o, r0, &sub, &buf)?;
+        let s = off.max(r0 * bs);
+        let en = end.min(r1 * bs);
+        out[(s - off) as usize..(en - off) as usize]
+            .copy_from_slice(&buf[(s - r0 * bs) as usize..(en - r0 * bs) as usize]);
+    }
+    Ok(out)
+}
+
+/// Deletes keys in `[lo, hi)` in bounded chunks.
+pub(crate) fn delete_range(t: &mut KvTable<'_>, lo: &[u8], hi: &[u8]) -> Result<()> {
+    loop {
+        let keys: Vec<Vec<u8>> = t
+            .range(lo..hi)?
+            .take(DELETE_CHUNK_KEYS)
+            .map(|r| r.map(|(k, _)| k.value().to_vec()))
+            .collect::<Result<_, _>>()?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        for k in &keys {
+            t.remove(k.as_slice())?;
+        }
+    }
+}

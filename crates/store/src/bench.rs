@@ -1,0 +1,241 @@
+//! `cairn store bench`: sustained writes or reads against a store from N
+//! threads, reporting throughput, latency percentiles and process RSS.
+
+use crate::error::Result;
+use crate::ids::{CollectionId, ObjectId};
+use crate::store::{Store, StoreConfig};
+use crate::txn::Transaction;
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Per-thread latency samples kept (bounds memory: 4 bytes each).
+const MAX_SAMPLES_PER_THREAD: usize = 1 << 20;
+/// Each thread's objects for small I/O are this large.
+const SMALL_OBJECT_BYTES: u64 = 4 << 20;
+/// Total bytes of objects the bench keeps live (overwrites cycle within it).
+const WORKING_SET_BYTES: u64 = 1 << 30;
+
+#[derive(Debug, Clone)]
+pub struct BenchOpts {
+    pub path: PathBuf,
+    pub io_bytes: u64,
+    pub threads: usize,
+    pub seconds: f64,
+    pub read: bool,
+    pub cache_bytes: u64,
+    pub data_bytes: u64,
+    pub block_size: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub mode: &'static str,
+    pub io_bytes: u64,
+    pub threads: usize,
+    pub seconds: f64,
+    pub ops: u64,
+    pub mb_per_s: f64,
+    pub iops: f64,
+    pub lat_p50_us: u64,
+    pub lat_p99_us: u64,
+    pub lat_max_us: u64,
+    pub rss_peak_bytes: u64,
+    pub rss_end_bytes: u64,
+    pub cache_bytes: u64,
+}
+
+/// Resident set size of this process (VmRSS), in bytes.
+pub fn rss_bytes() -> u64 {
+    proc_status_kb("VmRSS:") * 1024
+}
+
+fn proc_status_kb(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+struct Layout {
+    objects_per_thread: u64,
+    object_bytes: u64,
+}
+
+fn layout(o: &BenchOpts) -> Layout {
+    let object_bytes = o.io_bytes.max(SMALL_OBJECT_BYTES);
+    let per_thread = WORKING_SET_BYTES / o.threads.max(1) as u64;
+    Layout {
+        objects_per_thread: (per_thread / object_bytes).clamp(1, 64),
+        object_bytes,
+    }
+}
+
+fn coll(t: usize) -> CollectionId {
+    CollectionId::pg(1, t as u32)
+}
+
+fn obj(t: usize, i: u64) -> ObjectId {
+    let name = format!("bench.{t}.{i}");
+    ObjectId::new(crc32c::crc32c(name.as_bytes()), name)
+}
+
+/// Runs the benchmark; creates the store under `opts.path` if it is not there.
+pub fn run(opts: &BenchOpts) -> Result<BenchReport> {
+    let mut cfg = StoreConfig::new(&opts.path);
+    cfg.cache_bytes = opts.cache_bytes;
+    cfg.data_bytes = opts.data_bytes;
+    cfg.block_size = opts.block_size;
+    let store = if opts.path.join(crate::DATA_FILE).exists() {
+        Store::open(cfg)?
+    } else {
+        Store::create(cfg)?
+    };
+    let store = Arc::new(store);
+    let lay = layout(opts);
+    let mut txn = Transaction::new();
+    for t in 0..opts.threads {
+        if !store.collection_exists(&coll(t))? {
+            txn.create_collection(coll(t));
+        }
+    }
+    if !txn.is_empty() {
+        store.commit(txn)?;
+    }
+    if opts.read {
+        prefill(&store, opts, &lay)?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let rss_peak = Arc::new(AtomicU64::new(rss_bytes()));
+    let sampler = {
+        let (stop, peak) = (stop.clone(), rss_peak.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_bytes(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for t in 0..opts.threads {
+        let (store, stop, o) = (store.clone(), stop.clone(), opts.clone());
+        let lay = Layout { ..layout(opts) };
+        handles.push(std::thread::spawn(move || {
+            worker(&store, &o, &lay, t, &stop)
+        }));
+    }
+    std::thread::sleep(Duration::from_secs_f64(opts.seconds));
+    stop.store(true, Ordering::Relaxed);
+    let mut lats = Vec::new();
+    let mut first_err = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(mut l)) => lats.append(&mut l),
+            Ok(Err(e)) => first_err = first_err.or(Some(e)),
+            Err(_) => {
+                first_err = first_err.or(Some(crate::StoreError::Invalid(
+                    "bench thread panicked".into(),
+                )))
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let _ = sampler.join();
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    lats.sort_unstable();
+    let pct = |p: f64| -> u64 {
+        if lats.is_empty() {
+            0
+        } else {
+            lats[((lats.len() - 1) as f64 * p) as usize] as u64
+        }
+    };
+    let ops = lats.len() as u64;
+    Ok(BenchReport {
+        mode: if opts.read { "read" } else { "write" },
+        io_bytes: opts.io_bytes,
+        threads: opts.threads,
+        seconds: secs,
+        ops,
+        mb_per_s: (ops * opts.io_bytes) as f64 / secs / 1e6,
+        iops: ops as f64 / secs,
+        lat_p50_us: pct(0.50),
+        lat_p99_us: pct(0.99),
+        lat_max_us: lats.last().copied().unwrap_or(0) as u64,
+        rss_peak_bytes: rss_peak.load(Ordering::Relaxed),
+        rss_end_bytes: rss_bytes(),
+        cache_bytes: opts.cache_bytes,
+    })
+}
+
+fn prefill(store: &Store, opts: &BenchOpts, lay: &Layout) -> Result<()> {
+    let chunk = (4u64 << 20).min(lay.object_bytes);
+    let data = Bytes::from(vec![0x5Au8; chunk as usize]);
+    for t in 0..opts.threads {
+        for i in 0..lay.objects_per_thread {
+            if store.exists(&coll(t), &obj(t, i))?
+                && store.stat(&coll(t), &obj(t, i))?.size >= lay.object_bytes
+            {
+                continue;
+            }
+            let mut off = 0;
+            while off < lay.object_bytes {
+                let mut txn = Transaction::new();
+                txn.write(coll(t), obj(t, i), off, data.clone());
+                store.commit(txn)?;
+                off += chunk;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn worker(
+    store: &Store,
+    o: &BenchOpts,
+    lay: &Layout,
+    t: usize,
+    stop: &AtomicBool,
+) -> Result<Vec<u32>> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(t as u64);
+    let mut buf = vec![0u8; o.io_bytes as usize];
+    rng.fill(&mut buf[..]);
+    let data = Bytes::from(buf);
+    let slots = (lay.object_bytes / o.io_bytes).max(1);
+    let mut lats = Vec::new();
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let oi = if slots == 1 {
+            i % lay.objects_per_thread
+        } else {
+            rng.gen_range(0..lay.objects_per_thread)
+        };
+        let off = rng.gen_range(0..slots) * o.io_bytes;
+        let t0 = Instant::now();
+        if o.read {
+            let got = store.read(&coll(t), &obj(t, oi), off, o.io_bytes)?;
+            debug_assert_eq!(got.len() as u64, o.io_bytes);
+        } else {
+            let mut txn = Transaction::new();
+            txn.write(coll(t), obj(t, oi), off, data.clone());
+            store.commit(txn)?;
+        }
+        if lats.len() < MAX_SAMPLES_PER_THREAD {
+            lats.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        }
+        i += 1;
+    }
+    Ok(lats)
+}

@@ -1,0 +1,963 @@
+//! The store handle: create/open, the group-commit pipeline and the read
+//! API. Op semantics live in `apply.rs`; integrity walks in `fsck.rs`.
+
+use crate::alloc::Allocator;
+use crate::apply::{self, Batch, Tables, MAX_RUN_BYTES};
+use crate::device::{KvBackend, OsFile, StoreFile};
+use crate::error::{Result, StoreError};
+use crate::ids::{CollectionId, ObjectId};
+use crate::meta::*;
+use crate::txn::Transaction;
+use redb::{Database, ReadTransaction, ReadableTable, ReadableTableMetadata};
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+
+/// Name of the data file inside the store directory.
+pub const DATA_FILE: &str = "block";
+/// Name of the metadata (redb) file inside the store or meta directory.
+pub const META_FILE: &str = "meta.redb";
+const LOCK_FILE: &str = "LOCK";
+
+/// Store configuration. `block_size` and `data_bytes` only matter at create.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Directory holding the data file (and the metadata unless `meta_path` is set).
+    pub path: PathBuf,
+    /// Optional directory on a faster device for the metadata/WAL file.
+    pub meta_path: Option<PathBuf>,
+    /// Checksum and allocation unit: power of two in 4 KiB..=64 KiB.
+    pub block_size: u32,
+    /// Size of the preallocated data file.
+    pub data_bytes: u64,
+    /// `store_cache_bytes`: the metadata engine's cache budget.
+    pub cache_bytes: u64,
+    /// Data allocations fail with `StoreFull` above this fraction of capacity.
+    pub full_ratio: f64,
+    /// `statfs` reports `NearFull` above this fraction.
+    pub nearfull_ratio: f64,
+    /// `osd_max_object_size`.
+    pub max_object_size: u64,
+    /// Free space kept on the metadata filesystem; below it only deletions commit.
+    pub meta_reserve_bytes: u64,
+    /// Bytes of submitted-but-uncommitted payload before `submit` blocks.
+    pub max_inflight_bytes: u64,
+    /// Most transactions in one group commit.
+    pub max_batch_txns: usize,
+}
+
+impl StoreConfig {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        StoreConfig {
+            path: path.into(),
+            meta_path: None,
+            block_size: 4096,
+            data_bytes: 10 << 30,
+            cache_bytes: 128 << 20,
+            full_ratio: 0.95,
+            nearfull_ratio: 0.85,
+            max_object_size: 128 << 20,
+            meta_reserve_bytes: 256 << 20,
+            max_inflight_bytes: 128 << 20,
+            max_batch_txns: 512,
+        }
+    }
+    fn validate(&self) -> Result<()> {
+        let bs = self.block_size;
+        if !bs.is_power_of_two() || !(4096..=65536).contains(&bs) {
+            return Err(StoreError::Invalid(format!(
+                "block_size {bs} must be a power of two between 4096 and 65536"
+            )));
+        }
+        if !(0.0 < self.nearfull_ratio
+            && self.nearfull_ratio <= self.full_ratio
+            && self.full_ratio <= 1.0)
+        {
+            return Err(StoreError::Invalid(format!(
+                "need 0 < nearfull_ratio ({}) <= full_ratio ({}) <= 1",
+                self.nearfull_ratio, self.full_ratio
+            )));
+        }
+        if self.max_batch_txns == 0 {
+            return Err(StoreError::Invalid(
+                "max_batch_txns must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+    fn meta_dir(&self) -> &Path {
+        self.meta_path.as_deref().unwrap_or(&self.path)
+    }
+}
+
+/// Space usage as `statfs` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum FullState {
+    Ok,
+    NearFull,
+    Full,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StatFs {
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+    /// Bytes that can still be allocated before `full_ratio`.
+    pub available_bytes: u64,
+    pub state: FullState,
+    pub block_size: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ObjectStat {
+    pub size: u64,
+    /// Bytes of data blocks allocated to the object.
+    pub allocated_bytes: u64,
+}
+
+/// Where `list_objects` starts.
+#[derive(Debug, Clone)]
+pub enum ListStart {
+    Beginning,
+    /// First object whose bit-reversed hash is >= `h.reverse_bits()`.
+    AtHash(u32),
+    /// Strictly after this object (resume from the last one returned).
+    After(ObjectId),
+}
+
+/// Readers register the commit sequence they started at; blocks freed by
+/// commit S are reused only once no reader older than S remains.
+#[derive(Default)]
+struct ReaderEpochs {
+    committed_seq: u64,
+    active: BTreeMap<u64, usize>,
+    held: VecDeque<(u64, Vec<(u64, u64)>)>,
+}
+
+pub(crate) struct Inner {
+    pub db: Database,
+    pub data: Arc<dyn StoreFile>,
+    pub cfg: StoreConfig,
+    pub block_size: u64,
+    /// Blocks usable for data (excluding the label block).
+    pub usable_blocks: u64,
+    pub first_block: u64,
+    alloc: Mutex<Allocator>,
+    readers: Mutex<ReaderEpochs>,
+    poisoned: Mutex<Option<String>>,
+    inflight: Mutex<u64>,
+    inflight_cv: Condvar,
+    next_id: Mutex<u64>,
+    meta_dir_for_statvfs: Option<PathBuf>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
+    m.lock()
+        .map_err(|_| StoreError::Poisoned("internal lock poisoned by a panic".into()))
+}
+
+impl Inner {
+    pub(crate) fn lock_alloc(&self) -> Result<MutexGuard<'_, Allocator>> {
+        lock(&self.alloc)
+    }
+}
+
+struct Pending {
+    txn: Transaction,
+    bytes: u64,
+    done: Arc<Completion>,
+}
+
+#[derive(Default)]
+struct CompState {
+    result: Option<Result<()>>,
+    waker: Option<Waker>,
+}
+
+#[derive(Default)]
+struct Completion {
+    state: Mutex<CompState>,
+    cv: Condvar,
+}
+
+impl Completion {
+    fn complete(&self, r: Result<()>) {
+        if let Ok(mut st) = self.state.lock() {
+            st.result = Some(r);
+            if let Some(w) = st.waker.take() {
+                w.wake();
+            }
+        }
+        self.cv.notify_all();
+    }
+}
+
+/// A submitted transaction. `wait()` blocks until it is durable (or failed);
+/// `.await` does the same without blocking a tokio worker.
+pub struct CommitHandle(Arc<Completion>);
+
+impl CommitHandle {
+    pub fn wait(self) -> Result<()> {
+        let mut st = lock(&self.0.state)?;
+        loop {
+            if let Some(r) = st.result.take() {
+                return r;
+            }
+            st = self
+                .0
+                .cv
+                .wait(st)
+                .map_err(|_| StoreError::Poisoned("commit completion lock poisoned".into()))?;
+        }
+    }
+}
+
+impl Future for CommitHandle {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let mut st = match self.0.state.lock() {
+            Ok(s) => s,
+            Err(_) => {
+                return Poll::Ready(Err(StoreError::Poisoned(
+                    "commit completion lock poisoned".into(),
+                )))
+            }
+        };
+        match st.result.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                st.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// The per-disk object store. Cheap to share behind an `Arc`; all methods take `&self`.
+pub struct Store {
+    inner: Arc<Inner>,
+    tx: Option<SyncSender<Pending>>,
+    committer: Option<JoinHandle<()>>,
+    _lock: Option<std::fs::File>,
+}
+
+/// Files a store lives on (for tests: simulated devices).
+pub struct StoreFiles {
+    pub data: Arc<dyn StoreFile>,
+    pub meta: Arc<dyn StoreFile>,
+}
+
+impl Store {
+    /// mkfs: creates a new store at `cfg.path` (fails if one exists).
+    pub fn create(cfg: StoreConfig) -> Result<Store> {
+        cfg.validate()?;
+        let io = |what: &str, e| StoreError::io(format!("{what} under {}", cfg.path.display()), e);
+        std::fs::create_dir_all(&cfg.path).map_err(|e| io("create directory", e))?;
+        std::fs::create_dir_all(cfg.meta_dir()).map_err(|e| io("create meta directory", e))?;
+        let lockf = take_lock(&cfg.path)?;
+        let data_path = cfg.path.join(DATA_FILE);
+        let meta_path = cfg.meta_dir().join(META_FILE);
+        for p in [&data_path, &meta_path] {
+            if p.exists() {
+                return Err(StoreError::Format {
+                    path: p.display().to_string(),
+                    reason: "a store already exists here; open it instead, or remove it first"
+                        .into(),
+                });
+            }
+        }
+        check_fs_space(
+            cfg.meta_dir(),
+            cfg.data_bytes + cfg.meta_reserve_bytes,
+            &cfg,
+        )?;
+        let data = Arc::new(OsFile::open(&data_path, true).map_err(|e| io("create data file", e))?);
+        let meta = Arc::new(OsFile::open(&meta_path, true).map_err(|e| io("create meta file", e))?);
+        let mut s = Store::create_on(cfg, StoreFiles { data, meta })?;
+        s._lock = Some(lockf);
+        Ok(s)
+    }
+
+    /// Opens an existing store at `cfg.path`, replaying to its last committed state.
+    pub fn open(cfg: StoreConfig) -> Result<Store> {
+        cfg.validate()?;
+        let lockf = take_lock(&cfg.path)?;
+        let io = |what: &str, e| StoreError::io(format!("{what} under {}", cfg.path.display()), e);
+        let data_path = cfg.path.join(DATA_FILE);
+        let meta_path = cfg.meta_dir().join(META_FILE);
+        for p in [&data_path, &meta_path] {
+            if !p.exists() {
+                return Err(StoreError::Format {
+                    path: p.display().to_string(),
+                    reason: "missing; create the store first ('cairn store mkfs')".into(),
+                });
+            }
+        }
+        let data = Arc::new(OsFile::open(&data_path, false).map_err(|e| io("open data file", e))?);
+        let meta = Arc::new(OsFile::open(&meta_path, false).map_err(|e| io("open meta file", e))?);
+        let mut s = Store::open_on(cfg, StoreFiles { data, meta })?;
+        s._lock = Some(lockf);
+        Ok(s)
+    }
+
+    /// mkfs on caller-supplied files (simulated devices in tests).
+    pub fn create_on(cfg: StoreConfig, files: StoreFiles) -> Result<Store> {
+        cfg.validate()?;
+        let bs = cfg.block_size as u64;
+        let data_bytes = cfg.data_bytes / bs * bs;
+        if data_bytes < 16 * bs {
+            return Err(StoreError::Invalid(format!(
+                "data_bytes {} is too small",
+                cfg.data_bytes
+            )));
+        }
+        let mut store_id = [0u8; 16];
+        rand::Rng::fill(&mut rand::thread_rng(), &mut store_id);
+        let sb = Superblock {
+            format_version: FORMAT_VERSION,
+            store_id,
+            block_size: cfg.block_size,
+            data_bytes,
+        };
+        let dio = |e| StoreError::io("data file", e);
+        files.data.preallocate(data_bytes).map_err(dio)?;
+        files.data.write_at(&encode_label(&sb), 0).map_err(dio)?;
+        files.data.sync_data().map_err(dio)?;
+        let db = open_db(&cfg, &files.meta)?;
+        let w = db.begin_write()?;
+        {
+            let mut t = Tables::open(&w)?;
+            t.sup.insert(b"super".as_slice(), enc(&sb).as_slice())?;
+            t.sup
+                .insert(b"next_id".as_slice(), 1u64.to_be_bytes().as_slice())?;
+        }
+        w.commit()?;
+        drop(db);
+        Store::open_on(cfg, files)
+    }
+
+    /// Opens a store on caller-supplied files.
+    pub fn open_on(cfg: StoreConfig, files: StoreFiles) -> Result<Store> {
+        cfg.validate()?;
+        let mut label = vec![0u8; LABEL_BYTES];
+        files
+            .data
+            .read_at(&mut label, 0)
+            .map_err(|e| StoreError::io("read data file label", e))?;
+        let path = cfg.path.display().to_string();
+        let fmt_err = |reason: String| StoreError::Format {
+            path: path.clone(),
+            reason,
+        };
+        let lsb = decode_label(&label).map_err(fmt_err)?;
+        let db = open_db(&cfg, &files.meta)?;
+        let r = db.begin_read()?;
+        let sup = r
+            .open_table(T_SUPER)
+            .map_err(|e| fmt_err(format!("metadata has no superblock ({e})")))?;
+        let sb: Superblock = match sup.get(b"super".as_slice())? {
+            Some(v) => dec("superblock", v.value())?,
+            None => return Err(fmt_err("metadata has no superblock".into())),
+        };
+        if sb.format_version != FORMAT_VERSION {
+            return Err(fmt_err(format!(
+                "on-disk format {} but this build reads format {FORMAT_VERSION}",
+                sb.format_version
+            )));
+        }
+        if sb != lsb {
+            return Err(fmt_err(
+                "data file and metadata belong to different stores".into(),
+            ));
+        }
+        let next_id = match sup.get(b"next_id".as_slice())? {
+            Some(v) => u64::from_be_bytes(
+                v.value()
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt("next_id".into()))?,
+            ),
+            None => return Err(fmt_err("metadata has no next_id".into())),
+        };
+        let bs = sb.block_size as u64;
+        let first_block = (LABEL_BYTES as u64).div_ceil(bs);
+        let total_blocks = sb.data_bytes / bs;
+        let alloc = rebuild_allocator(&r, first_block, total_blocks)?;
+        drop(sup);
+        drop(r);
+        let mut cfg = cfg;
+        cfg.block_size = sb.block_size;
+        cfg.data_bytes = sb.data_bytes;
+        let meta_dir_for_statvfs = Some(cfg.meta_dir().to_path_buf()).filter(|p| p.exists());
+        let inner = Arc::new(Inner {
+            db,
+            data: files.data,
+            block_size: bs,
+            usable_blocks: total_blocks - first_block,
+            first_block,
+            alloc: Mutex::new(alloc),
+            readers: Mutex::new(ReaderEpochs::default()),
+            poisoned: Mutex::new(None),
+            inflight: Mutex::new(0),
+            inflight_cv: Condvar::new(),
+            next_id: Mutex::new(next_id),
+            meta_dir_for_statvfs,
+            cfg,
+        });
+        let (tx, rx) = sync_channel::<Pending>(4096);
+        let inner2 = inner.clone();
+        let committer = std::thread::Builder::new()
+            .name("store-commit".into())
+            .spawn(move || committer_loop(&inner2, rx))
+            .map_err(|e| StoreError::io("spawn committer thread", e))?;
+        Ok(Store {
+            inner,
+            tx: Some(tx),
+            committer: Some(committer),
+            _lock: None,
+        })
+    }
+
+    /// Queues `txn` for the next group commit. Blocks only while more than
+    /// `max_inflight_bytes` of payload is queued (backpressure).
+    pub fn submit(&self, txn: Transaction) -> Result<CommitHandle> {
+        if let Some(p) = lock(&self.inner.poisoned)?.as_ref() {
+            return Err(StoreError::Poisoned(p.clone()));
+        }
+        let bytes = txn.payload_bytes();
+        {
+            let mut inflight = lock(&self.inner.inflight)?;
+            while *inflight > 0 && *inflight + bytes > self.inner.cfg.max_inflight_bytes {
+                inflight = self
+                    .inner
+                    .inflight_cv
+                    .wait(inflight)
+                    .map_err(|_| StoreError::Poisoned("inflight lock".into()))?;
+            }
+            *inflight += bytes;
+        }
+        let done = Arc::new(Completion::default());
+        let tx = self.tx.as_ref().ok_or(StoreError::ShuttingDown)?;
+        if tx
+            .send(Pending {
+                txn,
+                bytes,
+                done: done.clone(),
+            })
+            .is_err()
+        {
+            return Err(StoreError::ShuttingDown);
+        }
+        Ok(CommitHandle(done))
+    }
+
+    /// Applies `txn` atomically; returns once it is durable.
+    pub fn commit(&self, txn: Transaction) -> Result<()> {
+        self.submit(txn)?.wait()
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.cfg
+    }
+
+    /// Runs `f` on a consistent snapshot, holding freed blocks until it ends.
+    pub(crate) fn with_read<R>(&self, f: impl FnOnce(&ReadTransaction) -> Result<R>) -> Result<R> {
+        let seq = {
+            let mut rd = lock(&self.inner.readers)?;
+            let s = rd.committed_seq;
+            *rd.active.entry(s).or_insert(0) += 1;
+            s
+        };
+        let res = self
+            .inner
+            .db
+            .begin_read()
+            .map_err(StoreError::from)
+            .and_then(|r| f(&r));
+        if let Ok(mut rd) = self.inner.readers.lock() {
+            if let Some(n) = rd.active.get_mut(&seq) {
+                *n -= 1;
+                if *n == 0 {
+                    rd.active.remove(&seq);
+                }
+            }
+        }
+        res
+    }
+
+    fn onode_in(r: &ReadTransaction, c: &CollectionId, o: &ObjectId) -> Result<Onode> {
+        let objects = r.open_table(T_OBJECTS)?;
+        match objects.get(obj_key(c, o).as_slice())? {
+            Some(v) => dec("onode", v.value()),
+            None => {
+                let colls = r.open_table(T_COLLS)?;
+                if colls.get(c.key().as_slice())?.is_none() {
+                    return Err(StoreError::NoSuchCollection(*c));
+                }
+                Err(StoreError::NoSuchObject {
+                    coll: *c,
+                    obj: o.clone(),
+                })
+            }
+        }
+    }
+
+    /// Reads up to `len` bytes at `offset`: holes read as zeros, the result
+    /// is short past end of object. Every block is checksum-verified.
+    pub fn read(&self, c: &CollectionId, o: &ObjectId, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.with_read(|r| {
+            let on = Self::onode_in(r, c, o)?;
+            let len = len.min(on.size.saturating_sub(offset));
+            let ext = r.open_table(T_EXTENTS)?;
+            apply::read_range(&self.inner, &ext, c, o, &on, offset, len)
+        })
+    }
+
+    pub fn exists(&self, c: &CollectionId, o: &ObjectId) -> Result<bool> {
+        match self.stat(c, o) {
+            Ok(_) => Ok(true),
+            Err(StoreError::NoSuchObject { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn stat(&self, c: &CollectionId, o: &ObjectId) -> Result<ObjectStat> {
+        self.with_read(|r| {
+            let on = Self::onode_in(r, c, o)?;
+            let ext = r.open_table(T_EXTENTS)?;
+            let bs = self.inner.block_size;
+            let blocks: u64 = apply::extents_overlapping(
+                &ext,
+                on.id,
+                0,
+                on.size.div_ceil(bs),
+                MAX_RUN_BYTES / bs,
+            )?
+            .iter()
+            .map(|(_, e)| e.blocks())
+            .sum();
+            Ok(ObjectStat {
+                size: on.size,
+                allocated_bytes: blocks * bs,
+            })
+        })
+    }
+
+    pub fn getattr(&self, c: &CollectionId, o: &ObjectId, name: &str) -> Result<Option<Vec<u8>>> {
+        self.with_read(|r| Ok(Self::onode_in(r, c, o)?.attrs.remove(name)))
+    }
+
+    pub fn getattrs(&self, c: &CollectionId, o: &ObjectId) -> Result<BTreeMap<String, Vec<u8>>> {
+        self.with_read(|r| Ok(Self::onode_in(r, c, o)?.attrs))
+    }
+
+    /// Values of the given omap keys that exist.
+    pub fn omap_get(
+        &self,
+        c: &CollectionId,
+        o: &ObjectId,
+        keys: &[&[u8]],
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.with_read(|r| {
+            let on = Self::onode_in(r, c, o)?;
+            let t = r.open_table(T_OMAP)?;
+            let mut out = Vec::new();
+            for k in keys {
+                if let Some(v) = t.get(id_key(on.id, k).as_slice())? {
+                    out.push((k.to_vec(), v.value().to_vec()));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Up to `limit` omap entries in key order, strictly after `after` (from the start if None).
+    pub fn omap_range(
+        &self,
+        c: &CollectionId,
+        o: &ObjectId,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.with_read(|r| {
+            let on = Self::onode_in(r, c, o)?;
+            let t = r.open_table(T_OMAP)?;
+            let lo = match after {
+                Some(a) => {
+                    let mut k = id_key(on.id, a);
+                    k.push(0);
+                    k
+                }
+                None => id_key(on.id, &[]),
+            };
+            let hi = id_key(on.id + 1, &[]);
+            let mut out = Vec::new();
+            for e in t.range(lo.as_slice()..hi.as_slice())?.take(limit) {
+                let (k, v) = e?;
+                out.push((k.value()[8..].to_vec(), v.value().to_vec()));
+            }
+            Ok(out)
+        })
+    }
+
+    /// Like [`Store::omap_range`] but keys only.
+    pub fn omap_keys(
+        &self,
+        c: &CollectionId,
+        o: &ObjectId,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        Ok(self
+            .omap_range(c, o, after, limit)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
+    }
+
+    /// Up to `limit` objects of `c` in hash order (bit-reversed hash, namespace, name, snap).
+    pub fn list_objects(
+        &self,
+        c: &CollectionId,
+        start: &ListStart,
+        limit: usize,
+    ) -> Result<Vec<ObjectId>> {
+        self.with_read(|r| {
+            if r.open_table(T_COLLS)?.get(c.key().as_slice())?.is_none() {
+                return Err(StoreError::NoSuchCollection(*c));
+            }
+            let t = r.open_table(T_OBJECTS)?;
+            let prefix = c.key();
+            let lo = match start {
+                ListStart::Beginning => prefix.to_vec(),
+                ListStart::AtHash(h) => coll_key(c, &h.reverse_bits().to_be_bytes()),
+                ListStart::After(o) => {
+                    let mut k = obj_key(c, o);
+                    k.push(0);
+                    k
+                }
+            };
+            let hi = prefix_end(&prefix).unwrap_or_else(|| vec![0xFF; 14]);
+            let mut out = Vec::new();
+            for e in t.range(lo.as_slice()..hi.as_slice())?.take(limit) {
+                let (k, _) = e?;
+                let o = ObjectId::from_sort_key(&k.value()[prefix.len()..]).ok_or_else(|| {
+                    StoreError::Corrupt(format!("bad object key in collection {c}"))
+                })?;
+                out.push(o);
+            }
+            Ok(out)
+        })
+    }
+
+    pub fn list_collections(&self) -> Result<Vec<CollectionId>> {
+        self.with_read(|r| {
+            let t = r.open_table(T_COLLS)?;
+            let mut out = Vec::new();
+            for e in t.iter()? {
+                let (k, _) = e?;
+                out.push(
+                    CollectionId::from_key(k.value())
+                        .ok_or_else(|| StoreError::Corrupt("bad collection key".into()))?,
+                );
+            }
+            Ok(out)
+        })
+    }
+
+    pub fn collection_exists(&self, c: &CollectionId) -> Result<bool> {
+        self.with_read(|r| Ok(r.open_table(T_COLLS)?.get(c.key().as_slice())?.is_some()))
+    }
+
+    /// PG metadata value for `key`.
+    pub fn meta_get(&self, c: &CollectionId, key: &str) -> Result<Option<Vec<u8>>> {
+        self.with_read(|r| {
+            if r.open_table(T_COLLS)?.get(c.key().as_slice())?.is_none() {
+                return Err(StoreError::NoSuchCollection(*c));
+            }
+            Ok(r.open_table(T_PGMETA)?
+                .get(coll_key(c, key.as_bytes()).as_slice())?
+                .map(|v| v.value().to_vec()))
+        })
+    }
+
+    /// Up to `limit` PG log entries with index >= `from`, in index order.
+    pub fn log_range(
+        &self,
+        c: &CollectionId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
+        self.with_read(|r| {
+            if r.open_table(T_COLLS)?.get(c.key().as_slice())?.is_none() {
+                return Err(StoreError::NoSuchCollection(*c));
+            }
+            let t = r.open_table(T_PGLOG)?;
+            let lo = coll_key(c, &from.to_be_bytes());
+            let hi = prefix_end(&c.key()).unwrap_or_else(|| vec![0xFF; 14]);
+            let mut out = Vec::new();
+            for e in t.range(lo.as_slice()..hi.as_slice())?.take(limit) {
+                let (k, v) = e?;
+                let kb = k.value();
+                let idx = u64::from_be_bytes(
+                    kb[13..21]
+                        .try_into()
+                        .map_err(|_| StoreError::Corrupt("bad log key".into()))?,
+                );
+                out.push((idx, v.value().to_vec()));
+            }
+            Ok(out)
+        })
+    }
+
+    pub fn statfs(&self) -> Result<StatFs> {
+        let free = self.inner.lock_alloc()?.free_blocks();
+        let bs = self.inner.block_size;
+        let usable = self.inner.usable_blocks;
+        let used = usable - free;
+        let ratio = used as f64 / usable as f64;
+        let cfg = &self.inner.cfg;
+        let limit = (usable as f64 * cfg.full_ratio) as u64;
+        Ok(StatFs {
+            total_bytes: usable * bs,
+            used_bytes: used * bs,
+            available_bytes: limit.saturating_sub(used) * bs,
+            state: if ratio >= cfg.full_ratio {
+                FullState::Full
+            } else if ratio >= cfg.nearfull_ratio {
+                FullState::NearFull
+            } else {
+                FullState::Ok
+            },
+            block_size: bs as u32,
+        })
+    }
+
+    /// Number of objects in the metadata (all collections).
+    pub fn object_count(&self) -> Result<u64> {
+        self.with_read(|r| Ok(r.open_table(T_OBJECTS)?.len()?))
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.committer.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn take_lock(dir: &Path) -> Result<std::fs::File> {
+    let p = dir.join(LOCK_FILE);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(|e| StoreError::io(format!("open lock file {}", p.display()), e))?;
+    f.try_lock().map_err(|_| StoreError::Format {
+        path: dir.display().to_string(),
+        reason: "store is in use by another process (LOCK held)".into(),
+    })?;
+    Ok(f)
+}
+
+fn open_db(cfg: &StoreConfig, meta: &Arc<dyn StoreFile>) -> Result<Database> {
+    let mut b = Database::builder();
+    b.set_cache_size(cfg.cache_bytes as usize);
+    Ok(b.create_with_backend(KvBackend(meta.clone()))?)
+}
+
+/// Free space on the filesystem holding `dir`, in bytes.
+pub(crate) fn fs_available(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid NUL-terminated path and a properly sized out-struct.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+fn check_fs_space(dir: &Path, need: u64, cfg: &StoreConfig) -> Result<()> {
+    if let Some(avail) = fs_available(dir) {
+        if avail < need {
+            return Err(StoreError::StoreFull {
+                what: "filesystem too small for data_bytes + meta_reserve_bytes at mkfs",
+                needed_bytes: need,
+                available_bytes: avail,
+            });
+        }
+    }
+    let _ = cfg;
+    Ok(())
+}
+
+fn rebuild_allocator(r: &ReadTransaction, first: u64, total: u64) -> Result<Allocator> {
+    let mut a = Allocator::new_free(first, total);
+    let t = r.open_table(T_EXTENTS)?;
+    for e in t.iter()? {
+        let (_, v) = e?;
+        let e = ExtentRec::decode(v.value())?;
+        if e.pblock < first || e.pblock + e.blocks() > total || !a.mark_used(e.pblock, e.blocks()) {
+            return Err(StoreError::Corrupt(format!(
+                "extent at block {} (+{}) is out of range or doubly allocated",
+                e.pblock,
+                e.blocks()
+            )));
+        }
+    }
+    Ok(a)
+}
+
+fn committer_loop(inner: &Inner, rx: Receiver<Pending>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < inner.cfg.max_batch_txns {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        let results = process_batch(inner, &batch);
+        let mut released = 0;
+        for (p, r) in batch.into_iter().zip(results) {
+            released += p.bytes;
+            p.done.complete(r);
+        }
+        if let Ok(mut n) = inner.inflight.lock() {
+            *n = n.saturating_sub(released);
+        }
+        inner.inflight_cv.notify_all();
+    }
+}
+
+enum Attempt {
+    Retry,
+    Committed(Vec<(u64, u64)>),
+}
+
+/// Commits a batch: one data sync plus one metadata commit for all of it.
+/// A transaction that fails is reported alone and the rest retried.
+fn process_batch(inner: &Inner, batch: &[Pending]) -> Vec<Result<()>> {
+    let mut results: Vec<Option<Result<()>>> = batch.iter().map(|_| None).collect();
+    if let Ok(Some(p)) = inner.poisoned.lock().map(|g| g.clone()) {
+        return batch
+            .iter()
+            .map(|_| Err(StoreError::Poisoned(p.clone())))
+            .collect();
+    }
+    loop {
+        match try_batch(inner, batch, &mut results) {
+            Ok(Attempt::Retry) => continue,
+            Ok(Attempt::Committed(freed)) => {
+                release_after_commit(inner, freed);
+                return results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect();
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                tracing::error!(error = %msg, "store commit failed; store poisoned until reopen");
+                if let Ok(mut p) = inner.poisoned.lock() {
+                    *p = Some(msg.clone());
+                }
+                return results
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|| Err(StoreError::Poisoned(msg.clone()))))
+                    .collect();
+            }
+        }
+    }
+}
+
+fn try_batch(
+    inner: &Inner,
+    batch: &[Pending],
+    results: &mut [Option<Result<()>>],
+) -> Result<Attempt> {
+    let meta_low = inner
+        .meta_dir_for_statvfs
+        .as_deref()
+        .and_then(fs_available)
+        .is_some_and(|a| a < inner.cfg.meta_reserve_bytes);
+    let w = inner.db.begin_write()?;
+    let next_id = *lock(&inner.next_id)?;
+    let mut b = Batch {
+        inner,
+        t: Tables::open(&w)?,
+        allocated: Vec::new(),
+        freed: Vec::new(),
+        data_dirty: false,
+        next_id,
+        next_id_dirty: false,
+        meta_low,
+    };
+    for (i, p) in batch.iter().enumerate() {
+        if results[i].is_some() {
+            continue;
+        }
+        if let Err(e) = b.apply(&p.txn) {
+            results[i] = Some(Err(e));
+            let allocated = std::mem::take(&mut b.allocated);
+            drop(b);
+            w.abort()?;
+            let mut a = inner.lock_alloc()?;
+            for (s, l) in allocated {
+                a.release(s, l);
+            }
+            return Ok(Attempt::Retry);
+        }
+    }
+    if b.next_id_dirty {
+        b.t.sup
+            .insert(b"next_id".as_slice(), b.next_id.to_be_bytes().as_slice())?;
+    }
+    let (freed, data_dirty, next_id) = (std::mem::take(&mut b.freed), b.data_dirty, b.next_id);
+    drop(b);
+    // fsync discipline: data blocks first, then the metadata commit that references them.
+    if data_dirty {
+        inner
+            .data
+            .sync_data()
+            .map_err(|e| StoreError::io("data file fdatasync", e))?;
+    }
+    w.commit()?;
+    *lock(&inner.next_id)? = next_id;
+    Ok(Attempt::Committed(freed))
+}
+
+fn release_after_commit(inner: &Inner, freed: Vec<(u64, u64)>) {
+    let Ok(mut rd) = inner.readers.lock() else {
+        return;
+    };
+    rd.committed_seq += 1;
+    let seq = rd.committed_seq;
+    if !freed.is_empty() {
+        rd.held.push_back((seq, freed));
+    }
+    let oldest_reader = rd.active.keys().next().copied().unwrap_or(u64::MAX);
+    let Ok(mut a) = inner.alloc.lock() else {
+        return;
+    };
+    while let Some((s, _)) = rd.held.front() {
+        // Readers that started at seq >= s already see the commit that freed these blocks.
+        if *s > oldest_reader {
+            break;
+        }
+        if let Some((_, runs)) = rd.held.pop_front() {
+            for (st, l) in runs {
+                a.release(st, l);
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! API behaviour of the store against a model and by hand.
+
+mod common;
+
+use bytes::Bytes;
+use cairn_store::*;
+use common::*;
+
+fn cfg(dir: &std::path::Path) -> StoreConfig {
+    let mut c = StoreConfig::new(dir);
+    c.data_bytes = 256 << 20;
+    c.cache_bytes = 16 << 20;
+    c.meta_reserve_bytes = 0;
+    c
+}
+
+#[test]
+fn model_workload_matches_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = 42;
+    let mut models = vec![Model::default(), Model::default()];
+    {
+        let s = Store::create(cfg(dir.path())).unwrap();
+        let mut t = Transaction::new();
+        t.create_collection(coll(0)).create_collection(coll(1));
+        s.commit(t).unwrap();
+        for i in 1..=150u64 {
+            for (w, m) in models.iter_mut().enumerate() {
+                let ops = gen(seed, w, i, m);
+                s.commit(to_txn(coll(w), &ops)).unwrap();
+                apply(m, &ops);
+                m.idx = i;
+            }
+            if i % 50 == 0 {
+                for (w, m) in models.iter().enumerate() {
+                    check(&s, w, m);
+                }
+            }
+        }
+        assert!(s.deep_fsck().unwrap().is_clean());
+    }
+    let s = Store::open(cfg(dir.path())).unwrap();
+    for (w, m) in models.iter().enumerate() {
+        assert_eq!(last_applied(&s, w), 150);
+        check(&s, w, m);
+    }
+    let rep = s.deep_fsck().unwrap();
+    assert!(rep.is_clean(), "{:?}", rep.issues);
+}
+
+#[test]
+fn errors_leave_other_transactions_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::create(cfg(dir.path())).unwrap();
+    let c = CollectionId::pg(1, 0);
+    let o = ObjectId::new(1, "a");
+    let mut t = Transaction::new();
+    t.create_collection(c);
+    s.commit(t).unwrap();
+    // Submit a good, a bad and a good transaction together: only the bad one fails.
+    let mut good1 = Transaction::new();
+    good1.write(c, o.clone(), 0, Bytes::from_static(b"hello"));
+    let mut bad = Transaction::new();
+    bad.write(c, o.clone(), 0, Bytes::from_static(b"XXXXX"))
+        .remove(c, ObjectId::new(2, "missing"));
+    let mut good2 = Transaction::new();
+    good2.setattr(c, o.clone(), "x", Bytes::from_static(b"1"));
+    let h1 = s.submit(good1).unwrap();
+    let h2 = s.submit(bad).unwrap();
+    let h3 = s.submit(good2).unwrap();
+    h1.wait().unwrap();
+    assert!(matches!(h2.wait(), Err(StoreError::NoSuchObject { .. })));
+    h3.wait().unwrap();
+    assert_eq!(s.read(&c, &o, 0, 100).unwrap(), b"hello");
+    assert_eq!(s.getattr(&c, &o, "x").unwrap().unwrap(), b"1");
+    // Errors name what failed.
+    let mut t = Transaction::new();
+    t.write(c, o.clone(), 200 << 20, Bytes::from_static(b"x"));
+    let e = s.commit(t).unwrap_err();
+    assert!(matches!(e, StoreError::ObjectTooLarge { .. }), "{e}");
+    let mut t = Transaction::new();
+    t.create_collection(c);
+    assert!(matches!(s.commit(t), Err(StoreError::CollectionExists(_))));
+    let mut t = Transaction::new();
+    t.remove_collection(c);
+    assert!(matches!(
+        s.commit(t),
+        Err(StoreError::CollectionNotEmpty { .. })
+    ));
+    let mut t = Transaction::new();
+    t.create(c, o.clone());
+    assert!(matches!(s.commit(t), Err(StoreError::ObjectExists { .. })));
+    assert!(matches!(
+        s.read(&CollectionId::pg(9, 9), &o, 0, 1),
+        Err(StoreError::NoSuchCollection(_))
+    ));
+}
+
+#[test]
+fn sparse_reads_holes_and_eof() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::create(cfg(dir.path())).unwrap();
+    let c = CollectionId::pg(1, 0);
+    let o = ObjectId::new(7, "sparse");
+    let mut t = Transaction::new();
+    t.create_collection(c)
+        .write(c, o.clone(), 1 << 20, vec![7u8; 10]);
+    s.commit(t).unwrap();
+    let st = s.stat(&c, &o).unwrap();
+    assert_eq!(st.size, (1 << 20) + 10);
+    assert_eq!(st.allocated_bytes, 4096);
+    assert_eq!(s.read(&c, &o, 0, 8).unwrap(), vec![0u8; 8]);
+    assert_eq!(s.read(&c, &o, (1 << 20) + 5, 100).unwrap(), vec![7u8; 5]);
+    assert!(s.read(&c, &o, 5 << 20, 100).unwrap().is_empty());
+}
+
+#[test]
+fn full_store_fails_cleanly_and_frees_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c0 = cfg(dir.path());
+    c0.data_bytes = 16 << 20;
+    c0.full_ratio = 0.9;
+    c0.nearfull_ratio = 0.5;
+    let s = Store::create(c0).unwrap();
+    let c = CollectionId::pg(1, 0);
+    let mut t = Transaction::new();
+    t.create_collection(c);
+    s.commit(t).unwrap();
+    let chunk = Bytes::from(vec![1u8; 1 << 20]);
+    let mut n = 0;
+    let err = loop {
+        let mut t = Transaction::new();
+        t.write(c, ObjectId::new(n, format!("o{n}")), 0, chunk.clone())
+            .omap_set(
+                c,
+                ObjectId::new(n, format!("o{n}")),
+                vec![(Bytes::from_static(b"k"), Bytes::from_static(b"v"))],
+            );
+        match s.commit(t) {
+            Ok(()) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n < 64, "store never filled");
+    };
+    assert!(err.is_full(), "{err}");
+    let st = s.statfs().unwrap();
+    assert_ne!(st.state, FullState::Ok);
+    assert!(st.available_bytes < 1 << 20, "{st:?}");
+    // Metadata-only and deleting transactions still commit when data is full.
+    let mut t = Transaction::new();
+    t.meta_set(c, "still", Bytes::from_static(b"works"))
+        .remove(c, ObjectId::new(0, "o0"))
+        .remove(c, ObjectId::new(1, "o1"));
+    s.commit(t).unwrap();
+    // The freed space becomes visible (after the freeing commit; a further commit drains it).
+    let mut t = Transaction::new();
+    t.meta_set(c, "tick", Bytes::from_static(b"1"));
+    s.commit(t).unwrap();
+    let st2 = s.statfs().unwrap();
+    assert_eq!(st.used_bytes - st2.used_bytes, 2 << 20);
+    let mut t = Transaction::new();
+    t.write(c, ObjectId::new(0, "o0"), 0, chunk.clone());
+    s.commit(t).unwrap();
+}
+
+#[test]
+fn async_commit_from_tokio_style_poll() {
+    // CommitHandle is a Future; drive it with a minimal executor.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::create(cfg(dir.path())).unwrap();
+    let mut t = Transaction::new();
+    t.create_collection(CollectionId::pg(1, 1));
+    let h = s.submit(t).unwrap();
+    let r = futures_lite_block_on(h);
+    r.unwrap();
+    assert!(s.collection_exists(&CollectionId::pg(1, 1)).unwrap());
+}
+
+fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+#[test]
+fn checksum_corruption_is_detected_and_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = CollectionId::pg(3, 1);
+    let o = ObjectId::new(0xabc, "victim");
+    {
+        let s = Store::create(cfg(dir.path())).unwrap();
+        let mut t = Transaction::new();
+        t.create_collection(c)
+            .write(c, o.clone(), 0, vec![9u8; 3 * 4096]);
+        s.commit(t).unwrap();
+        assert!(s.deep_fsck().unwrap().is_clean());
+    }
+    // The first data block follows the 4 KiB label; damage the second block of the object.
+    let path = dir.path().join(DATA_FILE);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[4096 + 4096 + 17] ^= 0xFF;
+    std::fs::write(&path, &bytes).unwrap();
+    let s = Store::open(cfg(dir.path())).unwrap();
+    assert_eq!(s.read(&c, &o, 0, 4096).unwrap(), vec![9u8; 4096]);
+    match s.read(&c, &o, 0, 3 * 4096) {
+        Err(StoreError::Checksum {
+            coll, obj, offset, ..
+        }) => {
+            assert_eq!((coll, obj, offset), (c, o.clone(), 4096));
+        }
+        other => panic!("expected checksum error, got {other:?}"),
+    }
+    let e = s.read(&c, &o, 4096, 1).unwrap_err().to_string();
+    assert!(e.contains("victim") && e.contains("offset 4096"), "{e}");
+    assert!(s.fsck().unwrap().is_clean());
+    let rep = s.deep_fsck().unwrap();
+    assert_eq!(rep.issues.len(), 1, "{:?}", rep.issues);
+    assert_eq!(rep.issues[0].kind, "checksum");
+    assert_eq!(rep.issues[0].object.as_ref(), Some(&o));
+    assert_eq!(rep.issues[0].offset, Some(4096));
+    // A partial overwrite of the damaged block must not launder it: RMW reads fail.
+    let mut t = Transaction::new();
+    t.write(c, o.clone(), 4096 + 1, vec![1u8; 10]);
+    assert!(matches!(s.commit(t), Err(StoreError::Checksum { .. })));
+    // A full-block overwrite replaces it.
+    let mut t = Transaction::new();
+    t.write(c, o.clone(), 4096, vec![2u8; 4096]);
+    s.commit(t).unwrap();
+    assert!(s.deep_fsck().unwrap().is_clean());
+}
+
+#[test]
+fn second_open_is_refused_while_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let _s = Store::create(cfg(dir.path())).unwrap();
+    assert!(matches!(
+        Store::open(cfg(dir.path())),
+        Err(StoreError::Format { .. })
+    ));
+}

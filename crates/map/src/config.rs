@@ -116,7 +116,7 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "mon_clock_drift_allowed",
         OptKind::Float {
             min: 0.0,
-            max: 3600.0,
+            max: 86400.0,
         },
         "0.05",
         "clock offset between monitors (seconds) above which MON_CLOCK_SKEW is reported",

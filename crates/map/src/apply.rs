@@ -27,6 +27,20 @@ pub const MONS_MAX: usize = 9;
 pub const NAME_MAX_LEN: usize = 128;
 /// Largest CRUSH weight of one OSD, in TiB.
 pub const CRUSH_WEIGHT_MAX_TIB: f64 = 1_000_000.0;
+/// Most pools in one map.
+pub const POOLS_MAX: usize = 4096;
+/// Most central config entries.
+pub const CONFIG_ENTRIES_MAX: usize = 8192;
+/// Most auth entities.
+pub const AUTH_ENTITIES_MAX: usize = 65_536;
+/// Most erasure-code profiles.
+pub const EC_PROFILES_MAX: usize = 1024;
+/// Most CRUSH rules (Ceph keeps rule ids in a byte).
+pub const CRUSH_RULES_MAX: usize = 256;
+/// Most addresses one OSD may register.
+pub const OSD_ADDRS_MAX: usize = 8;
+/// Longest state string an OSD may report.
+pub const OSD_STATE_MAX_LEN: usize = 256;
 /// Version byte of the encoded cluster map.
 pub const MAP_FORMAT_VERSION: u8 = 1;
 /// Largest encoded cluster map we decode.
@@ -45,6 +59,12 @@ fn check_name(what: &str, name: &str) -> Result<(), CommandError> {
             "invalid {what} name '{name}': use 1..={NAME_MAX_LEN} letters, digits, '-', '_' or '.'"
         )))
     }
+}
+
+fn limit_err(what: &str, max: usize) -> CommandError {
+    CommandError::invalid(format!(
+        "the cluster already has {max} {what}, the most Cairn allows; remove unused ones first"
+    ))
 }
 
 fn crush_err(e: impl std::fmt::Display) -> CommandError {
@@ -364,6 +384,7 @@ impl ClusterMap {
         if self.crush.rule_id(name).is_some() {
             return Ok(done(format!("rule '{name}' already exists")));
         }
+        self.check_rule_room()?;
         let id = self
             .crush
             .add_replicated_rule(name, root, fd, class)
@@ -376,6 +397,7 @@ impl ClusterMap {
         if self.crush.rule_id(name).is_some() {
             return Ok(done(format!("rule '{name}' already exists")));
         }
+        self.check_rule_room()?;
         let p = self.ec_profiles.get(profile).cloned().ok_or_else(|| {
             CommandError::not_found(format!(
                 "erasure-code profile '{profile}' does not exist; create it with 'cairn osd erasure-code-profile set {profile} k=2 m=2'"
@@ -392,6 +414,13 @@ impl ClusterMap {
             )
             .map_err(crush_err)?;
         Ok(done(format!("created erasure rule '{name}' (id {id})")))
+    }
+
+    fn check_rule_room(&self) -> Result<(), CommandError> {
+        if self.crush.rules().len() >= CRUSH_RULES_MAX {
+            return Err(limit_err("CRUSH rules", CRUSH_RULES_MAX));
+        }
+        Ok(())
     }
 
     fn rule_rm(&mut self, name: &str) -> Result<Reply, CommandError> {
@@ -617,6 +646,9 @@ impl ClusterMap {
                 )));
             }
         }
+        if !self.ec_profiles.contains_key(name) && self.ec_profiles.len() >= EC_PROFILES_MAX {
+            return Err(limit_err("erasure-code profiles", EC_PROFILES_MAX));
+        }
         self.ec_profiles.insert(name.to_string(), profile);
         Ok(done(format!("set erasure-code profile '{name}'")))
     }
@@ -766,6 +798,9 @@ impl ClusterMap {
                 p.kind.as_str()
             )));
         }
+        if self.pools.len() >= POOLS_MAX {
+            return Err(limit_err("pools", POOLS_MAX));
+        }
         let pg_num =
             pg_num.unwrap_or_else(|| self.config_u64("osd_pool_default_pg_num", 32) as u32);
         Self::check_pg_num("pg_num", pg_num)?;
@@ -843,16 +878,18 @@ impl ClusterMap {
                             Self::check_rule_kind(&r, kind)?;
                             r.id
                         }
-                        None => self
-                            .crush
-                            .add_erasure_rule(
-                                name,
-                                &prof.crush_root,
-                                &prof.crush_failure_domain,
-                                prof.crush_device_class.as_deref(),
-                                prof.k + prof.m,
-                            )
-                            .map_err(crush_err)?,
+                        None => {
+                            self.check_rule_room()?;
+                            self.crush
+                                .add_erasure_rule(
+                                    name,
+                                    &prof.crush_root,
+                                    &prof.crush_failure_domain,
+                                    prof.crush_device_class.as_deref(),
+                                    prof.k + prof.m,
+                                )
+                                .map_err(crush_err)?
+                        }
                     },
                 };
                 pool.size = prof.k + prof.m;
@@ -1084,6 +1121,9 @@ impl ClusterMap {
             }
             return Ok(crate::query::keyring_reply(entity, existing));
         }
+        if self.auth.len() >= AUTH_ENTITIES_MAX {
+            return Err(limit_err("auth entities", AUTH_ENTITIES_MAX));
+        }
         let secret = ctx.generated_secret.ok_or_else(|| {
             CommandError::invalid(format!(
                 "cannot create {entity}: the monitor supplied no secret for the new key (internal error; retry the command)"
@@ -1158,8 +1198,11 @@ impl ClusterMap {
                 )));
             }
         };
-        self.config
-            .insert((section.clone(), key.clone()), value.clone());
+        let entry = (section.clone(), key.clone());
+        if !self.config.contains_key(&entry) && self.config.len() >= CONFIG_ENTRIES_MAX {
+            return Err(limit_err("config entries", CONFIG_ENTRIES_MAX));
+        }
+        self.config.insert(entry, value.clone());
         Ok(done(format!("set {section} {key} = {value}")))
     }
 
@@ -1339,6 +1382,11 @@ impl ClusterMap {
             return Err(CommandError::invalid(format!(
                 "osd.{id} is registered with uuid {}, but the booting daemon has {uuid}; is the right disk attached?",
                 o.uuid
+            )));
+        }
+        if addrs.len() > OSD_ADDRS_MAX || reported.state.len() > OSD_STATE_MAX_LEN {
+            return Err(CommandError::invalid(format!(
+                "osd.{id}: at most {OSD_ADDRS_MAX} addresses and a state of at most {OSD_STATE_MAX_LEN} characters"
             )));
         }
         for a in addrs {

@@ -81,7 +81,7 @@ const FAILURE_DOMAINS: &[&str] = &[
     "root",
 ];
 
-/// Every option the monitors validate, sorted by name.
+/// Every option the monitors validate.
 pub const CONFIG_OPTIONS: &[ConfigOption] = &[
     opt(
         "debug_mon",
@@ -176,10 +176,22 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "distinct OSDs that must report a peer down",
     ),
     opt(
+        "mon_osd_min_in_ratio",
+        OptKind::Float { min: 0.0, max: 1.0 },
+        "0.75",
+        "do not mark OSDs out automatically below this fraction of OSDs in",
+    ),
+    opt(
         "mon_osd_nearfull_ratio",
         OptKind::Float { min: 0.0, max: 1.0 },
         "0.85",
         "usage ratio above which OSD_NEARFULL is reported",
+    ),
+    opt(
+        "mon_osd_reporter_subtree_level",
+        OptKind::Choice(FAILURE_DOMAINS),
+        "host",
+        "CRUSH level whose distinct subtrees count as separate failure reporters",
     ),
     opt(
         "mon_osd_report_timeout",

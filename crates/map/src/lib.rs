@@ -14,6 +14,7 @@ mod apply;
 pub mod caps;
 mod command;
 pub mod config;
+mod decisions;
 mod ecprofile;
 mod error;
 pub mod health;
@@ -22,11 +23,13 @@ mod parse;
 mod query;
 
 pub use apply::{
-    CRUSH_WEIGHT_MAX_TIB, MAP_FORMAT_VERSION, MAP_MAX_BYTES, MONS_MAX, NAME_MAX_LEN,
-    POOL_PG_NUM_MAX, POOL_SET_KEYS, POOL_SIZE_MAX,
+    AUTH_ENTITIES_MAX, CONFIG_ENTRIES_MAX, CRUSH_RULES_MAX, CRUSH_WEIGHT_MAX_TIB, EC_PROFILES_MAX,
+    MAP_FORMAT_VERSION, MAP_MAX_BYTES, MONS_MAX, NAME_MAX_LEN, OSD_ADDRS_MAX, OSD_STATE_MAX_LEN,
+    POOLS_MAX, POOL_PG_NUM_MAX, POOL_SET_KEYS, POOL_SIZE_MAX,
 };
 pub use caps::{Caps, CapsError, CapsNeed, Perms};
 pub use command::{MonCommand, OsdSelector};
+pub use decisions::{stable_mod, PgMapping};
 pub use ecprofile::EC_MAX_CHUNKS;
 pub use error::{CommandError, ErrorKind, ParseError};
 pub use health::{HealthCheck, HealthInputs, HealthReport, HealthStatus, PlacementShortfall};

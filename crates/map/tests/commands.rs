@@ -837,3 +837,30 @@ fn unknown_and_malformed_commands() {
         )
         .is_err());
 }
+
+#[test]
+fn limits_are_enforced() {
+    let mut m = cluster(2, 1);
+    let existing = m.crush.rules().len();
+    for i in existing..CRUSH_RULES_MAX {
+        ok(
+            &mut m,
+            &format!("osd crush rule create-replicated r{i} default osd"),
+        );
+    }
+    let err = fails(
+        &mut m,
+        "osd crush rule create-replicated one-more default osd",
+    );
+    assert!(err.contains("the most Cairn allows"), "{err}");
+    // An EC pool needing a generated rule is refused too, without a trace.
+    let err = fails(&mut m, "osd pool create ecp 8 8 erasure");
+    assert!(err.contains("CRUSH rules"), "{err}");
+    let boot = MonCommand::OsdBoot {
+        id: 0,
+        uuid: m.osds[&0].uuid.clone(),
+        addrs: vec!["127.0.0.1:1".into(); OSD_ADDRS_MAX + 1],
+        reported: OsdReported::default(),
+    };
+    assert!(m.apply(&boot, &actx()).is_err());
+}

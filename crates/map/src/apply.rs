@@ -779,6 +779,102 @@ impl ClusterMap {
         Ok(())
     }
 
+    /// pg_num and pgp_num of a new pool: given, or from central config.
+    fn new_pool_pg_counts(
+        &self,
+        pg_num: Option<u32>,
+        pgp_num: Option<u32>,
+    ) -> Result<(u32, u32), CommandError> {
+        let pg_num =
+            pg_num.unwrap_or_else(|| self.config_u64("osd_pool_default_pg_num", 32) as u32);
+        Self::check_pg_num("pg_num", pg_num)?;
+        let pgp_default = match self.config_u64("osd_pool_default_pgp_num", 0) as u32 {
+            0 => pg_num,
+            n => n.min(pg_num),
+        };
+        let pgp_num = pgp_num.unwrap_or(pgp_default);
+        Self::check_pg_num("pgp_num", pgp_num)?;
+        if pgp_num > pg_num {
+            return Err(CommandError::invalid(format!(
+                "pgp_num {pgp_num} is larger than pg_num {pg_num}; pgp_num must not exceed pg_num"
+            )));
+        }
+        Ok((pg_num, pgp_num))
+    }
+
+    /// Size, min_size and rule of a new replicated pool.
+    fn replicated_layout(
+        &self,
+        profile: Option<&str>,
+        rule: Option<&str>,
+    ) -> Result<PoolLayout, CommandError> {
+        if profile.is_some() {
+            return Err(CommandError::invalid(
+                "an erasure-code profile only applies to erasure pools",
+            ));
+        }
+        let size = self.config_u64("osd_pool_default_size", 3) as u32;
+        self.check_size_one(size, true)?;
+        let min_size = match self.config_u64("osd_pool_default_min_size", 0) as u32 {
+            0 => size - size / 2,
+            n => n.min(size),
+        };
+        let rule = match rule {
+            Some(r) => self.resolve_rule(r)?,
+            None => self.default_replicated_rule()?,
+        };
+        Self::check_rule_kind(&rule, PoolKind::Replicated)?;
+        Ok(PoolLayout {
+            size,
+            min_size,
+            crush_rule: rule.id,
+            ec_profile: None,
+            stripe_width: 0,
+        })
+    }
+
+    /// Layout of a new EC pool: size k+m, min_size k+1, and the given rule
+    /// or an indep rule named after the pool (created when missing).
+    fn erasure_layout(
+        &mut self,
+        pool: &str,
+        profile: Option<&str>,
+        rule: Option<&str>,
+    ) -> Result<PoolLayout, CommandError> {
+        let pname = profile.unwrap_or("default");
+        let prof = self.ec_profiles.get(pname).cloned().ok_or_else(|| {
+            CommandError::not_found(format!(
+                "erasure-code profile '{pname}' does not exist; create it with 'cairn osd erasure-code-profile set {pname} k=2 m=2'"
+            ))
+        })?;
+        let crush_rule = match rule.or(self.crush.rule_id(pool).map(|_| pool)) {
+            Some(r) => {
+                let r = self.resolve_rule(r)?;
+                Self::check_rule_kind(&r, PoolKind::Erasure)?;
+                r.id
+            }
+            None => {
+                self.check_rule_room()?;
+                self.crush
+                    .add_erasure_rule(
+                        pool,
+                        &prof.crush_root,
+                        &prof.crush_failure_domain,
+                        prof.crush_device_class.as_deref(),
+                        prof.k + prof.m,
+                    )
+                    .map_err(crush_err)?
+            }
+        };
+        Ok(PoolLayout {
+            size: prof.k + prof.m,
+            min_size: prof.k + 1,
+            crush_rule,
+            ec_profile: Some(pname.to_string()),
+            stripe_width: u64::from(prof.k) * prof.stripe_unit,
+        })
+    }
+
     fn pool_create(
         &mut self,
         name: &str,
@@ -801,104 +897,33 @@ impl ClusterMap {
         if self.pools.len() >= POOLS_MAX {
             return Err(limit_err("pools", POOLS_MAX));
         }
-        let pg_num =
-            pg_num.unwrap_or_else(|| self.config_u64("osd_pool_default_pg_num", 32) as u32);
-        Self::check_pg_num("pg_num", pg_num)?;
-        let pgp_default = match self.config_u64("osd_pool_default_pgp_num", 0) as u32 {
-            0 => pg_num,
-            n => n.min(pg_num),
+        let (pg_num, pgp_num) = self.new_pool_pg_counts(pg_num, pgp_num)?;
+        let layout = match kind {
+            PoolKind::Replicated => self.replicated_layout(profile, rule)?,
+            PoolKind::Erasure => self.erasure_layout(name, profile, rule)?,
         };
-        let pgp_num = pgp_num.unwrap_or(pgp_default);
-        Self::check_pg_num("pgp_num", pgp_num)?;
-        if pgp_num > pg_num {
-            return Err(CommandError::invalid(format!(
-                "pgp_num {pgp_num} is larger than pg_num {pg_num}; pgp_num must not exceed pg_num"
-            )));
-        }
         let id = self.pool_max + 1;
         let e = self.next_epoch();
-        let mut pool = Pool {
+        let pool = Pool {
             id,
             name: name.to_string(),
             kind,
-            size: 0,
-            min_size: 0,
+            size: layout.size,
+            min_size: layout.min_size,
             pg_num,
             pgp_num,
-            crush_rule: 0,
-            ec_profile: None,
+            crush_rule: layout.crush_rule,
+            ec_profile: layout.ec_profile,
             applications: Default::default(),
             allow_ec_overwrites: false,
             bulk: false,
             target_size_ratio: 0.0,
             quota_max_bytes: 0,
             quota_max_objects: 0,
-            stripe_width: 0,
+            stripe_width: layout.stripe_width,
             created: e,
             last_change: e,
         };
-        match kind {
-            PoolKind::Replicated => {
-                if profile.is_some() {
-                    return Err(CommandError::invalid(
-                        "an erasure-code profile only applies to erasure pools",
-                    ));
-                }
-                let size = self.config_u64("osd_pool_default_size", 3) as u32;
-                self.check_size_one(size, true)?;
-                let min_size = match self.config_u64("osd_pool_default_min_size", 0) as u32 {
-                    0 => size - size / 2,
-                    n => n.min(size),
-                };
-                let rule = match rule {
-                    Some(r) => self.resolve_rule(r)?,
-                    None => self.default_replicated_rule()?,
-                };
-                Self::check_rule_kind(&rule, kind)?;
-                pool.size = size;
-                pool.min_size = min_size;
-                pool.crush_rule = rule.id;
-            }
-            PoolKind::Erasure => {
-                let pname = profile.unwrap_or("default");
-                let prof = self.ec_profiles.get(pname).cloned().ok_or_else(|| {
-                    CommandError::not_found(format!(
-                        "erasure-code profile '{pname}' does not exist; create it with 'cairn osd erasure-code-profile set {pname} k=2 m=2'"
-                    ))
-                })?;
-                let rule_id = match rule {
-                    Some(r) => {
-                        let r = self.resolve_rule(r)?;
-                        Self::check_rule_kind(&r, kind)?;
-                        r.id
-                    }
-                    None => match self.crush.rule_id(name) {
-                        Some(_) => {
-                            let r = self.resolve_rule(name)?;
-                            Self::check_rule_kind(&r, kind)?;
-                            r.id
-                        }
-                        None => {
-                            self.check_rule_room()?;
-                            self.crush
-                                .add_erasure_rule(
-                                    name,
-                                    &prof.crush_root,
-                                    &prof.crush_failure_domain,
-                                    prof.crush_device_class.as_deref(),
-                                    prof.k + prof.m,
-                                )
-                                .map_err(crush_err)?
-                        }
-                    },
-                };
-                pool.size = prof.k + prof.m;
-                pool.min_size = prof.k + 1;
-                pool.crush_rule = rule_id;
-                pool.ec_profile = Some(pname.to_string());
-                pool.stripe_width = u64::from(prof.k) * prof.stripe_unit;
-            }
-        }
         self.check_pg_per_osd(id, pool.pg_num, pool.size)?;
         let warning = self.placement_shortfall(&pool).map(|s| s.describe(&pool));
         self.pool_max = id;
@@ -922,51 +947,65 @@ impl ClusterMap {
     ) -> Result<Reply, CommandError> {
         let old = self.pool_by_name(name)?.clone();
         let mut p = old.clone();
-        let num = |v: &str| -> Result<u64, CommandError> {
-            v.parse::<u64>().map_err(|_| {
-                CommandError::invalid(format!("{key} = '{v}': expected a whole number"))
-            })
-        };
-        let boolean = |v: &str| {
-            crate::config::parse_bool_value(v)
-                .map_err(|e| CommandError::invalid(format!("{key}: {e}")))
-        };
+        match key {
+            "size" | "min_size" | "pg_num" | "pgp_num" => {
+                self.set_pool_count(&mut p, key, value, sure)?
+            }
+            _ => self.set_pool_option(&mut p, key, value)?,
+        }
+        if p == old {
+            return Ok(done(format!("pool '{name}' {key} is already {value}")));
+        }
+        self.check_pg_per_osd(p.id, p.pg_num, p.size)?;
+        p.last_change = self.next_epoch();
+        self.pools.insert(p.id, p);
+        Ok(done(format!("set pool {} {key} to {value}", old.id)))
+    }
+
+    /// size, min_size, pg_num, pgp_num.
+    fn set_pool_count(
+        &self,
+        p: &mut Pool,
+        key: &str,
+        value: &str,
+        sure: bool,
+    ) -> Result<(), CommandError> {
+        let n: u64 = value.parse().map_err(|_| {
+            CommandError::invalid(format!("{key} = '{value}': expected a whole number"))
+        })?;
+        let name = p.name.clone();
         match key {
             "size" => {
-                let size = num(value)?;
                 if p.kind == PoolKind::Erasure {
                     return Err(CommandError::invalid(format!(
                         "pool '{name}' is erasure-coded: its size is k+m = {} and cannot change",
                         p.size
                     )));
                 }
-                if size == 0 || size > u64::from(POOL_SIZE_MAX) {
+                if n == 0 || n > u64::from(POOL_SIZE_MAX) {
                     return Err(CommandError::invalid(format!(
-                        "size {size} is out of range: it must be between 1 and {POOL_SIZE_MAX}"
+                        "size {n} is out of range: it must be between 1 and {POOL_SIZE_MAX}"
                     )));
                 }
-                let size = size as u32;
-                self.check_size_one(size, sure)?;
-                p.size = size;
-                p.min_size = p.min_size.min(size);
+                self.check_size_one(n as u32, sure)?;
+                p.size = n as u32;
+                p.min_size = p.min_size.min(p.size);
             }
             "min_size" => {
-                let min = num(value)?;
                 let low = if p.kind == PoolKind::Erasure {
-                    p.size - self.ec_m(&p)
+                    p.size - self.ec_m(p)
                 } else {
                     1
                 };
-                if min < u64::from(low) || min > u64::from(p.size) {
+                if n < u64::from(low) || n > u64::from(p.size) {
                     return Err(CommandError::invalid(format!(
-                        "min_size {min} is out of range for pool '{name}': it must be between {low} and its size {}",
+                        "min_size {n} is out of range for pool '{name}': it must be between {low} and its size {}",
                         p.size
                     )));
                 }
-                p.min_size = min as u32;
+                p.min_size = n as u32;
             }
-            "pg_num" | "pgp_num" => {
-                let n = num(value)?;
+            _ => {
                 if n == 0 || n > u64::from(POOL_PG_NUM_MAX) {
                     return Err(CommandError::invalid(format!(
                         "{key} {n} is out of range: it must be between 1 and {POOL_PG_NUM_MAX}"
@@ -974,6 +1013,7 @@ impl ClusterMap {
                 }
                 let n = n as u32;
                 if key == "pg_num" {
+                    // pgp_num follows pg_num, as in current Ceph.
                     p.pg_num = n;
                     p.pgp_num = n;
                 } else if n > p.pg_num {
@@ -985,6 +1025,17 @@ impl ClusterMap {
                     p.pgp_num = n;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// crush_rule, allow_ec_overwrites, bulk, target_size_ratio, quotas.
+    fn set_pool_option(&self, p: &mut Pool, key: &str, value: &str) -> Result<(), CommandError> {
+        let boolean = |v: &str| {
+            crate::config::parse_bool_value(v)
+                .map_err(|e| CommandError::invalid(format!("{key}: {e}")))
+        };
+        match key {
             "crush_rule" => {
                 let r = self.resolve_rule(value)?;
                 Self::check_rule_kind(&r, p.kind)?;
@@ -993,7 +1044,8 @@ impl ClusterMap {
             "allow_ec_overwrites" => {
                 if p.kind != PoolKind::Erasure {
                     return Err(CommandError::invalid(format!(
-                        "allow_ec_overwrites applies to erasure pools; pool '{name}' is replicated"
+                        "allow_ec_overwrites applies to erasure pools; pool '{}' is replicated",
+                        p.name
                     )));
                 }
                 let on = boolean(value)?;
@@ -1006,7 +1058,7 @@ impl ClusterMap {
             }
             "bulk" => p.bulk = boolean(value)?,
             "target_size_ratio" => {
-                let r: f64 = value
+                p.target_size_ratio = value
                     .parse()
                     .ok()
                     .filter(|r: &f64| r.is_finite() && *r >= 0.0)
@@ -1015,13 +1067,18 @@ impl ClusterMap {
                             "target_size_ratio = '{value}': expected a number >= 0 (e.g. 0.2)"
                         ))
                     })?;
-                p.target_size_ratio = r;
             }
             "quota_max_bytes" => {
                 p.quota_max_bytes = crate::config::parse_size(value)
                     .map_err(|e| CommandError::invalid(format!("quota_max_bytes: {e}")))?
             }
-            "quota_max_objects" => p.quota_max_objects = num(value)?,
+            "quota_max_objects" => {
+                p.quota_max_objects = value.parse().map_err(|_| {
+                    CommandError::invalid(format!(
+                        "quota_max_objects = '{value}': expected a whole number"
+                    ))
+                })?
+            }
             _ => {
                 return Err(CommandError::invalid(format!(
                     "unknown pool setting '{key}'; settable: {}",
@@ -1029,13 +1086,7 @@ impl ClusterMap {
                 )))
             }
         }
-        if p == old {
-            return Ok(done(format!("pool '{name}' {key} is already {value}")));
-        }
-        self.check_pg_per_osd(p.id, p.pg_num, p.size)?;
-        p.last_change = self.next_epoch();
-        self.pools.insert(p.id, p);
-        Ok(done(format!("set pool {} {key} to {value}", old.id)))
+        Ok(())
     }
 
     fn ec_m(&self, p: &Pool) -> u32 {
@@ -1548,6 +1599,15 @@ impl ClusterMap {
         self.auth.remove(&EntityName::osd(id));
         Ok(done(format!("purged osd.{id}")))
     }
+}
+
+/// How a new pool places its data.
+struct PoolLayout {
+    size: u32,
+    min_size: u32,
+    crush_rule: i32,
+    ec_profile: Option<String>,
+    stripe_width: u64,
 }
 
 /// Keys `osd pool set` accepts.

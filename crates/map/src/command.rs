@@ -4,7 +4,7 @@
 
 use crate::caps::{CapsNeed, Perms};
 use crate::model::{OsdFlag, OsdReported, PoolKind};
-use cairn_types::{EntityName, Epoch};
+use cairn_types::{EntityName, Epoch, PgId};
 use serde::{Deserialize, Serialize};
 
 /// A set of OSDs named on the command line: explicit ids, or `all`.
@@ -48,6 +48,14 @@ pub enum MonCommand {
     AuthLs,
     AuthGet {
         entity: EntityName,
+    },
+    /// The key alone (`auth print-key`), for scripts.
+    AuthPrintKey {
+        entity: EntityName,
+    },
+    /// Where a PG is placed now (`pg map 1.1f`).
+    PgMap {
+        pgid: PgId,
     },
     ConfigGet {
         who: String,
@@ -234,6 +242,8 @@ impl MonCommand {
                 | PoolGet { .. }
                 | AuthLs
                 | AuthGet { .. }
+                | AuthPrintKey { .. }
+                | PgMap { .. }
                 | ConfigGet { .. }
                 | ConfigDump
         )
@@ -246,7 +256,7 @@ impl MonCommand {
     pub fn required_caps(&self) -> CapsNeed {
         use MonCommand::*;
         match self {
-            AuthLs | AuthGet { .. } => CapsNeed::mon(Perms::RX),
+            AuthLs | AuthGet { .. } | AuthPrintKey { .. } => CapsNeed::mon(Perms::RX),
             AuthGetOrCreate { .. } | AuthDel { .. } | AuthCaps { .. } => CapsNeed::mon(Perms::RWX),
             MonAdd { .. } | MonRemove { .. } | OsdFailed { .. } | OsdAutoOut { .. } => {
                 CapsNeed::mon(Perms::RWX)
@@ -283,6 +293,8 @@ impl MonCommand {
             PoolGet { .. } => "osd pool get",
             AuthLs => "auth ls",
             AuthGet { .. } => "auth get",
+            AuthPrintKey { .. } => "auth print-key",
+            PgMap { .. } => "pg map",
             ConfigGet { .. } => "config get",
             ConfigDump => "config dump",
             OsdSetFlag { .. } => "osd set",

@@ -46,11 +46,13 @@ const HELP: &[(&str, &str)] = &[
     ("osd pool set NAME KEY VALUE [--yes-i-really-mean-it]", "set size, min_size, pg_num, pgp_num, crush_rule, allow_ec_overwrites, bulk, target_size_ratio, quota_max_bytes or quota_max_objects"),
     ("osd pool set-quota NAME max_bytes|max_objects VALUE", "set a pool quota (0 = none)"),
     ("osd pool get NAME KEY|all", "show one or all settings of a pool"),
+    ("pg map PGID", "show the up and acting OSDs of a PG such as 1.1f"),
     ("osd pool ls [detail]", "list pools, with detail one Ceph-style line each"),
     ("osd pool application enable POOL APP", "tag a pool with the application using it (rbd, cephfs, rgw)"),
     ("osd pool delete NAME NAME --yes-i-really-really-mean-it", "delete a pool and all its data (needs mon_allow_pool_delete=true)"),
     ("auth ls", "list entities, their keys and caps"),
     ("auth get NAME", "show an entity's keyring"),
+    ("auth print-key NAME", "print only an entity's key"),
     ("auth get-or-create NAME [SERVICE CAPS]...", "return an entity's keyring, creating it with these caps if missing"),
     ("auth caps NAME [SERVICE CAPS]...", "replace an entity's caps"),
     ("auth del NAME", "delete an entity"),
@@ -179,6 +181,12 @@ pub fn parse_command_with_input(
         Some("auth") => parse_auth(&w[1..]),
         Some("config") => parse_config(&w[1..]),
         Some("tell") => parse_tell(&w[1..]),
+        Some("pg") => match &w[1..] {
+            ["map", pgid] => Ok(MonCommand::PgMap {
+                pgid: pgid.parse().map_err(|e: String| usage_err("pg map", &e))?,
+            }),
+            _ => Err(usage_err("pg map", "wrong arguments")),
+        },
         Some(other) => Err(usage_err("", &format!("unknown command '{other}'"))),
     }
 }
@@ -513,10 +521,14 @@ fn parse_auth(w: &[&str]) -> Result<MonCommand, ParseError> {
             entity: ent("auth caps", name)?,
             caps: parse_caps_pairs("auth caps", caps)?,
         }),
+        ["print-key" | "get-key", name] => Ok(MonCommand::AuthPrintKey {
+            entity: ent("auth print-key", name)?,
+        }),
         ["del" | "rm", name] => Ok(MonCommand::AuthDel {
             entity: ent("auth del", name)?,
         }),
-        [verb @ ("ls" | "list" | "get" | "get-or-create" | "caps" | "del" | "rm"), ..] => {
+        [verb @ ("ls" | "list" | "get" | "get-or-create" | "caps" | "del" | "rm" | "print-key"), ..] =>
+        {
             let verb = match *verb {
                 "list" => "ls",
                 "rm" => "del",

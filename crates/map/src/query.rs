@@ -168,6 +168,15 @@ impl ClusterMap {
                 })?;
                 Ok(keyring_reply(entity, ent))
             }
+            AuthPrintKey { entity } => {
+                let ent = self.auth.get(entity).ok_or_else(|| {
+                    CommandError::not_found(format!(
+                        "entity {entity} does not exist; 'cairn auth ls' lists them"
+                    ))
+                })?;
+                Ok(Reply::new(format!("{}\n", ent.key), json!(ent.key)))
+            }
+            PgMap { pgid } => self.q_pg_map(*pgid),
             ConfigGet { who, key } => self.q_config_get(who, key.as_deref()),
             ConfigDump => Ok(self.q_config_dump()),
             _ => Err(CommandError::invalid(format!(
@@ -522,6 +531,33 @@ impl ClusterMap {
             None => Value::Array(self.crush.rules().iter().map(rule_json).collect()),
         };
         Ok(Reply::new(pretty(&json), json))
+    }
+
+    fn q_pg_map(&self, pgid: cairn_types::PgId) -> Result<Reply, CommandError> {
+        let m = self.pg_to_up(pgid.pool.0, pgid.seed)?;
+        let list = |v: &[i32]| {
+            v.iter()
+                .map(|o| o.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        // No pg_temp yet: acting = up.
+        let plain = format!(
+            "osdmap e{} pg {pgid} ({pgid}) -> up [{}] acting [{}]\n",
+            self.epoch.0,
+            list(&m.up),
+            list(&m.up)
+        );
+        let json = json!({
+            "epoch": self.epoch.0,
+            "pgid": pgid.to_string(),
+            "raw": m.raw,
+            "up": m.up,
+            "up_primary": m.primary,
+            "acting": m.up,
+            "acting_primary": m.primary,
+        });
+        Ok(Reply::new(plain, json))
     }
 
     fn q_pool_ls(&self, detail: bool) -> Reply {

@@ -864,3 +864,29 @@ fn limits_are_enforced() {
     };
     assert!(m.apply(&boot, &actx()).is_err());
 }
+
+#[test]
+fn pg_map_and_print_key() {
+    let mut m = cluster(3, 1);
+    ok(&mut m, "osd pool create rbd 32");
+    let r = run(&mut m, "pg map 1.1f").unwrap();
+    assert!(
+        r.plain
+            .starts_with(&format!("osdmap e{} pg 1.1f (1.1f) -> up [", m.epoch.0)),
+        "{}",
+        r.plain
+    );
+    assert_eq!(r.json["up"].as_array().map(Vec::len), Some(3));
+    assert_eq!(r.json["up_primary"], r.json["up"][0]);
+    assert!(fails(&mut m, "pg map 1.20").contains("pg_num 32"));
+    assert!(fails(&mut m, "pg map 9.0").contains("does not exist"));
+    assert!(fails(&mut m, "pg map x").contains("invalid pg id"));
+    let key = ok(&mut m, "auth print-key client.admin");
+    assert_eq!(key.trim(), m.auth[&admin()].key);
+    assert!(fails(&mut m, "auth print-key client.nobody").contains("does not exist"));
+    let ro = cairn_types::EntityName::client("ro");
+    ok(&mut m, "auth get-or-create client.ro mon 'allow r'");
+    assert!(run_as(&mut m, "auth print-key client.admin", ro)
+        .unwrap_err()
+        .contains("access denied"));
+}

@@ -47,6 +47,7 @@ written `allow r`, `allow rw`, `allow rwx`, `allow *`, and for OSDs `allow rw po
             "osd" if usage.starts_with("osd pool") => "Pools",
             "osd" => "OSDs",
             "auth" => "Auth",
+            "pg" => "Pools",
             _ => "Config",
         };
         if g != group {
@@ -112,6 +113,7 @@ fn every_help_usage_parses() {
     for (usage, _) in command_help() {
         let line = usage
             .replace("[detail]", "detail")
+            .replace("PGID", "1.1f")
             .replace("FLAG", "noout")
             .replace("NAME ADDR", "b 127.0.0.2:6789")
             .replace("ID...", "1 2")

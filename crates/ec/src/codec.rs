@@ -205,7 +205,7 @@ fn check_len(index: usize, len: usize, expected: usize) -> Result<()> {
             expected: expected as u64,
         });
     }
-    if len as u64 % STRIPE_UNIT_ALIGN_BYTES != 0 {
+    if !(len as u64).is_multiple_of(STRIPE_UNIT_ALIGN_BYTES) {
         return Err(EcError::ChunkAlignment {
             len: len as u64,
             align: STRIPE_UNIT_ALIGN_BYTES,

@@ -42,7 +42,7 @@ pub enum EcError {
     #[error("chunk index {index} out of range: the profile has {total} chunks (0..{total})")]
     ChunkIndex { index: usize, total: usize },
 
-    #[error("extent at offset {offset} with length {len} overflows 64-bit object offsets")]
+    #[error("extent at offset {offset} with length {len} ends beyond the largest object offset (2^60 bytes)")]
     ExtentOverflow { offset: u64, len: u64 },
 
     #[error("extent {offset}..{end} lies beyond the {size}-byte buffer it refers to")]

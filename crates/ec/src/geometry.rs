@@ -58,7 +58,7 @@ impl StripeGeometry {
                 reason: "k must be at least 1".into(),
             });
         }
-        if stripe_unit_bytes == 0 || stripe_unit_bytes % STRIPE_UNIT_ALIGN_BYTES != 0 {
+        if stripe_unit_bytes == 0 || !stripe_unit_bytes.is_multiple_of(STRIPE_UNIT_ALIGN_BYTES) {
             return Err(EcError::InvalidStripeUnit {
                 stripe_unit_bytes,
                 reason: format!(
@@ -196,7 +196,7 @@ impl StripeGeometry {
             // First chunk byte: in the first stripe if the extent reaches this
             // unit there, else at the start of the unit in the next stripe.
             let start_logical = first.stripe * width + unit_start;
-            let start = if offset <= start_logical + su - 1 {
+            let start = if offset < start_logical + su {
                 let from = offset.max(start_logical);
                 self.locate(from).chunk_offset
             } else {
@@ -217,9 +217,14 @@ impl StripeGeometry {
     }
 }
 
+/// Ends of extents are kept below this so that stripe arithmetic (which
+/// rounds up to whole stripes) can never overflow.
+pub const MAX_LOGICAL_OFFSET_BYTES: u64 = 1 << 60;
+
 pub(crate) fn checked_end(offset: u64, len: u64) -> Result<u64> {
     offset
         .checked_add(len)
+        .filter(|end| *end <= MAX_LOGICAL_OFFSET_BYTES)
         .ok_or(EcError::ExtentOverflow { offset, len })
 }
 

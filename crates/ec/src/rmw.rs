@@ -232,7 +232,7 @@ impl WritePlan {
 
 impl ShardWrite {
     fn end(&self) -> u64 {
-        self.offset + self.data.len() as u64
+        self.offset.saturating_add(self.data.len() as u64)
     }
 
     /// The range of the current (old) chunk the shard must save before
@@ -285,6 +285,18 @@ impl ShardWrite {
         if chunk.len() as u64 != self.new_chunk_len {
             self.check_old_len(chunk)?;
         }
+        if self.end() > self.new_chunk_len {
+            return Err(EcError::Malformed {
+                what: "EC shard write",
+                reason: format!(
+                    "shard {}: bytes {}..{} lie past the new chunk length {}",
+                    self.shard,
+                    self.offset,
+                    self.end(),
+                    self.new_chunk_len
+                ),
+            });
+        }
         chunk.resize(self.new_chunk_len as usize, 0);
         chunk[self.offset as usize..self.end() as usize].copy_from_slice(&self.data);
         Ok(())
@@ -307,11 +319,25 @@ const ROLLBACK_FORMAT_VERSION: u8 = 1;
 const ROLLBACK_HEADER_BYTES: usize = 1 + 1 + 8 + 8 + 8;
 
 impl ShardRollback {
-    /// Restores the chunk to its state before the write.
-    pub fn apply(&self, chunk: &mut Vec<u8>) {
+    /// Restores an in-memory chunk to its state before the write.
+    pub fn apply(&self, chunk: &mut Vec<u8>) -> Result<()> {
+        let end = self.offset.checked_add(self.old_bytes.len() as u64);
+        if end.is_none_or(|end| end > self.old_chunk_len) {
+            return Err(EcError::Malformed {
+                what: "EC rollback record",
+                reason: format!(
+                    "shard {}: {} bytes at {} lie past the old chunk length {}",
+                    self.shard,
+                    self.old_bytes.len(),
+                    self.offset,
+                    self.old_chunk_len
+                ),
+            });
+        }
         chunk.resize(self.old_chunk_len as usize, 0);
         let at = self.offset as usize;
         chunk[at..at + self.old_bytes.len()].copy_from_slice(&self.old_bytes);
+        Ok(())
     }
 
     /// `[version][shard u8][offset u64][old_chunk_len u64][len u64][bytes]`,
@@ -465,5 +491,17 @@ mod tests {
         };
         assert!(w.apply(&mut vec![0u8; 3]).is_err());
         assert!(w.rollback(Bytes::new()).is_err());
+        let past_end = ShardWrite {
+            new_chunk_len: 32,
+            ..w
+        };
+        assert!(past_end.apply(&mut vec![0u8; 64]).is_err());
+        let rb = ShardRollback {
+            shard: 0,
+            offset: 60,
+            old_bytes: Bytes::from_static(&[0; 8]),
+            old_chunk_len: 64,
+        };
+        assert!(rb.apply(&mut Vec::new()).is_err());
     }
 }

@@ -116,8 +116,8 @@ fn roll_back(shards: &mut [Vec<u8>], writes: &[ShardWrite], old: &[Vec<u8>], fat
         rollbacks.push(ShardRollback::decode(rb.encode()).expect("decode rollback"));
     }
     for (rb, shard) in rollbacks.iter().zip(shards.iter_mut()) {
-        rb.apply(shard);
-        rb.apply(shard); // idempotent
+        rb.apply(shard).expect("rollback");
+        rb.apply(shard).expect("rollback again"); // idempotent
     }
     assert_eq!(shards, old, "rollback restores every shard exactly");
 }

@@ -7,6 +7,7 @@ use crate::auth::{Credentials, KeyServer};
 use crate::config::MsgConfig;
 use crate::frame::{
     FrameHeader, FrameKind, FrameSigner, FrameVerifier, CLOSE_MAX_BYTES, HEADER_LEN,
+    SIGNED_HEADER_LEN,
 };
 use crate::handshake::{self, Established};
 use crate::io::{frame_error, read_frame, write_frame};
@@ -34,6 +35,9 @@ pub const RECV_MIN_CHARGE_BYTES: usize = 256;
 pub const MAX_CONCURRENT_HANDSHAKES: usize = 128;
 /// Most authenticated connections waiting for `Listener::accept`.
 pub const ACCEPT_QUEUE_LEN: usize = 128;
+/// Payloads at least this big are signed/verified on the blocking pool so
+/// a 128 MiB MAC does not stall the other tasks of a runtime worker.
+pub const OFFLOAD_MAC_BYTES: usize = 256 << 10;
 /// Socket read buffer size.
 const READ_BUFFER_BYTES: usize = 64 << 10;
 /// How long a local close waits to tell the peer why.
@@ -63,6 +67,7 @@ struct Inbound {
 
 struct Shared {
     peer: EntityName,
+    addr: SocketAddr,
     label: String,
     peer_caps: Option<String>,
     cfg: MsgConfig,
@@ -210,6 +215,11 @@ impl Connection {
     /// The authenticated name of the peer.
     pub fn peer(&self) -> &EntityName {
         &self.handle.shared.peer
+    }
+
+    /// The peer's socket address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.handle.shared.addr
     }
 
     /// `"osd.3 (127.0.0.1:6800)"`: what errors use to name the peer.
@@ -363,6 +373,7 @@ pub(crate) fn start(
     let (dead_tx, _) = watch::channel(false);
     let shared = Arc::new(Shared {
         peer: est.peer,
+        addr,
         label,
         peer_caps: est.peer_caps,
         send_window: Arc::new(Semaphore::new(cfg.max_inflight_bytes)),
@@ -420,8 +431,27 @@ async fn reader_loop(
                 format!("unexpected {:?} frame after the handshake", f.header.kind),
             ));
         }
+        let mac_ok = if f.payload.len() >= OFFLOAD_MAC_BYTES {
+            let (key, raw, hdr_mac, payload) = (
+                verifier.key().clone(),
+                f.raw_header,
+                f.header.mac,
+                f.payload.clone(),
+            );
+            tokio::task::spawn_blocking(move || {
+                key.verify(&raw[..SIGNED_HEADER_LEN], &payload, &hdr_mac)
+            })
+            .await
+            .map_err(|e| MsgError::protocol(&sh.label, format!("MAC check task failed: {e}")))?
+        } else {
+            verifier.key().verify(
+                &f.raw_header[..SIGNED_HEADER_LEN],
+                &f.payload,
+                &f.header.mac,
+            )
+        };
         verifier
-            .verify(&f.raw_header, &f.header, &f.payload)
+            .accept(&f.header, mac_ok)
             .map_err(|e| frame_error(&sh.label, e))?;
         match f.header.kind {
             FrameKind::Keepalive => {}
@@ -492,8 +522,11 @@ async fn writer_task(
     mut signer: FrameSigner,
     mut out_rx: mpsc::Receiver<OutFrame>,
 ) {
+    // Set while a frame is partly written: a Close frame must not follow
+    // half a frame.
+    let mut mid_frame = false;
     let result = tokio::select! {
-        r = writer_loop(&sh, &mut wr, &mut signer, &mut out_rx) => r,
+        r = writer_loop(&sh, &mut wr, &mut signer, &mut out_rx, &mut mid_frame) => r,
         _ = sh.wait_dead() => Ok(()),
     };
     if let Err(e) = result {
@@ -506,6 +539,9 @@ async fn writer_task(
         .unwrap_or_else(|p| p.into_inner())
         .as_ref()
         .map(|(e, local)| (e.to_string(), *local));
+    if mid_frame {
+        return;
+    }
     if let Some((reason, true)) = local {
         let mut why = reason.into_bytes();
         why.truncate(CLOSE_MAX_BYTES);
@@ -524,6 +560,7 @@ async fn writer_loop(
     wr: &mut OwnedWriteHalf,
     signer: &mut FrameSigner,
     out_rx: &mut mpsc::Receiver<OutFrame>,
+    mid_frame: &mut bool,
 ) -> Result<(), MsgError> {
     loop {
         let frame = match timeout(sh.cfg.keepalive_interval, out_rx.recv()).await {
@@ -536,10 +573,21 @@ async fn writer_loop(
             },
         };
         let mut h = frame.header;
-        let raw = signer.seal(&mut h, &frame.payload);
+        let mut raw = signer.prepare(&mut h);
+        let mac = if frame.payload.len() >= OFFLOAD_MAC_BYTES {
+            let (key, payload) = (signer.key().clone(), frame.payload.clone());
+            tokio::task::spawn_blocking(move || key.sign(&raw[..SIGNED_HEADER_LEN], &payload))
+                .await
+                .map_err(|e| MsgError::protocol(&sh.label, format!("MAC task failed: {e}")))?
+        } else {
+            signer.key().sign(&raw[..SIGNED_HEADER_LEN], &frame.payload)
+        };
+        raw[SIGNED_HEADER_LEN..].copy_from_slice(&mac);
+        *mid_frame = true;
         write_frame(wr, &raw, &frame.payload)
             .await
             .map_err(|e| MsgError::io(&sh.label, "sending a frame", &e))?;
+        *mid_frame = false;
         // `frame` (and its in-flight permit) is released here.
     }
 }

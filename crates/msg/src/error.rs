@@ -15,7 +15,7 @@ pub enum MsgError {
     AuthFailed { peer: String, reason: String },
 
     /// A bounded wait ran out.
-    #[error("timed out after {after:?} waiting for {what} (peer {peer})")]
+    #[error("{peer}: timed out after {after:?} waiting for {what}")]
     Timeout {
         peer: String,
         what: String,

@@ -221,13 +221,25 @@ impl FrameSigner {
     /// Fills in `seq` and `mac` and returns the encoded header.
     pub fn seal(&mut self, hdr: &mut FrameHeader, payload: &[u8]) -> [u8; HEADER_LEN] {
         debug_assert_eq!(hdr.payload_len as usize, payload.len());
-        hdr.seq = self.next_seq;
-        self.next_seq += 1;
-        hdr.mac = [0; FRAME_MAC_LEN];
-        let mut bytes = hdr.encode();
+        let mut bytes = self.prepare(hdr);
         hdr.mac = self.key.sign(&bytes[..SIGNED_HEADER_LEN], payload);
         bytes[SIGNED_HEADER_LEN..].copy_from_slice(&hdr.mac);
         bytes
+    }
+
+    /// Assigns the next sequence number and returns the header bytes with
+    /// a zero MAC; the caller fills bytes `SIGNED_HEADER_LEN..` with
+    /// `key().sign(&bytes[..SIGNED_HEADER_LEN], payload)` (possibly on
+    /// another thread for big payloads).
+    pub fn prepare(&mut self, hdr: &mut FrameHeader) -> [u8; HEADER_LEN] {
+        hdr.seq = self.next_seq;
+        self.next_seq += 1;
+        hdr.mac = [0; FRAME_MAC_LEN];
+        hdr.encode()
+    }
+
+    pub fn key(&self) -> &FrameKey {
+        &self.key
     }
 }
 
@@ -249,10 +261,20 @@ impl FrameVerifier {
         hdr: &FrameHeader,
         payload: &[u8],
     ) -> Result<(), FrameError> {
-        if !self
+        let mac_ok = self
             .key
-            .verify(&raw_header[..SIGNED_HEADER_LEN], payload, &hdr.mac)
-        {
+            .verify(&raw_header[..SIGNED_HEADER_LEN], payload, &hdr.mac);
+        self.accept(hdr, mac_ok)
+    }
+
+    pub fn key(&self) -> &FrameKey {
+        &self.key
+    }
+
+    /// Second half of [`FrameVerifier::verify`] when the MAC was checked
+    /// elsewhere (`mac_ok`): refuses a bad MAC, then checks the sequence.
+    pub fn accept(&mut self, hdr: &FrameHeader, mac_ok: bool) -> Result<(), FrameError> {
+        if !mac_ok {
             return Err(FrameError::BadMac { seq: hdr.seq });
         }
         if hdr.seq != self.next_seq {

@@ -101,11 +101,6 @@ impl Peer {
                         st.conn = None;
                     }
                 }
-                Err(e @ MsgError::Timeout { .. }) => {
-                    // The connection may be wedged; start afresh next time.
-                    conn.close();
-                    return Err(e);
-                }
                 Err(e) => return Err(e),
             }
             if Instant::now() >= deadline {

@@ -1,0 +1,132 @@
+//! Loopback request/response throughput of cairn-msg (signed frames, one
+//! connection). Run with:
+//!     cargo run --release -p cairn-msg --example bench -- [SECONDS]
+//! Each case runs for SECONDS (default 3) with 1 and 8 concurrent callers:
+//! "write" sends SIZE bytes and gets an empty reply; "read" sends an empty
+//! request and gets SIZE bytes back.
+
+use bytes::Bytes;
+use cairn_msg::{connect, Credentials, KeyServer, Listener, MsgConfig, Secret};
+use cairn_types::EntityName;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WRITE: u16 = 1;
+const READ: u16 = 2;
+
+struct OneKey(EntityName, Secret);
+impl KeyServer for OneKey {
+    fn secret_for(&self, name: &EntityName) -> Option<Secret> {
+        (name == &self.0).then(|| self.1.clone())
+    }
+    fn service_secret(&self, _generation: u64) -> Option<Secret> {
+        None
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let secs: u64 = match std::env::args().nth(1) {
+        Some(s) => s.parse()?,
+        None => 3,
+    };
+    let key = Secret::generate();
+    let client_name = EntityName::client("bench");
+    let cfg = MsgConfig::default();
+    let l = Listener::bind(
+        "127.0.0.1:0".parse()?,
+        EntityName::osd(0),
+        Arc::new(OneKey(client_name.clone(), key.clone())),
+        cfg.clone(),
+    )
+    .await?;
+    let addr = l.local_addr();
+    tokio::spawn(async move {
+        while let Ok(conn) = l.accept().await {
+            tokio::spawn(async move {
+                while let Ok(m) = conn.recv().await {
+                    let conn = conn.clone();
+                    tokio::spawn(async move {
+                        let body = if m.msg_type == READ {
+                            let len =
+                                u32::from_le_bytes(m.payload[..4].try_into().unwrap_or([0; 4]))
+                                    as usize;
+                            Bytes::from(vec![0x5au8; len])
+                        } else {
+                            Bytes::new()
+                        };
+                        let _ = conn.reply(&m, m.msg_type, body).await;
+                    });
+                }
+            });
+        }
+    });
+    let creds = Credentials::Key {
+        name: client_name,
+        secret: key,
+    };
+    let conn = connect(addr, &creds, None, &cfg).await?;
+    println!("cairn-msg loopback benchmark, {secs} s per case, HMAC-SHA256 signed frames");
+    {
+        let k = cairn_msg::auth::FrameKey::new(&Secret::generate());
+        let buf = vec![7u8; 64 << 20];
+        let t = Instant::now();
+        let mac = k.sign(b"header", &buf);
+        let el = t.elapsed().as_secs_f64();
+        println!(
+            "frame MAC alone: {:.0} MiB/s (mac {:02x})",
+            64.0 / el,
+            mac[0]
+        );
+    }
+    println!(
+        "{:<6} {:>8} {:>6} {:>12} {:>12} {:>12}",
+        "op", "size", "conc", "ops/s", "MiB/s", "avg lat"
+    );
+    for size in [4usize << 10, 4 << 20] {
+        for kind in [WRITE, READ] {
+            for conc in [1usize, 8] {
+                let ops = Arc::new(AtomicU64::new(0));
+                let deadline = Instant::now() + Duration::from_secs(secs);
+                let start = Instant::now();
+                let mut tasks = Vec::new();
+                for _ in 0..conc {
+                    let (conn, ops) = (conn.clone(), ops.clone());
+                    let req = if kind == WRITE {
+                        Bytes::from(vec![0xa5u8; size])
+                    } else {
+                        Bytes::copy_from_slice(&(size as u32).to_le_bytes())
+                    };
+                    tasks.push(tokio::spawn(async move {
+                        while Instant::now() < deadline {
+                            conn.call(kind, req.clone(), Duration::from_secs(30))
+                                .await?;
+                            ops.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok::<(), cairn_msg::MsgError>(())
+                    }));
+                }
+                for t in tasks {
+                    t.await??;
+                }
+                let el = start.elapsed().as_secs_f64();
+                let n = ops.load(Ordering::Relaxed) as f64;
+                println!(
+                    "{:<6} {:>8} {:>6} {:>12.0} {:>12.1} {:>10.3}ms",
+                    if kind == WRITE { "write" } else { "read" },
+                    if size >= 1 << 20 {
+                        format!("{}MiB", size >> 20)
+                    } else {
+                        format!("{}KiB", size >> 10)
+                    },
+                    conc,
+                    n / el,
+                    n * size as f64 / el / (1 << 20) as f64,
+                    el * 1000.0 * conc as f64 / n.max(1.0)
+                );
+            }
+        }
+    }
+    Ok(())
+}

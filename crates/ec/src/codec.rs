@@ -170,6 +170,29 @@ impl Codec {
             .collect())
     }
 
+    /// Scrub: recomputes parity from the data chunks of `chunks` (all
+    /// `k + m`, same byte range of each) and returns the indices of parity
+    /// chunks that differ. A corrupt data chunk typically shows as every
+    /// parity chunk differing; per-chunk checksums say which chunk is bad.
+    pub fn parity_mismatches(&self, chunks: &[Bytes]) -> Result<Vec<usize>> {
+        if chunks.len() != self.total() {
+            return Err(EcError::ChunkCount {
+                count: chunks.len(),
+                expected: self.total(),
+            });
+        }
+        let parity = self.encode_parity(&chunks[..self.k])?;
+        let mut bad = Vec::new();
+        for (j, p) in parity.iter().enumerate() {
+            let stored = &chunks[self.k + j];
+            check_len(self.k + j, stored.len(), p.len())?;
+            if stored != p {
+                bad.push(self.k + j);
+            }
+        }
+        Ok(bad)
+    }
+
     /// Checks slot count and equal, aligned lengths; returns the length.
     fn check_chunks(&self, chunks: &[Option<Bytes>]) -> Result<usize> {
         if chunks.len() != self.total() {
@@ -324,6 +347,21 @@ mod tests {
             .decode_data(&[None, None, Some(Bytes::new()), Some(Bytes::new())])
             .unwrap();
         assert!(data.iter().all(Bytes::is_empty));
+    }
+
+    #[test]
+    fn scrub_finds_parity_mismatch() {
+        let codec = Codec::new(3, 2).unwrap();
+        let mut full: Vec<Bytes> = chunks(&codec, 128, 9).into_iter().flatten().collect();
+        assert!(codec.parity_mismatches(&full).unwrap().is_empty());
+        let mut p = full[4].to_vec();
+        p[100] ^= 0x40;
+        full[4] = p.into();
+        assert_eq!(codec.parity_mismatches(&full).unwrap(), vec![4]);
+        let mut d = full[0].to_vec();
+        d[3] ^= 1;
+        full[0] = d.into();
+        assert_eq!(codec.parity_mismatches(&full).unwrap(), vec![3, 4]);
     }
 
     #[test]

@@ -21,4 +21,6 @@ pub use error::{EcError, Result};
 pub use format::{ChunkInfo, EC_FORMAT_VERSION, EC_LIBRARY, EC_LIBRARY_VERSION};
 pub use geometry::{ChunkPos, ExtentSegment, StripeGeometry};
 pub use object::{ChunkRead, ErasureCode, ReadMode, ReadPlan};
-pub use rmw::{plan_write, plan_write_full, ShardRollback, ShardWrite, WriteKind, WritePlan};
+pub use rmw::{
+    plan_truncate, plan_write, plan_write_full, ShardRollback, ShardWrite, WriteKind, WritePlan,
+};

@@ -31,6 +31,10 @@ pub enum WriteKind {
     Append,
     /// Changes existing bytes: needs `allow_ec_overwrites`.
     Overwrite,
+    /// Sets the logical size. Extending, or shrinking to a stripe boundary,
+    /// only changes chunk lengths; shrinking into a stripe rewrites that
+    /// stripe (its tail becomes zero padding) and needs `allow_ec_overwrites`.
+    Truncate,
 }
 
 /// The plan of one write: what to read, then [`WritePlan::build`] makes the
@@ -160,6 +164,50 @@ pub fn plan_write_full(code: &ErasureCode, old_size: u64, new_len: u64) -> Write
     }
 }
 
+/// Plans setting the size of an object of `old_size` bytes to `new_size`.
+pub fn plan_truncate(
+    code: &ErasureCode,
+    old_size: u64,
+    new_size: u64,
+    allow_overwrites: bool,
+) -> Result<WritePlan> {
+    checked_end(new_size, 0)?;
+    let g = code.geometry();
+    let width = g.stripe_width_bytes();
+    let su = g.stripe_unit_bytes();
+    let mut stripes = 0..0;
+    let mut reads = Vec::new();
+    if new_size < old_size && !new_size.is_multiple_of(width) {
+        if !allow_overwrites {
+            return Err(EcError::OverwritesDisabled {
+                offset: new_size,
+                end: old_size,
+                old_size,
+            });
+        }
+        let s = new_size / width;
+        stripes = s..s + 1;
+        for shard in 0..code.k() {
+            if s * width + shard as u64 * su < new_size {
+                reads.push(ChunkRead {
+                    shard,
+                    range: s * su..(s + 1) * su,
+                });
+            }
+        }
+    }
+    Ok(WritePlan {
+        code: *code,
+        kind: WriteKind::Truncate,
+        old_size,
+        offset: new_size,
+        len: 0,
+        new_size,
+        stripes,
+        reads,
+    })
+}
+
 impl WritePlan {
     /// Builds the `k + m` shard writes from the new bytes (`data.len() ==
     /// len`) and the old bytes read for [`WritePlan::reads`], in that order.
@@ -175,38 +223,57 @@ impl WritePlan {
         let old_chunk_len = g.chunk_len(self.old_size);
         let new_chunk_len = g.chunk_len(self.new_size);
         if self.stripes.is_empty() {
-            if self.kind != WriteKind::Full {
-                return Ok(Vec::new());
+            if self.kind == WriteKind::Append || self.kind == WriteKind::Overwrite {
+                return Ok(Vec::new()); // zero-length write
             }
-            // Full write of an empty object: every chunk becomes empty.
+            // Only the chunk length changes (empty full write, or a
+            // truncate that rewrites no stripe).
             return Ok(self.shard_writes(
-                0,
+                old_chunk_len.min(new_chunk_len),
                 vec![Bytes::new(); self.code.total()],
                 old_chunk_len,
-                0,
+                new_chunk_len,
             ));
         }
         let chunks = if self.kind == WriteKind::Full {
             self.code.encode(data)?
         } else {
-            let range = g.chunk_range_of_stripes(&self.stripes);
-            let span = (range.end - range.start) as usize;
-            let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; span]; self.code.k()];
-            for (read, bytes) in self.reads.iter().zip(old_reads) {
-                let at = (read.range.start - range.start) as usize;
-                bufs[read.shard][at..at + bytes.len()].copy_from_slice(bytes);
-            }
-            for seg in g.map_extent(self.offset, self.len)? {
-                let at = (seg.chunk_offset - range.start) as usize;
-                let from = (seg.logical_offset - self.offset) as usize;
-                bufs[seg.shard][at..at + seg.len as usize]
-                    .copy_from_slice(&data[from..from + seg.len as usize]);
-            }
-            let parity = self.code.codec().encode_parity(&bufs)?;
-            bufs.into_iter().map(Bytes::from).chain(parity).collect()
+            self.rewrite_stripes(data, old_reads)?
         };
         let start = g.chunk_range_of_stripes(&self.stripes).start;
         Ok(self.shard_writes(start, chunks, old_chunk_len, new_chunk_len))
+    }
+
+    /// New chunks for the stripes of an extent write or truncate: old bytes
+    /// read, new bytes laid over them, everything past the new size zero.
+    fn rewrite_stripes(&self, data: &Bytes, old_reads: &[Bytes]) -> Result<Vec<Bytes>> {
+        let g = self.code.geometry();
+        let range = g.chunk_range_of_stripes(&self.stripes);
+        let span = (range.end - range.start) as usize;
+        let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; span]; self.code.k()];
+        for (read, bytes) in self.reads.iter().zip(old_reads) {
+            let at = (read.range.start - range.start) as usize;
+            bufs[read.shard][at..at + bytes.len()].copy_from_slice(bytes);
+        }
+        for seg in g.map_extent(self.offset, self.len)? {
+            let at = (seg.chunk_offset - range.start) as usize;
+            let from = (seg.logical_offset - self.offset) as usize;
+            bufs[seg.shard][at..at + seg.len as usize]
+                .copy_from_slice(&data[from..from + seg.len as usize]);
+        }
+        // Bytes at or past the new size are padding: zero (a shrinking
+        // truncate read old data there).
+        let new_end = g
+            .padded_size(self.new_size)
+            .min(self.stripes.end * g.stripe_width_bytes());
+        if self.new_size < new_end {
+            for seg in g.map_extent(self.new_size, new_end - self.new_size)? {
+                let at = (seg.chunk_offset - range.start) as usize;
+                bufs[seg.shard][at..at + seg.len as usize].fill(0);
+            }
+        }
+        let parity = self.code.codec().encode_parity(&bufs)?;
+        Ok(bufs.into_iter().map(Bytes::from).chain(parity).collect())
     }
 
     fn shard_writes(
@@ -418,6 +485,36 @@ mod tests {
         assert!(plan_write(&code(), 1000, 1000, 5, false).is_ok());
         assert!(plan_write(&code(), 1000, 2000, 5, false).is_ok());
         assert!(plan_write(&code(), 1000, 10, 5, true).is_ok());
+    }
+
+    #[test]
+    fn truncate_rules() {
+        // 2+1, su 64: stripe width 128.
+        let extend = plan_truncate(&code(), 100, 1000, false).unwrap();
+        assert!(extend.stripes.is_empty() && extend.reads.is_empty());
+        let aligned = plan_truncate(&code(), 1000, 256, false).unwrap();
+        assert!(aligned.stripes.is_empty());
+        let err = plan_truncate(&code(), 1000, 300, false).unwrap_err();
+        assert!(err.to_string().contains("allow_ec_overwrites"), "{err}");
+        let cut = plan_truncate(&code(), 1000, 300, true).unwrap();
+        assert_eq!(cut.stripes, 2..3);
+        // 300 = 2*128 + 44: only shard 0 of stripe 2 keeps data.
+        assert_eq!(
+            cut.reads,
+            vec![ChunkRead {
+                shard: 0,
+                range: 128..192
+            }]
+        );
+        let writes = cut
+            .build(&Bytes::new(), &[Bytes::from(vec![5u8; 64])])
+            .unwrap();
+        assert_eq!(writes.len(), 3);
+        assert!(writes
+            .iter()
+            .all(|w| w.new_chunk_len == 192 && w.offset == 128));
+        assert_eq!(&writes[0].data[..44], &[5u8; 44][..]);
+        assert!(writes[0].data[44..].iter().all(|b| *b == 0));
     }
 
     #[test]

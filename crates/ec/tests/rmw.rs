@@ -4,7 +4,7 @@
 //! rolling forward from any k shards that applied it completes it.
 
 use bytes::Bytes;
-use cairn_ec::rmw::plan_write_full;
+use cairn_ec::rmw::{plan_truncate, plan_write_full};
 use cairn_ec::{plan_write, ErasureCode, ShardRollback, ShardWrite, WritePlan};
 use proptest::prelude::*;
 
@@ -12,6 +12,7 @@ use proptest::prelude::*;
 enum Op {
     Full { len: usize },
     Write { offset: usize, len: usize },
+    Truncate { size: usize },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -32,6 +33,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         1 => (0usize..1500).prop_map(|len| Op::Full { len }),
         4 => (0usize..2500, 0usize..1200).prop_map(|(offset, len)| Op::Write { offset, len }),
+        1 => (0usize..2500).prop_map(|size| Op::Truncate { size }),
     ]
 }
 
@@ -158,7 +160,7 @@ fn roll_forward(code: &ErasureCode, shards: &mut [Vec<u8>], writes: &[ShardWrite
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(96))]
+    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn rmw_matches_fresh_encoding_and_rolls_back(
@@ -176,6 +178,10 @@ proptest! {
                 Op::Write { offset, len } => (
                     plan_write(&code, old_size, offset as u64, len as u64, true).unwrap(),
                     bytes_for(len, n),
+                ),
+                Op::Truncate { size } => (
+                    plan_truncate(&code, old_size, size as u64, true).unwrap(),
+                    Bytes::new(),
                 ),
             };
             let down = down.filter(|d| *d < k);
@@ -197,6 +203,7 @@ proptest! {
             }
             match op {
                 Op::Full { .. } => model = data.to_vec(),
+                Op::Truncate { size } => model.resize(size, 0),
                 Op::Write { offset, len } => {
                     if len > 0 {
                         if model.len() < offset + len {

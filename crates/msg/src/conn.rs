@@ -185,7 +185,7 @@ impl Drop for Handle {
         self.shared.fail(
             MsgError::Closed {
                 peer: self.shared.label.clone(),
-                reason: "closed locally (all handles dropped)".into(),
+                reason: "its last handle was dropped".into(),
             },
             true,
         );
@@ -353,7 +353,7 @@ impl Connection {
         self.handle.shared.fail(
             MsgError::Closed {
                 peer: self.handle.shared.label.clone(),
-                reason: "closed locally".into(),
+                reason: "the application closed it".into(),
             },
             true,
         );
@@ -538,7 +538,10 @@ async fn writer_task(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .as_ref()
-        .map(|(e, local)| (e.to_string(), *local));
+        .map(|(e, local)| match e {
+            MsgError::Closed { reason, .. } => (reason.clone(), *local),
+            other => (other.to_string(), *local),
+        });
     if mid_frame {
         return;
     }

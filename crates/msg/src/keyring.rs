@@ -200,7 +200,11 @@ impl Keyring {
             reason: "path has no file name".into(),
         })?;
         let mut tmp_name = file_name.to_os_string();
-        tmp_name.push(format!(".tmp.{}", std::process::id()));
+        tmp_name.push(format!(
+            ".tmp.{}.{:016x}",
+            std::process::id(),
+            rand::rngs::OsRng.next_u64()
+        ));
         let tmp = dir.join(tmp_name);
         let mut opts = fs::OpenOptions::new();
         opts.write(true).create(true).truncate(true);

@@ -436,7 +436,58 @@ mod tests {
         assert!(matches!(check(t).1, Some(FrameError::BadMac { .. })));
     }
 
+    fn any_kind() -> impl Strategy<Value = FrameKind> {
+        prop_oneof![
+            Just(FrameKind::Hello),
+            Just(FrameKind::ServerHello),
+            Just(FrameKind::ClientProof),
+            Just(FrameKind::AuthReject),
+            Just(FrameKind::AuthOk),
+            Just(FrameKind::Message),
+            Just(FrameKind::Keepalive),
+            Just(FrameKind::Close),
+        ]
+    }
+
     proptest! {
+        #[test]
+        fn header_encode_decode_round_trips(
+            kind in any_kind(),
+            msg_type in any::<u16>(),
+            len in 0u32..=2048,
+            seq in any::<u64>(),
+            id in any::<u64>(),
+            reply_to in proptest::option::of(any::<u64>()),
+            mac in any::<[u8; 16]>(),
+        ) {
+            let h = FrameHeader { kind, msg_type, payload_len: len, seq, id, reply_to, mac };
+            match FrameHeader::decode(&h.encode(), 4096) {
+                Ok(back) => prop_assert_eq!(back, h),
+                Err(FrameError::TooLarge { .. }) => {
+                    prop_assert!(len as usize > kind.payload_limit(4096))
+                }
+                Err(e) => prop_assert!(false, "unexpected {}", e),
+            }
+        }
+
+        #[test]
+        fn signed_streams_verify_and_any_bit_flip_is_caught(
+            bodies in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 1..6),
+            flip in any::<proptest::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let mut s = FrameSigner::new(key());
+            let stream: Vec<u8> = bodies.iter().flat_map(|b| frame(&mut s, b, None)).collect();
+            let mut v = FrameVerifier::new(key());
+            prop_assert_eq!(decode_stream(&stream, 1 << 20, &mut v), (bodies.len(), None));
+            let mut bad = stream.clone();
+            let i = flip.index(bad.len());
+            bad[i] ^= 1 << bit;
+            let mut v = FrameVerifier::new(key());
+            let (n, err) = decode_stream(&bad, 1 << 20, &mut v);
+            prop_assert!(err.is_some() && n < bodies.len(), "flip at {} accepted", i);
+        }
+
         #[test]
         fn garbage_headers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let mut v = FrameVerifier::new(key());

@@ -170,3 +170,39 @@ async fn call_timeout_names_peer_and_what() {
     assert!(matches!(err, MsgError::Timeout { .. }), "{text}");
     assert!(text.contains("mon.a") && text.contains("reply"), "{text}");
 }
+
+#[tokio::test]
+async fn many_clients_on_one_listener() {
+    let keys = Keys::default();
+    let mut creds = Vec::new();
+    for i in 0..20 {
+        let name = cairn_types::EntityName::client(&format!("c{i}"));
+        let s = Secret::generate();
+        keys.secrets.lock().unwrap().insert(name.clone(), s.clone());
+        creds.push(Credentials::Key { name, secret: s });
+    }
+    let l = Listener::bind(any_port(), mon_a(), std::sync::Arc::new(keys), fast_cfg())
+        .await
+        .unwrap();
+    let addr = l.local_addr();
+    let _server = echo_server(l);
+    let mut set = tokio::task::JoinSet::new();
+    for c in creds {
+        set.spawn(async move {
+            let conn = connect(addr, &c, Some(&mon_a()), &fast_cfg())
+                .await
+                .unwrap();
+            let me = c.name().to_string();
+            for _ in 0..10 {
+                let r = conn
+                    .call(3, Bytes::from(me.clone()), Duration::from_secs(10))
+                    .await
+                    .unwrap();
+                assert_eq!(r.payload, Bytes::from(me.clone()));
+            }
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.unwrap();
+    }
+}

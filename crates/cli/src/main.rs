@@ -6,7 +6,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod cmd_admin;
 mod cmd_crush;
+mod cmd_daemon;
 mod cmd_store;
 
 /// Output shape shared by every command: Ceph-like plain text or JSON.
@@ -50,13 +52,67 @@ enum Command {
     Crush(cmd_crush::CrushArgs),
     /// The per-disk object store: benchmark and consistency checks.
     Store(cmd_store::StoreArgs),
+    /// Create a new cluster: fsid, admin key, first monitor; start the node daemon.
+    Bootstrap(cmd_daemon::BootstrapArgs),
+    /// Add this node as a monitor of an existing cluster, with a token from `cairn bootstrap`.
+    Join(cmd_daemon::JoinArgs),
+    /// Run this node's daemon (its mon), or `daemon stop` it.
+    Daemon(cmd_daemon::DaemonArgs),
+}
+
+/// Flags that take a value, so the verb detection can skip their values.
+const VALUE_FLAGS: &[&str] = &[
+    "-c",
+    "--conf",
+    "-f",
+    "--format",
+    "-n",
+    "--name",
+    "--id",
+    "-k",
+    "--keyring",
+    "--connect-timeout",
+];
+
+/// The first word that is not a flag (or a flag's value).
+fn first_verb(args: &[String]) -> Option<&str> {
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if a == "-s" {
+            return Some(a);
+        }
+        if VALUE_FLAGS.contains(&a) {
+            i += 2;
+            continue;
+        }
+        if a.starts_with('-') {
+            i += 1;
+            continue;
+        }
+        return Some(a);
+    }
+    None
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Crush(args) => cmd_crush::run(args, &cli.global),
-        Command::Store(args) => cmd_store::run(args, &cli.global),
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let result = match first_verb(&raw) {
+        Some(v) if cmd_admin::ADMIN_VERBS.contains(&v) => cmd_admin::run(&raw),
+        Some("help") => {
+            cmd_admin::help();
+            Ok(())
+        }
+        _ => {
+            let cli = Cli::parse();
+            match cli.command {
+                Command::Crush(args) => cmd_crush::run(args, &cli.global),
+                Command::Store(args) => cmd_store::run(args, &cli.global),
+                Command::Bootstrap(args) => cmd_daemon::bootstrap(args, &cli.global),
+                Command::Join(args) => cmd_daemon::join(args, &cli.global),
+                Command::Daemon(args) => cmd_daemon::run(args, &cli.global),
+            }
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -104,15 +104,22 @@ async fn tampered_frame_is_rejected() {
 #[tokio::test]
 async fn keepalive_timeout_detects_a_silent_peer() {
     let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
+    let l = Listener::bind(
+        any_port(),
+        mon_a(),
+        Keys::with(&admin(), &key),
+        keepalive_cfg(),
+    )
+    .await
+    .unwrap();
     let (paddr, _proxy) = proxy(l.local_addr(), Mangle::SilenceServer).await;
     let creds = Credentials::Key {
         name: admin(),
         secret: key,
     };
-    let client = connect(paddr, &creds, None, &fast_cfg()).await.unwrap();
+    let client = connect(paddr, &creds, None, &keepalive_cfg())
+        .await
+        .unwrap();
     let _server = l.accept().await.unwrap();
     let t = Instant::now();
     let err = client
@@ -141,16 +148,21 @@ async fn keepalive_timeout_detects_a_silent_peer() {
 #[tokio::test]
 async fn idle_connection_stays_up_thanks_to_keepalives() {
     let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
+    let l = Listener::bind(
+        any_port(),
+        mon_a(),
+        Keys::with(&admin(), &key),
+        keepalive_cfg(),
+    )
+    .await
+    .unwrap();
     let addr = l.local_addr();
     let _server = echo_server(l);
     let creds = Credentials::Key {
         name: admin(),
         secret: key,
     };
-    let client = connect(addr, &creds, None, &fast_cfg()).await.unwrap();
+    let client = connect(addr, &creds, None, &keepalive_cfg()).await.unwrap();
     // Idle for twice the keepalive timeout.
     tokio::time::sleep(Duration::from_millis(1600)).await;
     assert!(!client.is_closed(), "{:?}", client.closed_reason());

@@ -45,14 +45,24 @@ pub fn mon_a() -> EntityName {
     EntityName::mon("a")
 }
 
+/// Short timeouts, with enough keepalive slack for a loaded 2-core CI box.
 pub fn fast_cfg() -> MsgConfig {
     MsgConfig {
-        keepalive_interval: Duration::from_millis(100),
-        keepalive_timeout: Duration::from_millis(800),
+        keepalive_interval: Duration::from_millis(200),
+        keepalive_timeout: Duration::from_secs(4),
         connect_timeout: Duration::from_secs(2),
         handshake_timeout: Duration::from_secs(2),
         send_timeout: Duration::from_secs(5),
         ..Default::default()
+    }
+}
+
+/// For the keepalive tests: a silent peer is detected after 800 ms.
+pub fn keepalive_cfg() -> MsgConfig {
+    MsgConfig {
+        keepalive_interval: Duration::from_millis(100),
+        keepalive_timeout: Duration::from_millis(800),
+        ..fast_cfg()
     }
 }
 

@@ -59,6 +59,16 @@ pub struct ChunkInfo {
 }
 
 impl ChunkInfo {
+    /// The code that wrote this chunk (to decode it, whatever the pool's
+    /// profile says today).
+    pub fn erasure_code(&self) -> Result<crate::ErasureCode> {
+        crate::ErasureCode::new(
+            self.k as usize,
+            self.m as usize,
+            u64::from(self.stripe_unit_bytes),
+        )
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         encode_versioned(EC_FORMAT_VERSION, self)
     }
@@ -109,6 +119,8 @@ mod tests {
         let buf = info.encode();
         assert_eq!(buf[0], EC_FORMAT_VERSION);
         assert_eq!(ChunkInfo::decode(&buf).unwrap(), info);
+        let code = info.erasure_code().unwrap();
+        assert_eq!((code.k(), code.m()), (4, 2));
         let mut future = buf.clone();
         future[0] = EC_FORMAT_VERSION + 1;
         let err = ChunkInfo::decode(&future).unwrap_err();

@@ -50,14 +50,27 @@ pub enum ReadMode {
 /// What to read for a logical extent, and how to turn it into bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadPlan {
-    /// Logical offset of the result.
-    pub offset: u64,
-    /// Length of the result: the requested length clipped to the object.
-    pub len: u64,
-    pub mode: ReadMode,
-    /// Chunk ranges to read; results go to [`ErasureCode::assemble_read`]
-    /// in this order.
-    pub reads: Vec<ChunkRead>,
+    offset: u64,
+    len: u64,
+    mode: ReadMode,
+    reads: Vec<ChunkRead>,
+}
+
+impl ReadPlan {
+    /// The logical bytes the read returns: the request clipped to the object.
+    pub fn extent(&self) -> Range<u64> {
+        self.offset..self.offset + self.len
+    }
+
+    pub fn mode(&self) -> &ReadMode {
+        &self.mode
+    }
+
+    /// Chunk ranges to read; their bytes go to
+    /// [`ErasureCode::assemble_read`] in this order.
+    pub fn reads(&self) -> &[ChunkRead] {
+        &self.reads
+    }
 }
 
 impl ErasureCode {

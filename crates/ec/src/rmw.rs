@@ -42,18 +42,13 @@ pub enum WriteKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WritePlan {
     code: ErasureCode,
-    pub kind: WriteKind,
-    pub old_size: u64,
-    /// Logical offset and length of the new bytes.
-    pub offset: u64,
-    pub len: u64,
-    pub new_size: u64,
-    /// Stripes rewritten on every shard (empty for a no-op write).
-    pub stripes: Range<u64>,
-    /// Old data-chunk ranges to read first (whole stripe units of partly
-    /// overwritten stripes). If a chunk's OSD is down, decode the same range
-    /// from any `k` chunks with [`crate::Codec::decode_data`].
-    pub reads: Vec<ChunkRead>,
+    kind: WriteKind,
+    old_size: u64,
+    offset: u64,
+    len: u64,
+    new_size: u64,
+    stripes: Range<u64>,
+    reads: Vec<ChunkRead>,
 }
 
 /// New bytes for one shard's chunk. Sent to the OSD at `acting[shard]`.
@@ -209,6 +204,37 @@ pub fn plan_truncate(
 }
 
 impl WritePlan {
+    pub fn kind(&self) -> WriteKind {
+        self.kind
+    }
+
+    pub fn old_size(&self) -> u64 {
+        self.old_size
+    }
+
+    /// Logical range of the new bytes (empty for a truncate).
+    pub fn extent(&self) -> Range<u64> {
+        self.offset..self.offset + self.len
+    }
+
+    /// Logical size after the write.
+    pub fn new_size(&self) -> u64 {
+        self.new_size
+    }
+
+    /// Stripes rewritten on every shard (empty when only chunk lengths
+    /// change, or for a zero-length write).
+    pub fn stripes(&self) -> Range<u64> {
+        self.stripes.clone()
+    }
+
+    /// Old data-chunk ranges to read first (whole stripe units of partly
+    /// overwritten stripes). If a chunk's OSD is down, decode the same range
+    /// from any `k` chunks with [`crate::Codec::decode_data`].
+    pub fn reads(&self) -> &[ChunkRead] {
+        &self.reads
+    }
+
     /// Builds the `k + m` shard writes from the new bytes (`data.len() ==
     /// len`) and the old bytes read for [`WritePlan::reads`], in that order.
     /// Returns nothing for a zero-length extent write.
@@ -241,6 +267,9 @@ impl WritePlan {
             self.rewrite_stripes(data, old_reads)?
         };
         let start = g.chunk_range_of_stripes(&self.stripes).start;
+        // Shard writes start on stripe-unit boundaries, so per-unit
+        // checksums (`block_crc32c` with block = stripe_unit) line up.
+        debug_assert!(start.is_multiple_of(g.stripe_unit_bytes()));
         Ok(self.shard_writes(start, chunks, old_chunk_len, new_chunk_len))
     }
 

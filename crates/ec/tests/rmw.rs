@@ -61,7 +61,7 @@ fn serve_reads(
     plan: &WritePlan,
     down: Option<usize>,
 ) -> Vec<Bytes> {
-    plan.reads
+    plan.reads()
         .iter()
         .map(|r| {
             let (a, b) = (r.range.start as usize, r.range.end as usize);
@@ -213,7 +213,7 @@ proptest! {
                     }
                 }
             }
-            prop_assert_eq!(plan.new_size, model.len() as u64);
+            prop_assert_eq!(plan.new_size(), model.len() as u64);
             prop_assert_eq!(&shards, &expected_shards(&code, &model));
             let slots: Vec<Option<Bytes>> = shards.iter().map(|s| Some(Bytes::copy_from_slice(s))).collect();
             prop_assert_eq!(&code.decode(&slots, model.len() as u64).unwrap()[..], &model[..]);

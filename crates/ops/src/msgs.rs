@@ -1,0 +1,187 @@
+//! OSD <-> OSD messages: the replication sub-op (a resolved list of
+//! mutations plus its PG log entry) and its ack, and the peering/recovery
+//! messages (query/notify, pull, push). Also the PG bookkeeping records
+//! they carry (`LogEntry`, `PgInfo`).
+
+use crate::op::{ListCursor, ObjectName, OpError, ReqId, Version};
+use bytes::Bytes;
+use cairn_types::{Epoch, PgId};
+use serde::{Deserialize, Serialize};
+
+/// One change to one object, already resolved by the primary (appends have
+/// an offset, guards were checked), so every replica applies exactly the
+/// same bytes. Attribute names are store names (user xattrs carry the
+/// `u.` prefix, internal ones `_`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mutation {
+    Touch,
+    Remove,
+    Write { offset: u64, data: Bytes },
+    Truncate { size: u64 },
+    Zero { offset: u64, len: u64 },
+    SetAttr { name: String, value: Bytes },
+    RmAttr { name: String },
+    OmapSet { entries: Vec<(Bytes, Bytes)> },
+    OmapRm { keys: Vec<Bytes> },
+    OmapClear,
+}
+
+/// What a log entry did to its object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogOp {
+    Modify,
+    Delete,
+    /// The op failed; logged so that a resend gets the same answer.
+    Error(OpError),
+}
+
+/// One PG log entry (no data: the object holds it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    pub version: Version,
+    /// The object's version before this entry (default = did not exist).
+    pub prior_version: Version,
+    pub reqid: Option<ReqId>,
+    pub oid: ObjectName,
+    pub op: LogOp,
+}
+
+/// A PG's summary on one OSD (persisted in the collection's meta).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PgInfo {
+    pub pgid: Option<PgId>,
+    /// Newest log entry applied here.
+    pub last_update: Version,
+    /// Every entry up to here is applied with its object (no missing objects).
+    pub last_complete: Version,
+    /// Entries newer than this are in the log; older ones were trimmed.
+    pub log_tail: Version,
+    /// Epoch in which the PG last went active with this OSD in its acting set.
+    pub last_epoch_started: Epoch,
+    /// First epoch of the current interval as this OSD last knew it.
+    pub same_interval_since: Epoch,
+    /// Acting set of the interval that last went active (as known here).
+    pub last_active_acting: Vec<i32>,
+    /// The PG was active+clean (every acting member complete) as of this epoch.
+    pub last_epoch_clean: Epoch,
+}
+
+/// primary -> replica: apply `mutations` and append `entry` in one store
+/// transaction; ack once durable. Sent in version order on one connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepOp {
+    pub pgid: PgId,
+    pub from: i32,
+    pub epoch: Epoch,
+    pub interval_since: Epoch,
+    pub entry: LogEntry,
+    pub mutations: Vec<Mutation>,
+    /// The replica may trim its log up to (and including) this version.
+    pub trim_to: Version,
+    /// Placement hash of the object.
+    pub hash: u32,
+}
+
+/// replica -> primary: the entry at `version` is durable here (or why not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepOpAck {
+    pub pgid: PgId,
+    pub from: i32,
+    pub version: Version,
+    pub interval_since: Epoch,
+    pub result: Result<(), String>,
+}
+
+/// primary -> member: send me your info and log for this PG.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgQuery {
+    pub pgid: PgId,
+    pub from: i32,
+    pub epoch: Epoch,
+}
+
+/// member -> primary: info and log (None if the member has no copy).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgNotify {
+    pub pgid: PgId,
+    pub from: i32,
+    pub epoch: Epoch,
+    pub info: Option<PgInfo>,
+    pub log: Vec<LogEntry>,
+}
+
+/// What a pull asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PullWhat {
+    /// Full state of these objects (hash, name).
+    Objects(Vec<(u32, ObjectName)>),
+    /// Object names in store order (backfill scan).
+    List {
+        after: Option<ListCursor>,
+        limit: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgPull {
+    pub pgid: PgId,
+    pub from: i32,
+    pub epoch: Epoch,
+    pub what: PullWhat,
+}
+
+/// Everything one object holds. `None` in a pull/push = the object does not exist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectState {
+    pub data: Bytes,
+    pub attrs: Vec<(String, Bytes)>,
+    pub omap: Vec<(Bytes, Bytes)>,
+}
+
+impl ObjectState {
+    pub fn bytes(&self) -> u64 {
+        (self.data.len()
+            + self
+                .attrs
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+            + self
+                .omap
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()) as u64
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PullReply {
+    Objects(Vec<(u32, ObjectName, Option<ObjectState>)>),
+    List {
+        objects: Vec<(u32, ObjectName)>,
+        next: Option<ListCursor>,
+    },
+    /// The member refused (no such PG, newer interval, I/O error).
+    Refused(String),
+}
+
+/// primary -> member: install these objects (replace whole state, or remove
+/// when `None`); when `finish` is set, replace the log with `log` and the
+/// info with `info` (the member is then up to date).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgPush {
+    pub pgid: PgId,
+    pub from: i32,
+    pub epoch: Epoch,
+    pub objects: Vec<(u32, ObjectName, Option<ObjectState>)>,
+    /// Remove every local object not named here (end of a backfill); names by (hash, name).
+    pub keep_only: Option<Vec<(u32, ObjectName)>>,
+    pub finish: Option<(PgInfo, Vec<LogEntry>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgPushReply {
+    pub pgid: PgId,
+    pub from: i32,
+    pub result: Result<(), String>,
+}

@@ -160,7 +160,11 @@ const POOL: &[&str] = &[
 ];
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    // 24 cases in CI; CAIRN_SOAK=1 runs 1000.
+    #![proptest_config(ProptestConfig {
+        cases: if std::env::var("CAIRN_SOAK").as_deref() == Ok("1") { 1000 } else { 24 },
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn random_sequences_replay_identically(seq in proptest::collection::vec(0..POOL.len(), 1..25)) {

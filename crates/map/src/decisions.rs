@@ -50,6 +50,28 @@ impl ClusterMap {
 
     /// Places PG `pool.seed` on the current map.
     pub fn pg_to_up(&self, pool_id: u64, seed: u32) -> Result<PgMapping, CommandError> {
+        self.pg_to_up_with(pool_id, seed, &self.crush_reweights())
+    }
+
+    /// Places every PG of a pool (index = seed), computing the reweight
+    /// vector once.
+    pub fn pool_pg_mappings(&self, pool_id: u64) -> Result<Vec<PgMapping>, CommandError> {
+        let pg_num =
+            self.pools.get(&pool_id).map(|p| p.pg_num).ok_or_else(|| {
+                CommandError::not_found(format!("pool id {pool_id} does not exist"))
+            })?;
+        let reweights = self.crush_reweights();
+        (0..pg_num)
+            .map(|seed| self.pg_to_up_with(pool_id, seed, &reweights))
+            .collect()
+    }
+
+    fn pg_to_up_with(
+        &self,
+        pool_id: u64,
+        seed: u32,
+        reweights: &[u32],
+    ) -> Result<PgMapping, CommandError> {
         let p = self
             .pools
             .get(&pool_id)
@@ -63,7 +85,7 @@ impl ClusterMap {
         let pps = self.pg_pps(pool_id, seed)?;
         let raw = self
             .crush
-            .do_rule(p.crush_rule, pps, p.size as usize, &self.crush_reweights());
+            .do_rule(p.crush_rule, pps, p.size as usize, reweights);
         let is_up = |o: i32| self.osds.get(&o).is_some_and(|i| i.up);
         let up: Vec<i32> = match p.kind {
             PoolKind::Replicated => raw.iter().copied().filter(|&o| is_up(o)).collect(),

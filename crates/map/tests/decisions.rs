@@ -28,6 +28,9 @@ fn pg_placement_spreads_over_hosts_and_drops_down_osds() {
         used.extend(pg.up);
     }
     assert_eq!(used.len(), 6, "every OSD should get some PGs");
+    let all = m.pool_pg_mappings(1).unwrap();
+    assert_eq!(all.len(), 64);
+    assert_eq!(all[7], m.pg_to_up(1, 7).unwrap());
     assert!(m
         .pg_to_up(1, 64)
         .unwrap_err()

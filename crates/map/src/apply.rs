@@ -1450,6 +1450,12 @@ impl ClusterMap {
                 "the noup flag is set: osd.{id} stays down until 'cairn osd unset noup'"
             )));
         }
+        let retry = o.up
+            && o.addrs == addrs
+            && o.last_reported.as_ref().map(|r| r.boot_id) == Some(reported.boot_id);
+        if retry {
+            return Ok(done(format!("osd.{id} is already up")));
+        }
         let e = self.next_epoch();
         let noin = self.flags.contains(&OsdFlag::NoIn);
         let mark_in = !noin

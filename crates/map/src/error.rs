@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 /// Why a command failed. The kind lets a caller map it to an exit code
 /// (Ceph uses errno values: EINVAL, ENOENT, EEXIST, EPERM, EACCES, EBUSY).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// Bad argument or value (EINVAL).
     Invalid,

@@ -29,6 +29,9 @@ pub struct OsdReported {
     pub used_bytes: u64,
     /// Free-form state string (e.g. "booting", "active") for the OSD side.
     pub state: String,
+    /// Random id chosen by the OSD process at start: a repeated boot with
+    /// the same id is a retry, a new id is a restart (a new interval).
+    pub boot_id: u64,
 }
 
 /// One OSD in the OSD map.

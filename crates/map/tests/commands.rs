@@ -890,3 +890,30 @@ fn pg_map_and_print_key() {
         .unwrap_err()
         .contains("access denied"));
 }
+
+#[test]
+fn boot_retry_is_idempotent_and_restart_starts_new_interval() {
+    let mut m = cluster(3, 1);
+    let uuid = m.osds[&0].uuid.clone();
+    let boot = |boot_id: u64| MonCommand::OsdBoot {
+        id: 0,
+        uuid: uuid.clone(),
+        addrs: vec!["127.0.0.1:6800".into()],
+        reported: OsdReported {
+            boot_id,
+            ..Default::default()
+        },
+    };
+    m.apply(&boot(5), &actx()).unwrap();
+    let (e, up_from) = (m.epoch, m.osds[&0].up_from);
+    let r = m.apply(&boot(5), &actx()).unwrap();
+    assert!(r.plain.contains("already up"));
+    assert_eq!(m.epoch, e, "a retried boot changes nothing");
+    m.apply(&boot(6), &actx()).unwrap();
+    assert_eq!(m.epoch, e.next());
+    assert!(
+        m.osds[&0].up_from > up_from,
+        "a restart starts a new interval"
+    );
+    assert_eq!(m.osds[&0].down_at, m.epoch);
+}

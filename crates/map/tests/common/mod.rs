@@ -152,6 +152,7 @@ pub fn add_osd(map: &mut ClusterMap, host: &str, class: Option<&str>) -> i32 {
                 total_bytes: 1 << 40,
                 used_bytes: 1 << 30,
                 state: "active".into(),
+                boot_id: 1,
             },
         },
         &actx(),

@@ -675,6 +675,11 @@ impl ClusterMap {
 
     // ---------------------------------------------------------------- pools
 
+    /// The pool called `name`, if any.
+    pub fn pool_named(&self, name: &str) -> Option<&Pool> {
+        self.pools.values().find(|p| p.name == name)
+    }
+
     pub(crate) fn pool_by_name(&self, name: &str) -> Result<&Pool, CommandError> {
         self.pools.values().find(|p| p.name == name).ok_or_else(|| {
             CommandError::not_found(format!(

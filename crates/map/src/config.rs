@@ -160,8 +160,8 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
     opt(
         "mon_osd_down_out_subtree_limit",
         OptKind::Choice(FAILURE_DOMAINS),
-        "rack",
-        "smallest CRUSH subtree that is not marked out automatically when wholly down",
+        "host",
+        "CRUSH subtree type (e.g. host) whose OSDs are not marked out automatically when all of them are down (Ceph defaults to rack; a small cluster wants host)",
     ),
     opt(
         "mon_osd_full_ratio",

@@ -146,7 +146,7 @@ impl ClusterMap {
         }
         let limit = self
             .config_value("mon", "mon_osd_down_out_subtree_limit")
-            .unwrap_or_else(|| "rack".into());
+            .unwrap_or_else(|| "host".into());
         // Subtrees of the limit type in which every OSD is down.
         let mut subtree_up: BTreeMap<String, bool> = BTreeMap::new();
         for o in self.osds.values() {

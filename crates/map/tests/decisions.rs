@@ -97,10 +97,13 @@ fn auto_out_respects_interval_noout_subtree_and_min_in_ratio() {
     // A whole host down is not marked out when the subtree limit is host.
     ok(&mut m, "osd down 1");
     let host: BTreeMap<i32, u64> = [(0, 601), (1, 601), (2, 601)].into_iter().collect();
-    ok(&mut m, "config set mon mon_osd_down_out_subtree_limit host");
-    assert_eq!(m.auto_out_candidates(&host), vec![2]);
+    assert_eq!(
+        m.auto_out_candidates(&host),
+        vec![2],
+        "default limit is host"
+    );
     // Never below mon_osd_min_in_ratio of OSDs in (8 OSDs, 0.75 -> at most 2 out).
-    ok(&mut m, "config rm mon mon_osd_down_out_subtree_limit");
+    ok(&mut m, "config set mon mon_osd_down_out_subtree_limit rack");
     assert_eq!(m.auto_out_candidates(&host), vec![0, 1]);
     // Applying the decision goes through OsdAutoOut.
     for id in m.auto_out_candidates(&host) {

@@ -177,11 +177,14 @@ impl ClusterMap {
             } else {
                 format!("{} '{text}'", need.service)
             };
+            // `auth caps` replaces every cap, so the hint repeats the others.
+            let mut caps = entity.caps.clone();
+            caps.insert(need.service.clone(), format!("allow {}", need.perms));
+            let grant: Vec<String> = caps.iter().map(|(svc, c)| format!("{svc} '{c}'")).collect();
             Err(CommandError::access_denied(format!(
-                "access denied: '{}' needs {need}, {caller} has {has}; an admin can grant more with 'cairn auth caps {caller} {} \"allow {}\"'",
+                "access denied: '{}' needs {need}, {caller} has {has}; an admin can grant it with: cairn auth caps {caller} {}",
                 cmd.verb(),
-                need.service,
-                need.perms
+                grant.join(" ")
             )))
         }
     }

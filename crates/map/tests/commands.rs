@@ -668,6 +668,10 @@ fn auth_commands_and_caps_checks() {
         err.contains("access denied") && err.contains("mon 'rw'"),
         "{err}"
     );
+    assert!(
+        err.contains("cairn auth caps client.ro mon 'allow rw'"),
+        "{err}"
+    );
     assert!(run_as(&mut m, "auth ls", ro.clone())
         .unwrap_err()
         .contains("access denied"));

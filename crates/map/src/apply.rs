@@ -1241,10 +1241,15 @@ impl ClusterMap {
         let value = match known_option(&key) {
             Some(opt) => validate_value(opt, value).map_err(CommandError::invalid)?,
             None if force => {
-                if key.is_empty() || key.len() > NAME_MAX_LEN {
-                    return Err(CommandError::invalid(
-                        "config key must be 1..=128 characters",
-                    ));
+                let key_ok = !key.is_empty()
+                    && key.len() <= NAME_MAX_LEN
+                    && key
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'));
+                if !key_ok {
+                    return Err(CommandError::invalid(format!(
+                        "invalid config key '{key}': use 1..={NAME_MAX_LEN} letters, digits, '_' or '.'"
+                    )));
                 }
                 crate::config::validate_free_text(&key, value).map_err(CommandError::invalid)?
             }

@@ -793,6 +793,7 @@ fn central_config() {
         ("config set global", "usage"),
         ("config get osd.3 no_such_key", "not set"),
         ("tell mon.* injectargs --x", "config set"),
+        ("config set global 'a=b' 1 --force", "invalid config key"),
     ] {
         let err = fails(&mut m, l);
         assert!(err.contains(why), "{l}: {err}");

@@ -4,10 +4,11 @@
 //! takes is one chunk (or the same byte range of every chunk).
 
 use bytes::Bytes;
-use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
+use reed_solomon_simd::ReedSolomonEncoder;
 
 use crate::error::{EcError, Result};
 use crate::format::{MAX_CHUNKS, STRIPE_UNIT_ALIGN_BYTES};
+use crate::work::{lib_err, with_decoder, with_encoder};
 
 /// A `k + m` Reed-Solomon code: chunks `0..k` carry data, `k..k+m` parity.
 /// Any `k` of the `k + m` chunks determine all the others.
@@ -73,12 +74,13 @@ impl Codec {
         if len == 0 {
             return Ok(vec![Bytes::new(); self.m]);
         }
-        let mut encoder = ReedSolomonEncoder::new(self.k, self.m, len).map_err(lib_err)?;
-        for d in data {
-            encoder.add_original_shard(d).map_err(lib_err)?;
-        }
-        let result = encoder.encode().map_err(lib_err)?;
-        Ok(result.recovery_iter().map(Bytes::copy_from_slice).collect())
+        with_encoder(self.k, self.m, len, |encoder| {
+            for d in data {
+                encoder.add_original_shard(d).map_err(lib_err)?;
+            }
+            let result = encoder.encode().map_err(lib_err)?;
+            Ok(result.recovery_iter().map(Bytes::copy_from_slice).collect())
+        })
     }
 
     /// Which chunks to read when `available[i]` says chunk `i` can be read:
@@ -113,30 +115,31 @@ impl Codec {
         if len == 0 {
             return Ok(vec![Bytes::new(); self.k]);
         }
-        let mut decoder = ReedSolomonDecoder::new(self.k, self.m, len).map_err(lib_err)?;
-        for &i in &chosen {
-            if let Some(c) = &chunks[i] {
-                if i < self.k {
-                    decoder.add_original_shard(i, c).map_err(lib_err)?;
-                } else {
-                    decoder.add_recovery_shard(i - self.k, c).map_err(lib_err)?;
+        with_decoder(self.k, self.m, len, |decoder| {
+            for &i in &chosen {
+                if let Some(c) = &chunks[i] {
+                    if i < self.k {
+                        decoder.add_original_shard(i, c).map_err(lib_err)?;
+                    } else {
+                        decoder.add_recovery_shard(i - self.k, c).map_err(lib_err)?;
+                    }
                 }
             }
-        }
-        let restored = decoder.decode().map_err(lib_err)?;
-        let mut out = Vec::with_capacity(self.k);
-        for (i, chunk) in chunks[..self.k].iter().enumerate() {
-            match chunk {
-                Some(c) => out.push(c.clone()),
-                None => {
-                    let r = restored.restored_original(i).ok_or_else(|| {
-                        EcError::Library(format!("decoder did not restore data chunk {i}"))
-                    })?;
-                    out.push(Bytes::copy_from_slice(r));
+            let restored = decoder.decode().map_err(lib_err)?;
+            let mut out = Vec::with_capacity(self.k);
+            for (i, chunk) in chunks[..self.k].iter().enumerate() {
+                match chunk {
+                    Some(c) => out.push(c.clone()),
+                    None => {
+                        let r = restored.restored_original(i).ok_or_else(|| {
+                            EcError::Library(format!("decoder did not restore data chunk {i}"))
+                        })?;
+                        out.push(Bytes::copy_from_slice(r));
+                    }
                 }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Rebuilds the chunks listed in `wanted` (e.g. for a new acting member)
@@ -235,10 +238,6 @@ fn check_len(index: usize, len: usize, expected: usize) -> Result<()> {
         });
     }
     Ok(())
-}
-
-fn lib_err(e: reed_solomon_simd::Error) -> EcError {
-    EcError::Library(e.to_string())
 }
 
 #[cfg(test)]

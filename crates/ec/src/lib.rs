@@ -14,6 +14,7 @@ pub mod format;
 pub mod geometry;
 pub mod object;
 pub mod rmw;
+mod work;
 
 pub use codec::Codec;
 pub use crc::{block_crc32c, chunk_crc32c, drop_corrupt_chunks};

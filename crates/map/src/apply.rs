@@ -467,12 +467,15 @@ impl ClusterMap {
             .ok_or_else(|| CommandError::not_found(format!("osd.{id} does not exist")))
     }
 
-    /// Copies CRUSH's weight and class of every OSD into the OSD map.
+    /// Copies CRUSH's weight, class and host of every OSD into the OSD map.
     fn sync_osds_from_crush(&mut self) {
         let crush = &self.crush;
         for o in self.osds.values_mut() {
             o.crush_weight = crush.device_weight(o.id).unwrap_or(0.0);
             o.device_class = crush.device_class(o.id).map(str::to_string);
+            if let Some(h) = crush.parent_of_type(o.id, "host") {
+                o.host = h;
+            }
         }
     }
 

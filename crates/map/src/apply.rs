@@ -844,7 +844,7 @@ impl ClusterMap {
         })
     }
 
-    /// Layout of a new EC pool: size k+m, min_size k+1, and the given rule
+    /// Layout of a new EC pool: size k+m, min_size k+1 (k when m = 1), and the given rule
     /// or an indep rule named after the pool (created when missing).
     fn erasure_layout(
         &mut self,
@@ -879,7 +879,8 @@ impl ClusterMap {
         };
         Ok(PoolLayout {
             size: prof.k + prof.m,
-            min_size: prof.k + 1,
+            // Ceph's rule: k+1, or k when m = 1 (else one failure would stop I/O).
+            min_size: prof.k + 1.min(prof.m - 1),
             crush_rule,
             ec_profile: Some(pname.to_string()),
             stripe_width: u64::from(prof.k) * prof.stripe_unit,

@@ -460,7 +460,15 @@ fn pool_create_defaults_and_errors() {
     ok(&mut m, "osd erasure-code-profile set ec21 k=2 m=1");
     ok(&mut m, "osd pool create ecdata 8 8 erasure ec21");
     let ec = m.pools.values().find(|p| p.name == "ecdata").unwrap();
-    assert_eq!((ec.size, ec.min_size, ec.stripe_width), (3, 3, 8192));
+    assert_eq!((ec.size, ec.min_size, ec.stripe_width), (3, 2, 8192));
+    ok(
+        &mut m,
+        "osd erasure-code-profile set ec42 k=4 m=2 crush-failure-domain=osd",
+    );
+    ok(&mut m, "osd pool create ec42pool 8 8 erasure ec42");
+    let ec42 = m.pool_named("ec42pool").unwrap();
+    assert_eq!((ec42.size, ec42.min_size), (6, 5), "EC min_size is k+1");
+    let ec = m.pool_named("ecdata").unwrap();
     assert_eq!(ec.ec_profile.as_deref(), Some("ec21"));
     assert_eq!(m.crush.rule_id("ecdata"), Some(ec.crush_rule));
     // Existing pool of the same type: no change.

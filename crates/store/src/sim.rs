@@ -168,9 +168,15 @@ impl StoreFile for SimFile {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.plan.tick(false)?;
-        let mut st = self.lock()?;
-        st.durable = st.live.clone();
-        st.unsynced.clear();
+        let mut guard = self.lock()?;
+        let st = &mut *guard;
+        for (off, data) in st.unsynced.drain(..) {
+            let o = off as usize;
+            let end = (o + data.len()).min(st.durable.len());
+            if o < end {
+                st.durable[o..end].copy_from_slice(&data[..end - o]);
+            }
+        }
         Ok(())
     }
     fn len(&self) -> io::Result<u64> {

@@ -193,6 +193,10 @@ pub struct CrushMap {
     pub(crate) class_bucket: BTreeMap<i32, BTreeMap<i32, i32>>,
     /// Indexed by rule id.
     pub(crate) rules: Vec<Option<Rule>>,
+    /// Ceph's `max_buckets` (the bucket array size, grown by doubling as
+    /// buckets are added and never shrunk). Placement does not depend on it;
+    /// crushtool's utilisation report does.
+    pub(crate) ceph_max_buckets: u32,
 }
 
 impl Default for CrushMap {
@@ -255,6 +259,7 @@ impl CrushMap {
             class_names: BTreeMap::new(),
             class_bucket: BTreeMap::new(),
             rules: Vec::new(),
+            ceph_max_buckets: 0,
         }
     }
 
@@ -508,7 +513,19 @@ impl CrushMap {
             return Err(CrushError::Invalid(format!("bucket id {} used twice", b.id)));
         }
         self.buckets[idx] = Some(b);
+        let pos = idx as u32;
+        if pos >= self.ceph_max_buckets {
+            self.ceph_max_buckets = if self.ceph_max_buckets == 0 { 8 } else { self.ceph_max_buckets * 2 };
+            if pos >= self.ceph_max_buckets {
+                self.ceph_max_buckets = pos + 1;
+            }
+        }
         Ok(())
+    }
+
+    /// Ceph's `max_buckets` for this map (see the field's documentation).
+    pub fn ceph_max_buckets(&self) -> i32 {
+        self.ceph_max_buckets as i32
     }
 
     pub(crate) fn trim_bucket_slots(&mut self) {

@@ -112,7 +112,7 @@ fn maximum_affected_by_rule(map: &CrushMap, rule_id: i32) -> i32 {
             *m = r;
         }
     }
-    let mut max_affected = map.max_buckets().max(map.max_devices());
+    let mut max_affected = map.ceph_max_buckets().max(map.max_devices());
     for &t in &affected {
         let m = max_of_type.get(&t).copied().unwrap_or(0);
         if m > 0 && m < max_affected {

@@ -81,8 +81,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!(
-        "{:<6} {:>8} {:>6} {:>12} {:>12} {:>12}",
-        "op", "size", "conc", "ops/s", "MiB/s", "avg lat"
+        "{:<6} {:>8} {:>6} {:>10} {:>10} {:>12} {:>12}",
+        "op", "size", "conc", "ops/s", "MiB/s", "avg lat", "CPU us/op"
     );
     for size in [4usize << 10, 4 << 20] {
         for kind in [WRITE, READ] {
@@ -90,6 +90,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let ops = Arc::new(AtomicU64::new(0));
                 let deadline = Instant::now() + Duration::from_secs(secs);
                 let start = Instant::now();
+                let cpu0 = cpu_seconds();
                 let mut tasks = Vec::new();
                 for _ in 0..conc {
                     let (conn, ops) = (conn.clone(), ops.clone());
@@ -111,22 +112,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     t.await??;
                 }
                 let el = start.elapsed().as_secs_f64();
+                let cpu = cpu_seconds() - cpu0;
                 let n = ops.load(Ordering::Relaxed) as f64;
+                let label = if size >= 1 << 20 {
+                    format!("{}MiB", size >> 20)
+                } else {
+                    format!("{}KiB", size >> 10)
+                };
                 println!(
-                    "{:<6} {:>8} {:>6} {:>12.0} {:>12.1} {:>10.3}ms",
+                    "{:<6} {:>8} {:>6} {:>10.0} {:>10.1} {:>10.3}ms {:>12.1}",
                     if kind == WRITE { "write" } else { "read" },
-                    if size >= 1 << 20 {
-                        format!("{}MiB", size >> 20)
-                    } else {
-                        format!("{}KiB", size >> 10)
-                    },
+                    label,
                     conc,
                     n / el,
                     n * size as f64 / el / (1 << 20) as f64,
-                    el * 1000.0 * conc as f64 / n.max(1.0)
+                    el * 1000.0 * conc as f64 / n.max(1.0),
+                    cpu * 1e6 / n.max(1.0)
                 );
             }
         }
     }
     Ok(())
+}
+
+/// User + system CPU time of this process (client and server both run
+/// here), from /proc; 0 where unavailable. Load-independent cost measure.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the ")" closing the command name; utime and stime are
+    // fields 14 and 15 of the whole line, in clock ticks (100 per second).
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
 }

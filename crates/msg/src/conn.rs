@@ -10,11 +10,12 @@ use crate::frame::{
     SIGNED_HEADER_LEN,
 };
 use crate::handshake::{self, Established};
-use crate::io::{frame_error, read_frame, write_frame};
+use crate::io::{frame_error, read_frame, write_all_slices, write_frame};
 use crate::MsgError;
 use bytes::Bytes;
 use cairn_types::EntityName;
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,6 +39,10 @@ pub const ACCEPT_QUEUE_LEN: usize = 128;
 /// Payloads at least this big are signed/verified on the blocking pool so
 /// a 128 MiB MAC does not stall the other tasks of a runtime worker.
 pub const OFFLOAD_MAC_BYTES: usize = 256 << 10;
+/// Most frames written with one vectored write.
+const WRITE_BATCH_FRAMES: usize = 32;
+/// Queued frames are batched until their payloads reach this many bytes.
+const WRITE_BATCH_BYTES: usize = 256 << 10;
 /// Socket read buffer size.
 const READ_BUFFER_BYTES: usize = 64 << 10;
 /// How long a local close waits to tell the peer why.
@@ -558,6 +563,26 @@ async fn writer_task(
     }
 }
 
+/// Assigns the next sequence number to `frame` and signs it; returns the
+/// header bytes. Big payloads are signed on the blocking pool.
+async fn seal_frame(
+    sh: &Shared,
+    signer: &mut FrameSigner,
+    frame: &mut OutFrame,
+) -> Result<[u8; HEADER_LEN], MsgError> {
+    let mut raw = signer.prepare(&mut frame.header);
+    let mac = if frame.payload.len() >= OFFLOAD_MAC_BYTES {
+        let (key, payload) = (signer.key().clone(), frame.payload.clone());
+        tokio::task::spawn_blocking(move || key.sign(&raw[..SIGNED_HEADER_LEN], &payload))
+            .await
+            .map_err(|e| MsgError::protocol(&sh.label, format!("MAC task failed: {e}")))?
+    } else {
+        signer.key().sign(&raw[..SIGNED_HEADER_LEN], &frame.payload)
+    };
+    raw[SIGNED_HEADER_LEN..].copy_from_slice(&mac);
+    Ok(raw)
+}
+
 async fn writer_loop(
     sh: &Shared,
     wr: &mut OwnedWriteHalf,
@@ -565,8 +590,10 @@ async fn writer_loop(
     out_rx: &mut mpsc::Receiver<OutFrame>,
     mid_frame: &mut bool,
 ) -> Result<(), MsgError> {
+    let mut batch: Vec<OutFrame> = Vec::with_capacity(WRITE_BATCH_FRAMES);
+    let mut headers: Vec<[u8; HEADER_LEN]> = Vec::with_capacity(WRITE_BATCH_FRAMES);
     loop {
-        let frame = match timeout(sh.cfg.keepalive_interval, out_rx.recv()).await {
+        let first = match timeout(sh.cfg.keepalive_interval, out_rx.recv()).await {
             Ok(Some(f)) => f,
             Ok(None) => return Ok(()),
             Err(_) => OutFrame {
@@ -575,23 +602,35 @@ async fn writer_loop(
                 _permit: None,
             },
         };
-        let mut h = frame.header;
-        let mut raw = signer.prepare(&mut h);
-        let mac = if frame.payload.len() >= OFFLOAD_MAC_BYTES {
-            let (key, payload) = (signer.key().clone(), frame.payload.clone());
-            tokio::task::spawn_blocking(move || key.sign(&raw[..SIGNED_HEADER_LEN], &payload))
-                .await
-                .map_err(|e| MsgError::protocol(&sh.label, format!("MAC task failed: {e}")))?
-        } else {
-            signer.key().sign(&raw[..SIGNED_HEADER_LEN], &frame.payload)
-        };
-        raw[SIGNED_HEADER_LEN..].copy_from_slice(&mac);
+        // Small frames that are already queued go out in one vectored write.
+        let mut batch_bytes = first.payload.len();
+        batch.push(first);
+        while batch.len() < WRITE_BATCH_FRAMES && batch_bytes < WRITE_BATCH_BYTES {
+            match out_rx.try_recv() {
+                Ok(f) => {
+                    batch_bytes += f.payload.len();
+                    batch.push(f);
+                }
+                Err(_) => break,
+            }
+        }
+        for f in batch.iter_mut() {
+            headers.push(seal_frame(sh, signer, f).await?);
+        }
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
+        for (h, f) in headers.iter().zip(batch.iter()) {
+            slices.push(IoSlice::new(h));
+            slices.push(IoSlice::new(&f.payload));
+        }
         *mid_frame = true;
-        write_frame(wr, &raw, &frame.payload)
+        write_all_slices(wr, &mut slices)
             .await
-            .map_err(|e| MsgError::io(&sh.label, "sending a frame", &e))?;
+            .map_err(|e| MsgError::io(&sh.label, "sending frames", &e))?;
         *mid_frame = false;
-        // `frame` (and its in-flight permit) is released here.
+        drop(slices);
+        headers.clear();
+        // The frames' in-flight permits are released here.
+        batch.clear();
     }
 }
 

@@ -145,6 +145,25 @@ pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// Writes all of `bufs` with vectored writes, resuming after partial ones.
+pub(crate) async fn write_all_slices<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    mut bufs: &mut [IoSlice<'_>],
+) -> std::io::Result<()> {
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        let n = w.write_vectored(bufs).await?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "socket accepted no bytes",
+            ));
+        }
+        IoSlice::advance_slices(&mut bufs, n);
+    }
+    Ok(())
+}
+
 /// Writes an unsigned handshake frame.
 pub(crate) async fn write_unsigned<W: AsyncWrite + Unpin>(
     w: &mut W,

@@ -197,10 +197,18 @@ pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(
             Credentials::Key { .. } => format!("the key of {me}"),
             Credentials::Ticket { .. } => format!("the session key of {me}'s ticket"),
         };
+        // Tell the server why we hang up (best effort), so its log says so.
+        let body = encode_versioned(
+            HANDSHAKE_VERSION,
+            &AuthReject {
+                reason: format!("the server's proof does not verify under {what}"),
+            },
+        );
+        let _ = write_unsigned(s, &label, FrameKind::AuthReject, &body).await;
         return Err(MsgError::auth(
             &label,
             format!(
-                "the server's proof does not verify under {what}: either that key is wrong or the server does not know it (wrong cluster or an impostor); nothing was sent"
+                "the server's proof does not verify under {what}: either that key is wrong or the server does not know it (wrong cluster or an impostor); nothing else was sent"
             ),
         ));
     }
@@ -318,9 +326,28 @@ pub(crate) async fn server<S: AsyncRead + AsyncWrite + Unpin>(
         &encode_versioned(HANDSHAKE_VERSION, &sh),
     )
     .await?;
-    let proof = match read_handshake(s, &label, idle).await? {
-        (_, HandshakeMsg::ClientProof(p)) => p,
-        (kind, _) => return Err(unexpected(&label, "ClientProof", kind)),
+    let proof = match read_handshake(s, &label, idle).await {
+        Ok((_, HandshakeMsg::ClientProof(p))) => p,
+        Ok((_, HandshakeMsg::AuthReject(r))) => {
+            return Err(MsgError::auth(
+                &label,
+                format!(
+                    "{} refused our proof ({}): the key we hold for it differs from the one it uses",
+                    hello.name, r.reason
+                ),
+            ))
+        }
+        Ok((kind, _)) => return Err(unexpected(&label, "ClientProof", kind)),
+        Err(MsgError::Closed { .. }) => {
+            return Err(MsgError::auth(
+                &label,
+                format!(
+                    "{} hung up after our challenge (its key differs from ours, or it expected another server)",
+                    hello.name
+                ),
+            ))
+        }
+        Err(e) => return Err(e),
     };
     if !crate::auth::mac_eq(&t.client_proof(&k), &proof.proof) {
         return Err(reject(

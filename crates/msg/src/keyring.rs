@@ -59,6 +59,13 @@ impl Secret {
     }
 }
 
+impl Drop for Secret {
+    fn drop(&mut self) {
+        // Do not leave key material in freed memory.
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
 impl PartialEq for Secret {
     fn eq(&self, other: &Secret) -> bool {
         self.0.ct_eq(&other.0).into()

@@ -80,6 +80,13 @@ impl Peer {
         st.conn.as_ref().filter(|c| !c.is_closed()).cloned()
     }
 
+    /// Closes the current connection, if any; the next `call` reconnects.
+    pub async fn close(&self) {
+        if let Some(c) = self.inner.state.lock().await.conn.take() {
+            c.close();
+        }
+    }
+
     /// Request/response; (re)connects as needed, all within `timeout`.
     pub async fn call(
         &self,

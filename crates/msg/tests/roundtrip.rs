@@ -206,3 +206,31 @@ async fn many_clients_on_one_listener() {
         r.unwrap();
     }
 }
+
+#[tokio::test]
+async fn dropping_the_last_handle_closes_and_tells_the_peer() {
+    let key = Secret::generate();
+    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
+        .await
+        .unwrap();
+    let creds = Credentials::Key {
+        name: admin(),
+        secret: key,
+    };
+    let client = connect(l.local_addr(), &creds, None, &fast_cfg())
+        .await
+        .unwrap();
+    let server = l.accept().await.unwrap();
+    let extra = client.clone();
+    drop(client);
+    assert!(!extra.is_closed(), "a clone keeps the connection open");
+    drop(extra);
+    let err = server
+        .recv_timeout(Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, MsgError::Closed { reason, .. } if reason.contains("last handle was dropped")),
+        "{err}"
+    );
+}

@@ -25,3 +25,4 @@ pub use object::{ChunkRead, ErasureCode, ReadMode, ReadPlan};
 pub use rmw::{
     plan_truncate, plan_write, plan_write_full, ShardRollback, ShardWrite, WriteKind, WritePlan,
 };
+pub use work::WORK_CACHE_MAX_BYTES;

@@ -11,8 +11,9 @@ use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
 
 use crate::error::{EcError, Result};
 
-/// Largest work space (estimated as `(k+m)` rounded up to a power of two,
-/// times the chunk length) kept per thread for reuse.
+/// Largest work space kept per thread for reuse, for the encoder and for
+/// the decoder each. Bounds: encoder `(k+m).next_power_of_two() * len`,
+/// decoder twice that (the library's work counts are at most these).
 pub const WORK_CACHE_MAX_BYTES: usize = 16 << 20;
 
 thread_local! {
@@ -20,10 +21,13 @@ thread_local! {
     static DECODER: RefCell<Option<ReedSolomonDecoder>> = const { RefCell::new(None) };
 }
 
-fn cacheable(k: usize, m: usize, len: usize) -> bool {
+/// Whether the work space of a call (`factor` = 1 for the encoder, 2 for
+/// the decoder) fits the per-thread cache.
+fn cacheable(k: usize, m: usize, len: usize, factor: usize) -> bool {
     (k + m)
         .next_power_of_two()
         .checked_mul(len)
+        .and_then(|b| b.checked_mul(factor))
         .is_some_and(|bytes| bytes <= WORK_CACHE_MAX_BYTES)
 }
 
@@ -38,7 +42,7 @@ pub(crate) fn with_encoder<R>(
     len: usize,
     f: impl FnOnce(&mut ReedSolomonEncoder) -> Result<R>,
 ) -> Result<R> {
-    if cacheable(k, m, len) {
+    if cacheable(k, m, len, 1) {
         let cached = ENCODER.with(|cell| cell.try_borrow_mut().ok().map(|mut slot| slot.take()));
         if let Some(slot) = cached {
             let mut encoder = match slot {
@@ -68,7 +72,7 @@ pub(crate) fn with_decoder<R>(
     len: usize,
     f: impl FnOnce(&mut ReedSolomonDecoder) -> Result<R>,
 ) -> Result<R> {
-    if cacheable(k, m, len) {
+    if cacheable(k, m, len, 2) {
         let cached = DECODER.with(|cell| cell.try_borrow_mut().ok().map(|mut slot| slot.take()));
         if let Some(slot) = cached {
             let mut decoder = match slot {
@@ -89,4 +93,19 @@ pub(crate) fn with_decoder<R>(
     }
     let mut decoder = ReedSolomonDecoder::new(k, m, len).map_err(lib_err)?;
     f(&mut decoder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn four_mib_objects_of_the_usual_profiles_are_cached() {
+        for (k, m) in [(2, 1), (4, 2), (8, 3)] {
+            let len = (4 << 20) / k;
+            assert!(cacheable(k, m, len, 2), "{k}+{m}");
+        }
+        assert!(!cacheable(16, 16, 1 << 20, 1));
+        assert!(!cacheable(2, 1, usize::MAX, 1));
+    }
 }

@@ -23,7 +23,6 @@ struct State {
     next_addr: usize,
     backoff: Duration,
     not_before: Option<Instant>,
-    last_error: Option<MsgError>,
 }
 
 /// Keeps one connection to one of `addrs`, reconnecting as needed.
@@ -43,6 +42,8 @@ struct Inner {
     expect_peer: Option<EntityName>,
     cfg: MsgConfig,
     state: tokio::sync::Mutex<State>,
+    /// Kept apart from `state` so that giving up never waits for a connect.
+    last_error: std::sync::Mutex<Option<MsgError>>,
 }
 
 impl Peer {
@@ -63,8 +64,8 @@ impl Peer {
                     next_addr: 0,
                     backoff: PEER_BACKOFF_INITIAL,
                     not_before: None,
-                    last_error: None,
                 }),
+                last_error: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -102,24 +103,30 @@ impl Peer {
                 Ok(m) => return Ok(m),
                 Err(e) if e.is_connection_error() => {
                     tracing::debug!("{}: call failed ({e}); reconnecting", conn.peer_label());
-                    let mut st = self.inner.state.lock().await;
-                    st.last_error = Some(e);
-                    if st.conn.as_ref().is_some_and(|c| c.is_closed()) {
-                        st.conn = None;
-                    }
+                    self.set_last_error(e);
                 }
                 Err(e) => return Err(e),
             }
             if Instant::now() >= deadline {
-                return Err(self.gave_up(timeout).await);
+                return Err(self.gave_up(timeout));
             }
         }
     }
 
-    async fn gave_up(&self, after: Duration) -> MsgError {
-        let st = self.inner.state.lock().await;
-        let last = st
+    fn set_last_error(&self, e: MsgError) {
+        *self
+            .inner
             .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(e);
+    }
+
+    fn gave_up(&self, after: Duration) -> MsgError {
+        let last = self
+            .inner
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .map(|e| format!("; last error: {e}"))
             .unwrap_or_default();
@@ -134,13 +141,8 @@ impl Peer {
         }
         let mut st = match timeout_at(deadline, self.inner.state.lock()).await {
             Ok(st) => st,
-            Err(_) => {
-                return Err(MsgError::timeout(
-                    &self.label(),
-                    "the connection lock",
-                    after,
-                ))
-            }
+            // Another caller is (re)connecting and did not finish in our time.
+            Err(_) => return Err(self.gave_up(after)),
         };
         loop {
             if let Some(c) = st.conn.as_ref().filter(|c| !c.is_closed()) {
@@ -149,8 +151,7 @@ impl Peer {
             st.conn = None;
             if let Some(nb) = st.not_before {
                 if nb >= deadline {
-                    drop(st);
-                    return Err(self.gave_up(after).await);
+                    return Err(self.gave_up(after));
                 }
                 sleep_until(nb).await;
             }
@@ -158,8 +159,7 @@ impl Peer {
             let mut cfg = self.inner.cfg.clone();
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                drop(st);
-                return Err(self.gave_up(after).await);
+                return Err(self.gave_up(after));
             }
             cfg.connect_timeout = cfg.connect_timeout.min(left);
             cfg.handshake_timeout = cfg.handshake_timeout.min(left);
@@ -183,7 +183,7 @@ impl Peer {
                         "connect to {addr} failed: {e}; next try in {:?}",
                         st.backoff
                     );
-                    st.last_error = Some(e);
+                    self.set_last_error(e);
                     st.next_addr = st.next_addr.wrapping_add(1);
                     st.not_before = Some(Instant::now() + st.backoff);
                     st.backoff = (st.backoff * 2).min(PEER_BACKOFF_MAX);

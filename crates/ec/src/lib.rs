@@ -13,6 +13,7 @@ pub mod error;
 pub mod format;
 pub mod geometry;
 pub mod object;
+pub mod ranges;
 pub mod rmw;
 mod work;
 
@@ -22,6 +23,7 @@ pub use error::{EcError, Result};
 pub use format::{ChunkInfo, EC_FORMAT_VERSION, EC_LIBRARY, EC_LIBRARY_VERSION};
 pub use geometry::{ChunkPos, ExtentSegment, StripeGeometry};
 pub use object::{ChunkRead, ErasureCode, ReadMode, ReadPlan};
+pub use ranges::RangeReadPlan;
 pub use rmw::{
     plan_truncate, plan_write, plan_write_full, ShardRollback, ShardWrite, WriteKind, WritePlan,
 };

@@ -229,8 +229,8 @@ impl WritePlan {
     }
 
     /// Old data-chunk ranges to read first (whole stripe units of partly
-    /// overwritten stripes). If a chunk's OSD is down, decode the same range
-    /// from any `k` chunks with [`crate::Codec::decode_data`].
+    /// overwritten stripes). When some chunks' OSDs are down, pass these to
+    /// [`ErasureCode::plan_range_reads`], which decodes them from `k` others.
     pub fn reads(&self) -> &[ChunkRead] {
         &self.reads
     }

@@ -1,0 +1,21 @@
+//! cairn-osd: one OSD = one store, one listener and the PGs CRUSH gives it.
+//!
+//! - `pg`: the per-PG state machine (ordering, versions, ack accounting,
+//!   bounded log, intervals, states, activation rules) — pure, no I/O.
+//! - `exec`: object operations against the local store.
+//! - `runtime`: tokio tasks that own the socket, the store and one actor per
+//!   PG, follow the cluster map, replicate, and run activation (query, pull,
+//!   push) before a PG serves I/O.
+//! - `auth`: who may connect (keys from the map's auth table, or tickets
+//!   sealed with the OSD service secret) and what they may do (osd caps).
+//!
+//! Replicated pools only; erasure-coded pools are not served yet.
+
+pub mod auth;
+pub mod exec;
+mod peering;
+pub mod pg;
+mod runtime;
+
+pub use pg::{PgLimits, PgState, Role};
+pub use runtime::{MapSource, Osd, OsdConfig, OsdError, PgStat};

@@ -1,0 +1,1158 @@
+//! One placement group's replication bookkeeping on one OSD, as a state
+//! machine: map changes (intervals, role, states), client op admission
+//! (epoch checks, reqid de-duplication, per-object ordering, version
+//! assignment), commit accounting (ack only when every acting member is
+//! durable), the bounded PG log and its trimming, and activation. It does
+//! no I/O: the runtime (`osd`) executes the returned [`PgAction`]s and feeds
+//! back [`PgEvent`]s. Recovery planning is the pure [`plan_recovery`].
+
+use cairn_ops::{
+    LogEntry, LogOp, ObjectName, OpError, OpReply, OpRequest, OpStatus, PgInfo, ReqId, SubOp,
+    SubOpOutput, Version,
+};
+use cairn_types::{Epoch, PgId};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+
+/// Identifies a client request waiting for an answer inside the runtime.
+pub type Token = u64;
+
+/// Limits of one PG.
+#[derive(Debug, Clone)]
+pub struct PgLimits {
+    /// `osd_min_pg_log_entries`: entries kept when the PG is clean.
+    pub min_log_entries: usize,
+    /// `osd_max_pg_log_entries`: entries kept at most (degraded PGs keep up
+    /// to this many so a returning member recovers from the log).
+    pub max_log_entries: usize,
+    /// Past intervals remembered at most.
+    pub max_past_intervals: usize,
+    /// Client ops queued while the PG peers, at most (more are told to retry).
+    pub max_waiting_ops: usize,
+}
+
+impl Default for PgLimits {
+    fn default() -> Self {
+        PgLimits {
+            min_log_entries: 250,
+            max_log_entries: 3000,
+            max_past_intervals: 500,
+            max_waiting_ops: 4096,
+        }
+    }
+}
+
+/// Where the PG is placed in one map epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub epoch: Epoch,
+    pub up: Vec<i32>,
+    pub acting: Vec<i32>,
+    pub primary: Option<i32>,
+    pub size: u32,
+    pub min_size: u32,
+}
+
+impl Placement {
+    fn same_interval(&self, o: &Placement) -> bool {
+        self.up == o.up
+            && self.acting == o.acting
+            && self.primary == o.primary
+            && self.size == o.size
+            && self.min_size == o.min_size
+    }
+}
+
+/// A run of epochs with one acting set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PastInterval {
+    pub first: Epoch,
+    pub last: Epoch,
+    pub acting: Vec<i32>,
+    pub primary: Option<i32>,
+    /// The PG may have accepted writes in this interval.
+    pub maybe_went_rw: bool,
+}
+
+/// This OSD's part in the PG.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    Primary,
+    Replica,
+    Stray,
+}
+
+/// Reported PG state flags (printed joined by `+` like Ceph).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgState {
+    pub creating: bool,
+    pub peering: bool,
+    pub active: bool,
+    pub clean: bool,
+    pub degraded: bool,
+    pub undersized: bool,
+    pub remapped: bool,
+    pub down: bool,
+    /// Why the PG is down (which OSDs it waits for).
+    pub down_reason: Option<String>,
+}
+
+impl std::fmt::Display for PgState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        for (on, name) in [
+            (self.creating, "creating"),
+            (self.down, "down"),
+            (self.peering, "peering"),
+            (self.active, "active"),
+            (self.clean, "clean"),
+            (self.undersized, "undersized"),
+            (self.degraded, "degraded"),
+            (self.remapped, "remapped"),
+        ] {
+            if on {
+                parts.push(name);
+            }
+        }
+        if parts.is_empty() {
+            parts.push("inactive");
+        }
+        f.write_str(&parts.join("+"))
+    }
+}
+
+/// Inputs of the state machine.
+#[derive(Debug)]
+pub enum PgEvent {
+    Map(Placement),
+    ClientOp {
+        token: Token,
+        req: OpRequest,
+    },
+    /// The runtime resolved the write at `seq` (its entry and the result the
+    /// client will get) and submitted it locally and to the replicas.
+    Submitted {
+        seq: u64,
+        entry: LogEntry,
+        outcome: Result<Vec<SubOpOutput>, OpError>,
+    },
+    /// `from` has the entry at `seq` durable.
+    Committed {
+        seq: u64,
+        from: i32,
+        interval_since: Epoch,
+    },
+    /// Activation finished (Ok: the info and log now on disk here) or the PG is down.
+    PeeringDone {
+        interval_since: Epoch,
+        result: Result<(PgInfo, Vec<LogEntry>), String>,
+    },
+}
+
+/// Outputs of the state machine.
+#[derive(Debug)]
+pub enum PgAction {
+    Reply {
+        token: Token,
+        reply: OpReply,
+    },
+    /// Serve this read-only request from the local store and reply.
+    Read {
+        token: Token,
+        req: OpRequest,
+    },
+    /// Resolve this write at `version`, feed back `Submitted`, commit it
+    /// locally (with the PG log entry, the info and the log trim) and send
+    /// it to `replicas` in version order.
+    Write {
+        token: Token,
+        req: OpRequest,
+        version: Version,
+        trim_to: Version,
+        replicas: Vec<i32>,
+    },
+    /// Run activation: query `probe`, pick the authoritative log, bring
+    /// every acting member to it, then feed back `PeeringDone`.
+    Peer {
+        interval_since: Epoch,
+        epoch: Epoch,
+        acting: Vec<i32>,
+        probe: Vec<i32>,
+        past: Vec<PastInterval>,
+    },
+    /// Persist the info and past intervals (interval change).
+    PersistMeta,
+}
+
+struct InFlight {
+    tokens: Vec<Token>,
+    reqid: ReqId,
+    oid: ObjectName,
+    version: Version,
+    waiting: BTreeSet<i32>,
+    outcome: Option<Result<Vec<SubOpOutput>, OpError>>,
+    trim_to: Version,
+}
+
+/// One PG on one OSD.
+pub struct Pg {
+    pub pgid: PgId,
+    pub whoami: i32,
+    limits: PgLimits,
+    pub info: PgInfo,
+    log: VecDeque<LogEntry>,
+    /// reqid -> seq of its log entry (covers exactly the entries in `log`).
+    reqids: HashMap<ReqId, u64>,
+    pub past: Vec<PastInterval>,
+    placement: Option<Placement>,
+    pub role: Role,
+    pub state: PgState,
+    went_active_this_interval: bool,
+    inflight: BTreeMap<u64, InFlight>,
+    /// Objects with a write in flight, and the ops queued behind it.
+    busy: HashMap<ObjectName, VecDeque<(Token, OpRequest)>>,
+    waiting_for_active: VecDeque<(Token, OpRequest)>,
+}
+
+fn reply(req_reqid: &ReqId, status: OpStatus, version: Version, epoch: Epoch) -> OpReply {
+    OpReply {
+        reqid: req_reqid.clone(),
+        status,
+        version,
+        epoch,
+    }
+}
+
+impl Pg {
+    /// A PG loaded from disk (or new: default info, empty log).
+    pub fn new(
+        pgid: PgId,
+        whoami: i32,
+        limits: PgLimits,
+        info: PgInfo,
+        log: Vec<LogEntry>,
+        past: Vec<PastInterval>,
+    ) -> Pg {
+        let creating =
+            info.last_epoch_started == Epoch(0) && info.last_update == Version::default();
+        let mut pg = Pg {
+            pgid,
+            whoami,
+            limits,
+            info,
+            log: VecDeque::new(),
+            reqids: HashMap::new(),
+            past,
+            placement: None,
+            role: Role::Stray,
+            state: PgState {
+                creating,
+                ..Default::default()
+            },
+            went_active_this_interval: false,
+            inflight: BTreeMap::new(),
+            busy: HashMap::new(),
+            waiting_for_active: VecDeque::new(),
+        };
+        pg.info.pgid = Some(pgid);
+        pg.reset_log(log);
+        pg
+    }
+
+    fn reset_log(&mut self, log: Vec<LogEntry>) {
+        self.log = log.into();
+        self.reqids = self
+            .log
+            .iter()
+            .filter_map(|e| e.reqid.clone().map(|r| (r, e.version.seq)))
+            .collect();
+    }
+
+    pub fn log(&self) -> impl Iterator<Item = &LogEntry> {
+        self.log.iter()
+    }
+
+    pub fn log_len(&self) -> usize {
+        self.log.len()
+    }
+
+    pub fn placement(&self) -> Option<&Placement> {
+        self.placement.as_ref()
+    }
+
+    pub fn epoch(&self) -> Epoch {
+        self.placement.as_ref().map(|p| p.epoch).unwrap_or_default()
+    }
+
+    pub fn inflight_count(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Replaces info and log after this OSD was brought up to date by a push.
+    pub fn reload(&mut self, info: PgInfo, log: Vec<LogEntry>) {
+        let since = self.info.same_interval_since;
+        self.info = info;
+        self.info.pgid = Some(self.pgid);
+        self.info.same_interval_since = self.info.same_interval_since.max(since);
+        self.reset_log(log);
+        self.state.creating = false;
+    }
+
+    pub fn handle(&mut self, ev: PgEvent) -> Vec<PgAction> {
+        let mut out = Vec::new();
+        match ev {
+            PgEvent::Map(p) => self.on_map(p, &mut out),
+            PgEvent::ClientOp { token, req } => self.on_client_op(token, req, &mut out),
+            PgEvent::Submitted {
+                seq,
+                entry,
+                outcome,
+            } => self.on_submitted(seq, entry, outcome, &mut out),
+            PgEvent::Committed {
+                seq,
+                from,
+                interval_since,
+            } => {
+                if interval_since == self.info.same_interval_since {
+                    self.on_committed(seq, from, &mut out)
+                }
+            }
+            PgEvent::PeeringDone {
+                interval_since,
+                result,
+            } => self.on_peering_done(interval_since, result, &mut out),
+        }
+        out
+    }
+
+    fn on_map(&mut self, p: Placement, out: &mut Vec<PgAction>) {
+        let changed = self
+            .placement
+            .as_ref()
+            .is_none_or(|old| !old.same_interval(&p));
+        if !changed {
+            if let Some(old) = self.placement.as_mut() {
+                old.epoch = p.epoch;
+            }
+            return;
+        }
+        if let Some(old) = self.placement.take() {
+            let maybe_went_rw = self.went_active_this_interval
+                || (old.acting.len() as u32 >= old.min_size.max(1) && self.role != Role::Primary);
+            if p.epoch.0 > 0 {
+                self.past.push(PastInterval {
+                    first: self.info.same_interval_since,
+                    last: Epoch(p.epoch.0.saturating_sub(1)),
+                    acting: old.acting.clone(),
+                    primary: old.primary,
+                    maybe_went_rw,
+                });
+            }
+            let excess = self
+                .past
+                .len()
+                .saturating_sub(self.limits.max_past_intervals);
+            self.past.drain(..excess);
+        }
+        self.info.same_interval_since = p.epoch;
+        self.went_active_this_interval = false;
+        self.abort_ops(&p, out);
+        self.role = if p.primary == Some(self.whoami) {
+            Role::Primary
+        } else if p.acting.contains(&self.whoami) {
+            Role::Replica
+        } else {
+            Role::Stray
+        };
+        let creating = self.state.creating;
+        self.state = PgState {
+            creating,
+            remapped: p.up != p.acting,
+            undersized: (p.acting.len() as u32) < p.size,
+            degraded: (p.acting.len() as u32) < p.size,
+            ..Default::default()
+        };
+        out.push(PgAction::PersistMeta);
+        if self.role == Role::Primary {
+            if (p.acting.len() as u32) < p.min_size.max(1) {
+                self.state.down = false;
+                self.state.peering = false;
+            } else {
+                self.state.peering = true;
+                out.push(PgAction::Peer {
+                    interval_since: p.epoch,
+                    epoch: p.epoch,
+                    acting: p.acting.clone(),
+                    probe: self.probe_set(&p),
+                    past: self.past.clone(),
+                });
+            }
+        }
+        self.placement = Some(p);
+    }
+
+    /// Acting members plus every OSD of a past interval since the last one
+    /// this OSD knows went active that is up now (the runtime drops down ones).
+    fn probe_set(&self, p: &Placement) -> Vec<i32> {
+        let mut s: BTreeSet<i32> = p.acting.iter().copied().collect();
+        for pi in &self.past {
+            if pi.maybe_went_rw && pi.last >= self.info.last_epoch_started {
+                s.extend(pi.acting.iter().copied());
+            }
+        }
+        s.extend(self.info.last_active_acting.iter().copied());
+        s.into_iter().collect()
+    }
+
+    /// Answers every queued and in-flight op of the closing interval: the
+    /// client recomputes placement and resends (a resend of a committed op
+    /// is answered from the log).
+    fn abort_ops(&mut self, p: &Placement, out: &mut Vec<PgAction>) {
+        let status = || OpStatus::NotActive {
+            state: "interval changed".into(),
+        };
+        for (_, f) in std::mem::take(&mut self.inflight) {
+            for t in f.tokens {
+                out.push(PgAction::Reply {
+                    token: t,
+                    reply: reply(&f.reqid, status(), Version::default(), p.epoch),
+                });
+            }
+        }
+        let queued: Vec<(Token, OpRequest)> = self
+            .busy
+            .drain()
+            .flat_map(|(_, q)| q.into_iter())
+            .chain(self.waiting_for_active.drain(..))
+            .collect();
+        for (t, req) in queued {
+            out.push(PgAction::Reply {
+                token: t,
+                reply: reply(&req.reqid, status(), Version::default(), p.epoch),
+            });
+        }
+    }
+
+    fn on_client_op(&mut self, token: Token, req: OpRequest, out: &mut Vec<PgAction>) {
+        let epoch = self.epoch();
+        let answer = |st: OpStatus| PgAction::Reply {
+            token,
+            reply: reply(&req.reqid, st, Version::default(), epoch),
+        };
+        if self.role != Role::Primary {
+            out.push(answer(OpStatus::NotPrimary { osd_epoch: epoch }));
+            return;
+        }
+        if req.epoch < self.info.same_interval_since {
+            out.push(answer(OpStatus::MapTooOld { need: epoch }));
+            return;
+        }
+        if !self.state.active {
+            if self.state.peering && self.waiting_for_active.len() < self.limits.max_waiting_ops {
+                self.waiting_for_active.push_back((token, req));
+            } else {
+                out.push(answer(OpStatus::NotActive {
+                    state: self.state.to_string(),
+                }));
+            }
+            return;
+        }
+        self.admit(token, req, out);
+    }
+
+    /// Runs an op now or queues it behind the write in flight on its object.
+    fn admit(&mut self, token: Token, req: OpRequest, out: &mut Vec<PgAction>) {
+        if req.is_write() {
+            if let Some(&seq) = self.reqids.get(&req.reqid) {
+                self.answer_dup(token, seq, &req, out);
+                return;
+            }
+            if let Some(f) = self.inflight.values_mut().find(|f| f.reqid == req.reqid) {
+                f.tokens.push(token);
+                return;
+            }
+        }
+        let pg_level = req
+            .ops
+            .iter()
+            .any(|o| matches!(o, SubOp::ListObjects { .. }));
+        if pg_level {
+            out.push(PgAction::Read { token, req });
+            return;
+        }
+        if let Some(q) = self.busy.get_mut(&req.oid) {
+            q.push_back((token, req));
+            return;
+        }
+        self.start(token, req, out);
+    }
+
+    fn start(&mut self, token: Token, req: OpRequest, out: &mut Vec<PgAction>) {
+        if !req.is_write() {
+            out.push(PgAction::Read { token, req });
+            return;
+        }
+        let Some(p) = self.placement.as_ref() else {
+            return;
+        };
+        let version = Version {
+            epoch: p.epoch.0,
+            seq: self.info.last_update.seq + 1 + self.inflight_unsubmitted(),
+        };
+        let replicas: Vec<i32> = p
+            .acting
+            .iter()
+            .copied()
+            .filter(|&o| o != self.whoami)
+            .collect();
+        let mut waiting: BTreeSet<i32> = replicas.iter().copied().collect();
+        waiting.insert(self.whoami);
+        let trim_to = self.trim_point(1 + self.inflight_unsubmitted() as usize);
+        self.busy.insert(req.oid.clone(), VecDeque::new());
+        self.inflight.insert(
+            version.seq,
+            InFlight {
+                tokens: vec![token],
+                reqid: req.reqid.clone(),
+                oid: req.oid.clone(),
+                version,
+                waiting,
+                outcome: None,
+                trim_to,
+            },
+        );
+        out.push(PgAction::Write {
+            token,
+            req,
+            version,
+            trim_to,
+            replicas,
+        });
+    }
+
+    /// Writes handed out but whose `Submitted` has not come back yet.
+    fn inflight_unsubmitted(&self) -> u64 {
+        self.inflight
+            .values()
+            .filter(|f| f.outcome.is_none() && f.version.seq > self.info.last_update.seq)
+            .count() as u64
+    }
+
+    /// The version up to which the log may be trimmed once `adding` more
+    /// entries are appended: keep `min` entries when clean, `max` otherwise.
+    fn trim_point(&self, adding: usize) -> Version {
+        let keep = if self.state.clean {
+            self.limits.min_log_entries
+        } else {
+            self.limits.max_log_entries
+        }
+        .max(1);
+        let total = self.log.len() + adding;
+        if total <= keep {
+            return self.info.log_tail;
+        }
+        let drop = total - keep;
+        self.log
+            .get(drop.saturating_sub(1).min(self.log.len().saturating_sub(1)))
+            .map(|e| e.version)
+            .unwrap_or(self.info.log_tail)
+            .max(self.info.log_tail)
+    }
+
+    fn answer_dup(&mut self, token: Token, seq: u64, req: &OpRequest, out: &mut Vec<PgAction>) {
+        if let Some(f) = self.inflight.get_mut(&seq) {
+            f.tokens.push(token);
+            return;
+        }
+        let idx = self.log.iter().position(|e| e.version.seq == seq);
+        let Some(e) = idx.and_then(|i| self.log.get(i)) else {
+            return;
+        };
+        let result = match &e.op {
+            LogOp::Error(err) => Err(err.clone()),
+            _ => Ok(Vec::new()),
+        };
+        out.push(PgAction::Reply {
+            token,
+            reply: reply(&req.reqid, OpStatus::Done(result), e.version, self.epoch()),
+        });
+    }
+
+    fn on_submitted(
+        &mut self,
+        seq: u64,
+        entry: LogEntry,
+        outcome: Result<Vec<SubOpOutput>, OpError>,
+        _out: &mut [PgAction],
+    ) {
+        let Some(f) = self.inflight.get_mut(&seq) else {
+            return;
+        };
+        debug_assert!(entry.version > self.info.last_update, "versions only grow");
+        f.outcome = Some(outcome);
+        let trim_to = f.trim_to;
+        self.append_entry(entry, trim_to);
+    }
+
+    /// Appends an entry to the in-memory log after trimming up to `trim_to`.
+    fn append_entry(&mut self, entry: LogEntry, trim_to: Version) {
+        self.trim_log(trim_to.min(self.info.last_update));
+        self.info.last_update = entry.version;
+        self.info.last_complete = entry.version;
+        if let Some(r) = &entry.reqid {
+            self.reqids.insert(r.clone(), entry.version.seq);
+        }
+        self.log.push_back(entry);
+    }
+
+    fn trim_log(&mut self, to: Version) {
+        while self.log.front().is_some_and(|e| e.version <= to) {
+            if let Some(e) = self.log.pop_front() {
+                if let Some(r) = &e.reqid {
+                    self.reqids.remove(r);
+                }
+                self.info.log_tail = e.version;
+            }
+        }
+    }
+
+    /// Replica side: records an entry the primary sent (applied by the
+    /// runtime in the same store transaction). Returns false for a gap.
+    pub fn apply_replicated(&mut self, entry: &LogEntry, trim_to: Version) -> bool {
+        if entry.version.seq != self.info.last_update.seq + 1 {
+            return false;
+        }
+        let to = trim_to.min(self.info.last_update);
+        self.trim_log(to);
+        self.info.last_update = entry.version;
+        self.info.last_complete = entry.version;
+        if let Some(r) = &entry.reqid {
+            self.reqids.insert(r.clone(), entry.version.seq);
+        }
+        self.log.push_back(entry.clone());
+        true
+    }
+
+    fn on_committed(&mut self, seq: u64, from: i32, out: &mut Vec<PgAction>) {
+        let done = match self.inflight.get_mut(&seq) {
+            Some(f) => {
+                f.waiting.remove(&from);
+                f.waiting.is_empty() && f.outcome.is_some()
+            }
+            None => false,
+        };
+        if !done {
+            return;
+        }
+        // Acks go out in version order: an op completes only when every
+        // earlier one has.
+        while let Some((&s, f)) = self.inflight.iter().next() {
+            if !(f.waiting.is_empty() && f.outcome.is_some()) {
+                break;
+            }
+            let Some(f) = self.inflight.remove(&s) else {
+                break;
+            };
+            let status = OpStatus::Done(f.outcome.unwrap_or(Ok(Vec::new())));
+            for t in f.tokens {
+                out.push(PgAction::Reply {
+                    token: t,
+                    reply: reply(&f.reqid, status.clone(), f.version, self.epoch()),
+                });
+            }
+            self.release(&f.oid, out);
+        }
+    }
+
+    /// The write on `oid` finished: start what queued behind it.
+    fn release(&mut self, oid: &ObjectName, out: &mut Vec<PgAction>) {
+        let Some(mut q) = self.busy.remove(oid) else {
+            return;
+        };
+        while let Some((t, req)) = q.pop_front() {
+            if req.is_write() {
+                if let Some(&seq) = self.reqids.get(&req.reqid) {
+                    self.answer_dup(t, seq, &req, out);
+                    continue;
+                }
+                self.start(t, req, out);
+                if let Some(rest) = self.busy.get_mut(oid) {
+                    rest.extend(q);
+                }
+                return;
+            }
+            out.push(PgAction::Read { token: t, req });
+        }
+    }
+
+    fn on_peering_done(
+        &mut self,
+        interval_since: Epoch,
+        result: Result<(PgInfo, Vec<LogEntry>), String>,
+        out: &mut Vec<PgAction>,
+    ) {
+        if interval_since != self.info.same_interval_since || self.role != Role::Primary {
+            return;
+        }
+        let Some(p) = self.placement.clone() else {
+            return;
+        };
+        self.state.peering = false;
+        match result {
+            Err(why) => {
+                self.state.down = true;
+                self.state.down_reason = Some(why.clone());
+                for (t, req) in self.waiting_for_active.drain(..) {
+                    out.push(PgAction::Reply {
+                        token: t,
+                        reply: reply(
+                            &req.reqid,
+                            OpStatus::NotActive {
+                                state: format!("down: {why}"),
+                            },
+                            Version::default(),
+                            p.epoch,
+                        ),
+                    });
+                }
+            }
+            Ok((info, log)) => {
+                self.reload(info, log);
+                self.info.same_interval_since = interval_since;
+                self.state.creating = false;
+                self.state.active = true;
+                self.went_active_this_interval = true;
+                let full = p.acting.len() as u32 >= p.size;
+                self.state.clean = full && p.up == p.acting;
+                self.state.degraded = !full;
+                self.state.undersized = !full;
+                if self.state.clean {
+                    self.info.last_epoch_clean = p.epoch;
+                }
+                out.push(PgAction::PersistMeta);
+                let waiting: Vec<_> = self.waiting_for_active.drain(..).collect();
+                for (t, req) in waiting {
+                    self.admit(t, req, out);
+                }
+            }
+        }
+    }
+
+    /// Newest version acknowledged to a client here is in the log (debug check).
+    pub fn check_invariants(&self) {
+        debug_assert!(self
+            .log
+            .iter()
+            .zip(self.log.iter().skip(1))
+            .all(|(a, b)| a.version < b.version));
+        debug_assert!(self
+            .log
+            .back()
+            .is_none_or(|e| e.version == self.info.last_update));
+    }
+}
+
+/// How a member gets to the authoritative log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoveryPlan {
+    UpToDate,
+    /// Copy these objects (state after the authoritative log) and adopt the log.
+    Log {
+        objects: Vec<ObjectName>,
+    },
+    /// The log does not reach back far enough: copy every object.
+    Backfill,
+}
+
+/// Decides how `member` (info + log; None = no copy) catches up with the
+/// authoritative `auth` info and log. Entries the member has that the
+/// authoritative log lacks (divergent, never acknowledged) are undone by
+/// copying the authoritative state of their objects.
+pub fn plan_recovery(
+    auth: &PgInfo,
+    auth_log: &[LogEntry],
+    member: Option<(&PgInfo, &[LogEntry])>,
+) -> RecoveryPlan {
+    let (minfo, mlog) = match member {
+        Some((i, l)) => (i.clone(), l),
+        None => (PgInfo::default(), &[][..]),
+    };
+    if minfo.last_update == auth.last_update {
+        return RecoveryPlan::UpToDate;
+    }
+    let auth_versions: HashSet<Version> = auth_log.iter().map(|e| e.version).collect();
+    let in_auth = |v: Version| v == auth.log_tail || auth_versions.contains(&v);
+    let common = if in_auth(minfo.last_update) {
+        Some(minfo.last_update)
+    } else {
+        mlog.iter()
+            .rev()
+            .map(|e| e.version)
+            .find(|&v| in_auth(v))
+            .or_else(|| in_auth(minfo.log_tail).then_some(minfo.log_tail))
+    };
+    let Some(common) = common else {
+        return RecoveryPlan::Backfill;
+    };
+    if common < auth.log_tail {
+        return RecoveryPlan::Backfill;
+    }
+    let mut seen = HashSet::new();
+    let mut objects = Vec::new();
+    for e in auth_log
+        .iter()
+        .filter(|e| e.version > common)
+        .chain(mlog.iter().filter(|e| e.version > common))
+    {
+        if seen.insert(e.oid.clone()) {
+            objects.push(e.oid.clone());
+        }
+    }
+    RecoveryPlan::Log { objects }
+}
+
+/// Checks that activation may go ahead: every past interval that may have
+/// accepted writes since the newest activation among `responders` has at
+/// least one member among them. Err names the OSDs waited for.
+pub fn check_can_activate(
+    past: &[PastInterval],
+    best_les: Epoch,
+    responders: &[i32],
+) -> Result<(), String> {
+    for pi in past {
+        if !pi.maybe_went_rw || pi.last < best_les {
+            continue;
+        }
+        if !pi.acting.iter().any(|o| responders.contains(o)) {
+            let list: Vec<String> = pi.acting.iter().map(|o| format!("osd.{o}")).collect();
+            return Err(format!(
+                "waiting for {} (acting in epochs {}..={}, which may have accepted writes): bring one of them back",
+                list.join(", "),
+                pi.first.0,
+                pi.last.0
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_ops::ObjectName;
+    use cairn_types::{EntityName, PoolId};
+
+    fn pgid() -> PgId {
+        PgId {
+            pool: PoolId(1),
+            seed: 0,
+        }
+    }
+
+    fn placement(epoch: u64, acting: &[i32]) -> Placement {
+        Placement {
+            epoch: Epoch(epoch),
+            up: acting.to_vec(),
+            acting: acting.to_vec(),
+            primary: acting.first().copied(),
+            size: 3,
+            min_size: 2,
+        }
+    }
+
+    fn write_req(tid: u64, obj: &str) -> OpRequest {
+        OpRequest {
+            reqid: ReqId {
+                client: EntityName::client("t"),
+                incarnation: 1,
+                tid,
+            },
+            epoch: Epoch(5),
+            pgid: pgid(),
+            oid: ObjectName::new("", obj),
+            ops: vec![SubOp::WriteFull {
+                data: bytes::Bytes::from_static(b"x"),
+            }],
+        }
+    }
+
+    fn active_primary() -> Pg {
+        let mut pg = Pg::new(
+            pgid(),
+            0,
+            PgLimits::default(),
+            PgInfo::default(),
+            vec![],
+            vec![],
+        );
+        let acts = pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
+        assert!(acts.iter().any(|a| matches!(a, PgAction::Peer { .. })));
+        let info = pg.info.clone();
+        pg.handle(PgEvent::PeeringDone {
+            interval_since: Epoch(5),
+            result: Ok((info, vec![])),
+        });
+        assert!(pg.state.active && pg.state.clean, "{}", pg.state);
+        pg
+    }
+
+    /// Feeds the Submitted event a runtime would.
+    fn submit(pg: &mut Pg, acts: &[PgAction]) -> Vec<u64> {
+        let mut seqs = Vec::new();
+        for a in acts {
+            if let PgAction::Write { req, version, .. } = a {
+                pg.handle(PgEvent::Submitted {
+                    seq: version.seq,
+                    entry: LogEntry {
+                        version: *version,
+                        prior_version: Version::default(),
+                        reqid: Some(req.reqid.clone()),
+                        oid: req.oid.clone(),
+                        op: LogOp::Modify,
+                    },
+                    outcome: Ok(vec![SubOpOutput::None]),
+                });
+                seqs.push(version.seq);
+            }
+        }
+        seqs
+    }
+
+    fn commit_all(pg: &mut Pg, seq: u64) -> Vec<PgAction> {
+        let mut out = Vec::new();
+        for from in [0, 1, 2] {
+            out.extend(pg.handle(PgEvent::Committed {
+                seq,
+                from,
+                interval_since: Epoch(5),
+            }));
+        }
+        out
+    }
+
+    #[test]
+    fn acks_only_when_every_member_is_durable() {
+        let mut pg = active_primary();
+        let acts = pg.handle(PgEvent::ClientOp {
+            token: 1,
+            req: write_req(1, "a"),
+        });
+        let seqs = submit(&mut pg, &acts);
+        assert_eq!(seqs, vec![1]);
+        for from in [0, 1] {
+            let out = pg.handle(PgEvent::Committed {
+                seq: 1,
+                from,
+                interval_since: Epoch(5),
+            });
+            assert!(out.is_empty(), "acked before osd.2 committed");
+        }
+        let out = pg.handle(PgEvent::Committed {
+            seq: 1,
+            from: 2,
+            interval_since: Epoch(5),
+        });
+        assert!(matches!(&out[..], [PgAction::Reply { token: 1, .. }]));
+    }
+
+    #[test]
+    fn writes_to_one_object_serialise_and_resends_apply_once() {
+        let mut pg = active_primary();
+        let a1 = pg.handle(PgEvent::ClientOp {
+            token: 1,
+            req: write_req(1, "a"),
+        });
+        let a2 = pg.handle(PgEvent::ClientOp {
+            token: 2,
+            req: write_req(2, "a"),
+        });
+        assert!(a2.is_empty(), "second writer must wait: {a2:?}");
+        // The first op is resent while in flight: no second write.
+        let dup = pg.handle(PgEvent::ClientOp {
+            token: 3,
+            req: write_req(1, "a"),
+        });
+        assert!(dup.is_empty());
+        submit(&mut pg, &a1);
+        let out = commit_all(&mut pg, 1);
+        let replied: Vec<Token> = out
+            .iter()
+            .filter_map(|a| match a {
+                PgAction::Reply { token, .. } => Some(*token),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(replied, vec![1, 3]);
+        let writes: Vec<&PgAction> = out
+            .iter()
+            .filter(|a| matches!(a, PgAction::Write { .. }))
+            .collect();
+        assert_eq!(writes.len(), 1, "second writer starts after the first");
+        // A resend after completion is answered from the log.
+        let late = pg.handle(PgEvent::ClientOp {
+            token: 4,
+            req: write_req(1, "a"),
+        });
+        assert!(
+            matches!(&late[..], [PgAction::Reply { token: 4, reply }] if reply.version.seq == 1)
+        );
+    }
+
+    #[test]
+    fn interval_change_aborts_inflight_and_records_past_interval() {
+        let mut pg = active_primary();
+        let acts = pg.handle(PgEvent::ClientOp {
+            token: 1,
+            req: write_req(1, "a"),
+        });
+        submit(&mut pg, &acts);
+        let out = pg.handle(PgEvent::Map(placement(6, &[0, 1])));
+        assert!(out
+            .iter()
+            .any(|a| matches!(a, PgAction::Reply { token: 1, .. })));
+        assert!(out.iter().any(|a| matches!(a, PgAction::Peer { .. })));
+        assert_eq!(pg.past.len(), 1);
+        assert!(pg.past[0].maybe_went_rw);
+        // The committed entry stays in the log for the resend.
+        assert_eq!(pg.log_len(), 1);
+    }
+
+    #[test]
+    fn below_min_size_is_not_active() {
+        let mut pg = active_primary();
+        let out = pg.handle(PgEvent::Map(placement(6, &[0])));
+        assert!(!out.iter().any(|a| matches!(a, PgAction::Peer { .. })));
+        let r = pg.handle(PgEvent::ClientOp {
+            token: 9,
+            req: OpRequest {
+                epoch: Epoch(6),
+                ..write_req(9, "b")
+            },
+        });
+        assert!(
+            matches!(&r[..], [PgAction::Reply { reply, .. }] if matches!(reply.status, OpStatus::NotActive{..}))
+        );
+    }
+
+    #[test]
+    fn log_is_bounded() {
+        let mut pg = Pg::new(
+            pgid(),
+            0,
+            PgLimits {
+                min_log_entries: 5,
+                max_log_entries: 10,
+                ..Default::default()
+            },
+            PgInfo::default(),
+            vec![],
+            vec![],
+        );
+        pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
+        let info = pg.info.clone();
+        pg.handle(PgEvent::PeeringDone {
+            interval_since: Epoch(5),
+            result: Ok((info, vec![])),
+        });
+        for i in 0..40 {
+            let acts = pg.handle(PgEvent::ClientOp {
+                token: i,
+                req: write_req(i, &format!("o{i}")),
+            });
+            let seqs = submit(&mut pg, &acts);
+            for s in seqs {
+                commit_all(&mut pg, s);
+            }
+            pg.check_invariants();
+        }
+        assert_eq!(pg.log_len(), 5);
+        assert_eq!(pg.info.last_update.seq, 40);
+        assert_eq!(pg.info.log_tail.seq, 35);
+    }
+
+    fn entry(epoch: u64, seq: u64, obj: &str) -> LogEntry {
+        LogEntry {
+            version: Version { epoch, seq },
+            prior_version: Version::default(),
+            reqid: None,
+            oid: ObjectName::new("", obj),
+            op: LogOp::Modify,
+        }
+    }
+
+    #[test]
+    fn recovery_plans() {
+        let auth_log = vec![entry(5, 1, "a"), entry(5, 2, "b"), entry(6, 3, "c")];
+        let auth = PgInfo {
+            last_update: Version { epoch: 6, seq: 3 },
+            ..Default::default()
+        };
+        // Empty member, untrimmed log: copy everything in the log.
+        assert_eq!(
+            plan_recovery(&auth, &auth_log, None),
+            RecoveryPlan::Log {
+                objects: vec![
+                    ObjectName::new("", "a"),
+                    ObjectName::new("", "b"),
+                    ObjectName::new("", "c")
+                ]
+            }
+        );
+        // Behind by one.
+        let m = PgInfo {
+            last_update: Version { epoch: 5, seq: 2 },
+            ..Default::default()
+        };
+        let mlog = auth_log[..2].to_vec();
+        assert_eq!(
+            plan_recovery(&auth, &auth_log, Some((&m, &mlog))),
+            RecoveryPlan::Log {
+                objects: vec![ObjectName::new("", "c")]
+            }
+        );
+        // Divergent entry 5'3 on object d: copy c and d.
+        let m = PgInfo {
+            last_update: Version { epoch: 5, seq: 3 },
+            ..Default::default()
+        };
+        let mut mlog = auth_log[..2].to_vec();
+        mlog.push(entry(5, 3, "d"));
+        assert_eq!(
+            plan_recovery(&auth, &auth_log, Some((&m, &mlog))),
+            RecoveryPlan::Log {
+                objects: vec![ObjectName::new("", "c"), ObjectName::new("", "d")]
+            }
+        );
+        // Trimmed past the member: backfill.
+        let auth2 = PgInfo {
+            log_tail: Version { epoch: 5, seq: 2 },
+            ..auth.clone()
+        };
+        let m = PgInfo {
+            last_update: Version { epoch: 5, seq: 1 },
+            ..Default::default()
+        };
+        assert_eq!(
+            plan_recovery(&auth2, &auth_log[2..], Some((&m, &auth_log[..1]))),
+            RecoveryPlan::Backfill
+        );
+        assert_eq!(
+            plan_recovery(&auth, &auth_log, Some((&auth, &auth_log))),
+            RecoveryPlan::UpToDate
+        );
+    }
+
+    #[test]
+    fn activation_needs_a_member_of_every_rw_interval() {
+        let past = vec![PastInterval {
+            first: Epoch(7),
+            last: Epoch(9),
+            acting: vec![3, 4],
+            primary: Some(3),
+            maybe_went_rw: true,
+        }];
+        assert!(check_can_activate(&past, Epoch(5), &[0, 1]).is_err());
+        assert!(check_can_activate(&past, Epoch(5), &[0, 4]).is_ok());
+        assert!(check_can_activate(&past, Epoch(10), &[0, 1]).is_ok());
+    }
+}

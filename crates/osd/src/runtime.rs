@@ -1,0 +1,1143 @@
+//! The OSD runtime: tokio tasks at the edge. An accept loop and one task
+//! per connection decode messages and route them; one actor task per PG
+//! owns its [`Pg`] state machine and performs its actions (store commits,
+//! replication sends, replies); a map task follows the cluster map and
+//! creates PGs this OSD holds. Owns no protocol decisions (see `pg`).
+
+use crate::auth::{check_op_caps, is_peer_osd, MapKeys};
+use crate::exec;
+use crate::peering;
+use crate::pg::{PastInterval, Pg, PgAction, PgEvent, PgLimits, Placement, Role, Token};
+use bytes::Bytes;
+use cairn_map::{ClusterMap, PoolKind};
+use cairn_msg::{connect, Connection, Credentials, Listener, Message, MsgConfig, MsgError, Secret};
+use cairn_ops::{
+    decode, encode, msg_type, LogEntry, LogOp, OpError, OpReply, OpRequest, OpStatus, PgInfo,
+    PgNotify, PgPull, PgPush, PgPushReply, PgQuery, PullReply, RepOp, RepOpAck, SubOp, SubOpOutput,
+    Version,
+};
+use cairn_store::{CollectionId, Store, StoreError, Transaction};
+use cairn_types::{EntityName, Epoch, PgId, PoolId};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::AbortHandle;
+
+/// The cluster map as the OSD follows it: a watch channel fed by tests, or
+/// by the monitor client's subscription in the daemon.
+pub type MapSource = watch::Receiver<Arc<ClusterMap>>;
+
+/// Store meta key of the PG info.
+pub(crate) const META_INFO: &str = "info";
+/// Store meta key of the past intervals.
+pub(crate) const META_PAST: &str = "past_intervals";
+/// Messages queued to one PG actor, at most.
+const PG_QUEUE_LEN: usize = 1024;
+/// Replication sub-ops a replica holds while waiting for a newer map, at most.
+const MAX_HELD_REPOPS: usize = 4096;
+/// Throttle unit: permits are KiB.
+const THROTTLE_UNIT_BYTES: u64 = 1024;
+
+/// OSD settings (Ceph's names where the meaning is the same).
+#[derive(Debug, Clone)]
+pub struct OsdConfig {
+    pub id: i32,
+    /// Address to listen on (port 0 = any); the map's address for this OSD
+    /// must be the one peers and clients can reach.
+    pub bind_addr: SocketAddr,
+    /// This OSD's own key (`osd.N` in the map's auth table), used to
+    /// authenticate to peer OSDs.
+    pub secret: Secret,
+    /// OSD service secrets by generation, to accept client tickets.
+    pub service_secrets: BTreeMap<u64, Secret>,
+    pub msg: MsgConfig,
+    /// `osd_client_message_size_cap`: bytes of client op payload in flight
+    /// at once; more waits (the connection stops being read).
+    pub client_message_size_cap_bytes: u64,
+    pub pg: PgLimits,
+    /// Bound on each peering call (query, pull, push) to a peer.
+    pub peer_timeout: Duration,
+    /// How long an op from a newer map epoch waits for this OSD's map.
+    pub map_wait: Duration,
+    /// Bytes of object state per recovery push or pull, at most.
+    pub recovery_batch_bytes: u64,
+    /// Period of the PG actors' housekeeping (resends, peering retries).
+    pub tick: Duration,
+}
+
+impl OsdConfig {
+    pub fn new(id: i32, secret: Secret) -> OsdConfig {
+        OsdConfig {
+            id,
+            bind_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            secret,
+            service_secrets: BTreeMap::new(),
+            msg: MsgConfig::default(),
+            client_message_size_cap_bytes: 256 << 20,
+            pg: PgLimits::default(),
+            peer_timeout: Duration::from_secs(10),
+            map_wait: Duration::from_secs(2),
+            recovery_batch_bytes: 32 << 20,
+            tick: Duration::from_millis(500),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OsdError {
+    #[error("osd.{osd}: store error: {source}")]
+    Store {
+        osd: i32,
+        #[source]
+        source: StoreError,
+    },
+    #[error("osd.{osd}: messaging error: {source}")]
+    Msg {
+        osd: i32,
+        #[source]
+        source: MsgError,
+    },
+    #[error("osd.{osd}: {reason}")]
+    Config { osd: i32, reason: String },
+}
+
+/// One PG as `cairn pg dump` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PgStat {
+    pub pgid: String,
+    pub state: String,
+    pub role: Role,
+    pub up: Vec<i32>,
+    pub acting: Vec<i32>,
+    pub primary: Option<i32>,
+    pub epoch: u64,
+    pub last_update: String,
+    pub log_tail: String,
+    pub log_entries: usize,
+    pub same_interval_since: u64,
+    pub last_epoch_started: u64,
+    pub down_reason: Option<String>,
+}
+
+/// Tasks of one OSD, so that `stop` can end them all (a simulated kill).
+#[derive(Default)]
+struct Tasks(Mutex<Vec<AbortHandle>>);
+
+impl Tasks {
+    fn spawn<F>(&self, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let h = tokio::spawn(fut);
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if v.len() > 1024 {
+            v.retain(|a| !a.is_finished());
+        }
+        v.push(h.abort_handle());
+    }
+    fn abort_all(&self) {
+        let v = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        for a in v {
+            a.abort();
+        }
+    }
+}
+
+pub(crate) enum PgMsg {
+    Map(Arc<ClusterMap>),
+    ClientOp {
+        conn: Connection,
+        msg: Message,
+        req: OpRequest,
+        permit: Option<OwnedSemaphorePermit>,
+    },
+    RepOp {
+        conn: Connection,
+        rep: RepOp,
+    },
+    RepAck(RepOpAck),
+    Query {
+        conn: Connection,
+        msg: Message,
+    },
+    Pull {
+        conn: Connection,
+        msg: Message,
+        pull: PgPull,
+    },
+    Push {
+        conn: Connection,
+        msg: Message,
+        push: PgPush,
+    },
+    Committed {
+        seq: u64,
+        from: i32,
+        interval_since: Epoch,
+    },
+    PeeringDone {
+        interval_since: Epoch,
+        result: Result<(PgInfo, Vec<LogEntry>), String>,
+    },
+}
+
+/// A connection to a peer OSD and its generation (bumped per reconnect).
+type PeerSlot = Arc<tokio::sync::Mutex<Option<(u64, Connection)>>>;
+
+pub(crate) struct Shared {
+    pub(crate) cfg: OsdConfig,
+    pub(crate) store: Arc<Store>,
+    pub(crate) map_rx: MapSource,
+    pgs: Mutex<HashMap<PgId, mpsc::Sender<PgMsg>>>,
+    stats: Mutex<BTreeMap<PgId, PgStat>>,
+    peers: Mutex<HashMap<i32, PeerSlot>>,
+    peer_gen: AtomicU64,
+    throttle: Arc<Semaphore>,
+    throttle_units: u32,
+    tasks: Tasks,
+    next_token: AtomicU64,
+    addr: SocketAddr,
+}
+
+/// A running OSD. Dropping it (or `stop`) ends every task; the store closes
+/// once the last task let go of it.
+pub struct Osd {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Osd {
+    fn drop(&mut self) {
+        self.shared.tasks.abort_all();
+    }
+}
+
+pub(crate) fn coll_of(pgid: PgId) -> CollectionId {
+    CollectionId::pg(pgid.pool.0, pgid.seed)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Osd {
+    /// Starts the OSD: binds its listener, loads the PGs in `store`, follows
+    /// `map` and serves clients and peers until stopped.
+    pub async fn start(cfg: OsdConfig, store: Store, map: MapSource) -> Result<Osd, OsdError> {
+        let id = cfg.id;
+        let keys = Arc::new(MapKeys {
+            map: map.clone(),
+            service: cfg.service_secrets.clone(),
+        });
+        let listener = Listener::bind(cfg.bind_addr, EntityName::osd(id), keys, cfg.msg.clone())
+            .await
+            .map_err(|source| OsdError::Msg { osd: id, source })?;
+        let units = (cfg.client_message_size_cap_bytes / THROTTLE_UNIT_BYTES)
+            .clamp(1, u64::from(u32::MAX >> 4)) as u32;
+        let shared = Arc::new(Shared {
+            throttle: Arc::new(Semaphore::new(units as usize)),
+            throttle_units: units,
+            cfg,
+            store: Arc::new(store),
+            map_rx: map,
+            pgs: Mutex::new(HashMap::new()),
+            stats: Mutex::new(BTreeMap::new()),
+            peers: Mutex::new(HashMap::new()),
+            peer_gen: AtomicU64::new(1),
+            tasks: Tasks::default(),
+            next_token: AtomicU64::new(1),
+            addr: listener.local_addr(),
+        });
+        let colls = shared
+            .store
+            .list_collections()
+            .map_err(|source| OsdError::Store { osd: id, source })?;
+        for c in colls {
+            let pgid = PgId {
+                pool: PoolId(c.pool),
+                seed: c.seed,
+            };
+            ensure_pg(&shared, pgid).map_err(|source| OsdError::Store { osd: id, source })?;
+        }
+        let s2 = shared.clone();
+        shared.tasks.spawn(accept_loop(s2, listener));
+        let s3 = shared.clone();
+        shared.tasks.spawn(map_loop(s3));
+        Ok(Osd { shared })
+    }
+
+    pub fn id(&self) -> i32 {
+        self.shared.cfg.id
+    }
+
+    /// The address the listener is bound to (register this in the map).
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// PG states on this OSD.
+    pub fn pg_stats(&self) -> Vec<PgStat> {
+        lock(&self.shared.stats).values().cloned().collect()
+    }
+
+    /// Ends every task of this OSD at once (like a crash of the process:
+    /// nothing is flushed beyond what the store already committed).
+    pub fn stop(&self) {
+        self.shared.tasks.abort_all();
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: Listener) {
+    loop {
+        match listener.accept().await {
+            Ok(conn) => {
+                let s = shared.clone();
+                shared.tasks.spawn(serve_conn(s, conn));
+            }
+            Err(e) => {
+                tracing::warn!("osd.{}: listener stopped: {e}", shared.cfg.id);
+                return;
+            }
+        }
+    }
+}
+
+async fn map_loop(shared: Arc<Shared>) {
+    let mut rx = shared.map_rx.clone();
+    loop {
+        let map = rx.borrow_and_update().clone();
+        let me = shared.cfg.id;
+        for (pid, pool) in &map.pools {
+            if pool.kind != PoolKind::Replicated {
+                continue;
+            }
+            for seed in 0..pool.pg_num {
+                let Ok(m) = map.pg_to_up(*pid, seed) else {
+                    continue;
+                };
+                if m.up.contains(&me) {
+                    let pgid = PgId {
+                        pool: PoolId(*pid),
+                        seed,
+                    };
+                    if let Err(e) = ensure_pg(&shared, pgid) {
+                        tracing::error!("osd.{me}: cannot create pg {pgid}: {e}");
+                    }
+                }
+            }
+        }
+        let senders: Vec<mpsc::Sender<PgMsg>> = lock(&shared.pgs).values().cloned().collect();
+        for tx in senders {
+            let _ = tx.send(PgMsg::Map(map.clone())).await;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The actor of `pgid`, created (with its collection) if needed.
+fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, StoreError> {
+    let mut pgs = lock(&shared.pgs);
+    if let Some(tx) = pgs.get(&pgid) {
+        return Ok(tx.clone());
+    }
+    let coll = coll_of(pgid);
+    let store = &shared.store;
+    if !store.collection_exists(&coll)? {
+        let info = PgInfo {
+            pgid: Some(pgid),
+            ..Default::default()
+        };
+        let mut t = Transaction::new();
+        t.create_collection(coll);
+        t.meta_set(coll, META_INFO, encode(&info));
+        store.commit(t)?;
+    }
+    let info: PgInfo = match store.meta_get(&coll, META_INFO)? {
+        Some(b) => decode("pg info", &b).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        None => PgInfo::default(),
+    };
+    let past: Vec<PastInterval> = match store.meta_get(&coll, META_PAST)? {
+        Some(b) => decode("past intervals", &b).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        None => Vec::new(),
+    };
+    let log = peering::read_log(store, coll)?;
+    let pg = Pg::new(pgid, shared.cfg.id, shared.cfg.pg.clone(), info, log, past);
+    let (tx, rx) = mpsc::channel(PG_QUEUE_LEN);
+    let actor = PgActor {
+        shared: shared.clone(),
+        pg,
+        pgid,
+        coll,
+        rx,
+        tx: tx.clone(),
+        pending: HashMap::new(),
+        repops: BTreeMap::new(),
+        sent_gen: HashMap::new(),
+        held: Vec::new(),
+        peering: false,
+    };
+    shared.tasks.spawn(actor.run());
+    let map = shared.map_rx.borrow().clone();
+    let _ = tx.try_send(PgMsg::Map(map));
+    pgs.insert(pgid, tx.clone());
+    Ok(tx)
+}
+
+fn pg_sender(shared: &Shared, pgid: PgId) -> Option<mpsc::Sender<PgMsg>> {
+    lock(&shared.pgs).get(&pgid).cloned()
+}
+
+async fn serve_conn(shared: Arc<Shared>, conn: Connection) {
+    loop {
+        let msg = match conn.recv().await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!("osd.{}: {}: {e}", shared.cfg.id, conn.peer_label());
+                return;
+            }
+        };
+        if let Err(e) = dispatch(&shared, &conn, msg).await {
+            tracing::warn!(
+                "osd.{}: dropping a message from {}: {e}",
+                shared.cfg.id,
+                conn.peer_label()
+            );
+        }
+    }
+}
+
+async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Result<(), String> {
+    if msg.msg_type == msg_type::OP {
+        return client_op(shared, conn, msg).await;
+    }
+    let map = shared.map_rx.borrow().clone();
+    if is_peer_osd(&map, conn.peer()).is_none() {
+        return Err(format!(
+            "message type {:#x} is for OSD peers, {} is not one",
+            msg.msg_type,
+            conn.peer()
+        ));
+    }
+    let de = |e: cairn_types::DecodeError| e.to_string();
+    let (pgid, pm) = match msg.msg_type {
+        msg_type::REPOP => {
+            let rep: RepOp = decode("repop", &msg.payload).map_err(de)?;
+            let tx = ensure_pg(shared, rep.pgid).map_err(|e| e.to_string())?;
+            let _ = tx
+                .send(PgMsg::RepOp {
+                    conn: conn.clone(),
+                    rep,
+                })
+                .await;
+            return Ok(());
+        }
+        msg_type::REPOP_ACK => {
+            let ack: RepOpAck = decode("repop ack", &msg.payload).map_err(de)?;
+            (ack.pgid, PgMsg::RepAck(ack))
+        }
+        msg_type::PG_QUERY => {
+            let q: PgQuery = decode("pg query", &msg.payload).map_err(de)?;
+            if pg_sender(shared, q.pgid).is_none() {
+                let n = PgNotify {
+                    pgid: q.pgid,
+                    from: shared.cfg.id,
+                    epoch: map.epoch,
+                    info: None,
+                    log: Vec::new(),
+                };
+                let _ = conn.reply(&msg, msg_type::PG_NOTIFY, encode(&n)).await;
+                return Ok(());
+            }
+            (
+                q.pgid,
+                PgMsg::Query {
+                    conn: conn.clone(),
+                    msg,
+                },
+            )
+        }
+        msg_type::PG_PULL => {
+            let pull: PgPull = decode("pg pull", &msg.payload).map_err(de)?;
+            (
+                pull.pgid,
+                PgMsg::Pull {
+                    conn: conn.clone(),
+                    msg,
+                    pull,
+                },
+            )
+        }
+        msg_type::PG_PUSH => {
+            let push: PgPush = decode("pg push", &msg.payload).map_err(de)?;
+            let tx = ensure_pg(shared, push.pgid).map_err(|e| e.to_string())?;
+            let _ = tx
+                .send(PgMsg::Push {
+                    conn: conn.clone(),
+                    msg,
+                    push,
+                })
+                .await;
+            return Ok(());
+        }
+        other => return Err(format!("unknown message type {other:#x}")),
+    };
+    match pg_sender(shared, pgid) {
+        Some(tx) => {
+            let _ = tx.send(pm).await;
+            Ok(())
+        }
+        None => {
+            if let PgMsg::Pull { conn, msg, .. } = pm {
+                let r =
+                    PullReply::Refused(format!("osd.{} has no copy of pg {pgid}", shared.cfg.id));
+                let _ = conn.reply(&msg, msg_type::PG_PULL_REPLY, encode(&r)).await;
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Result<(), String> {
+    let req: OpRequest = decode("op request", &msg.payload).map_err(|e| e.to_string())?;
+    let answer = |status: OpStatus, epoch: Epoch| OpReply {
+        reqid: req.reqid.clone(),
+        status,
+        version: Version::default(),
+        epoch,
+    };
+    let msg_ref = &msg;
+    let send = |r: OpReply| async move {
+        let _ = conn.reply(msg_ref, msg_type::OP_REPLY, encode(&r)).await;
+    };
+    let mut map = shared.map_rx.borrow().clone();
+    if req.epoch > map.epoch {
+        let mut rx = shared.map_rx.clone();
+        let _ =
+            tokio::time::timeout(shared.cfg.map_wait, rx.wait_for(|m| m.epoch >= req.epoch)).await;
+        map = shared.map_rx.borrow().clone();
+        if req.epoch > map.epoch {
+            send(answer(
+                OpStatus::MapTooNew {
+                    osd_epoch: map.epoch,
+                },
+                map.epoch,
+            ))
+            .await;
+            return Ok(());
+        }
+    }
+    let Some(pool) = map.pools.get(&req.pgid.pool.0) else {
+        let e = OpError::Invalid(format!("pool {} does not exist", req.pgid.pool));
+        send(answer(OpStatus::Done(Err(e)), map.epoch)).await;
+        return Ok(());
+    };
+    if let Err(why) = check_op_caps(
+        &map,
+        conn.peer(),
+        conn.peer_caps(),
+        &pool.name,
+        req.is_write(),
+    ) {
+        send(answer(OpStatus::Done(Err(OpError::Access(why))), map.epoch)).await;
+        return Ok(());
+    }
+    let Some(tx) = pg_sender(shared, req.pgid) else {
+        send(answer(
+            OpStatus::NotPrimary {
+                osd_epoch: map.epoch,
+            },
+            map.epoch,
+        ))
+        .await;
+        return Ok(());
+    };
+    let units = (req.payload_bytes() / THROTTLE_UNIT_BYTES)
+        .clamp(1, u64::from(shared.throttle_units)) as u32;
+    let permit = shared.throttle.clone().acquire_many_owned(units).await.ok();
+    let _ = tx
+        .send(PgMsg::ClientOp {
+            conn: conn.clone(),
+            msg,
+            req,
+            permit,
+        })
+        .await;
+    Ok(())
+}
+
+impl Shared {
+    /// A live connection to peer `osd` (connecting if needed) and its generation.
+    pub(crate) async fn peer(self: &Arc<Self>, osd: i32) -> Result<(u64, Connection), String> {
+        let slot = lock(&self.peers).entry(osd).or_default().clone();
+        let mut g = slot.lock().await;
+        if let Some((gen, c)) = g.as_ref() {
+            if !c.is_closed() {
+                return Ok((*gen, c.clone()));
+            }
+        }
+        let map = self.map_rx.borrow().clone();
+        let info = map
+            .osds
+            .get(&osd)
+            .ok_or_else(|| format!("osd.{osd} is not in the map"))?;
+        let addr: SocketAddr = info
+            .addrs
+            .first()
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| format!("osd.{osd} has no usable address in the map"))?;
+        let creds = Credentials::Key {
+            name: EntityName::osd(self.cfg.id),
+            secret: self.cfg.secret.clone(),
+        };
+        let conn = connect(addr, &creds, Some(&EntityName::osd(osd)), &self.cfg.msg)
+            .await
+            .map_err(|e| e.to_string())?;
+        let gen = self.peer_gen.fetch_add(1, Ordering::Relaxed);
+        self.spawn_conn(conn.clone());
+        *g = Some((gen, conn.clone()));
+        Ok((gen, conn))
+    }
+
+    pub(crate) fn spawn_conn(self: &Arc<Self>, conn: Connection) {
+        let s = self.clone();
+        self.tasks.spawn(serve_conn(s, conn));
+    }
+}
+
+/// One PG's actor: owns the [`Pg`] and performs its actions.
+struct PgActor {
+    shared: Arc<Shared>,
+    pg: Pg,
+    pgid: PgId,
+    coll: CollectionId,
+    rx: mpsc::Receiver<PgMsg>,
+    tx: mpsc::Sender<PgMsg>,
+    pending: HashMap<Token, (Connection, Message, Option<OwnedSemaphorePermit>)>,
+    /// Replication sub-ops in flight: seq -> (encoded RepOp, replicas not yet acked).
+    repops: BTreeMap<u64, (Bytes, BTreeSet<i32>)>,
+    /// Peer connection generation each replica was last sent to on.
+    sent_gen: HashMap<i32, u64>,
+    /// RepOps from a newer epoch than our map, held until the map arrives.
+    held: Vec<(Connection, RepOp)>,
+    peering: bool,
+}
+
+impl PgActor {
+    async fn run(mut self) {
+        let mut tick = tokio::time::interval(self.shared.cfg.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                m = self.rx.recv() => match m {
+                    Some(m) => self.on_msg(m).await,
+                    None => return,
+                },
+                _ = tick.tick() => self.on_tick().await,
+            }
+            self.publish_stats();
+        }
+    }
+
+    fn me(&self) -> i32 {
+        self.shared.cfg.id
+    }
+
+    async fn on_msg(&mut self, m: PgMsg) {
+        match m {
+            PgMsg::Map(map) => self.on_map(map).await,
+            PgMsg::ClientOp {
+                conn,
+                msg,
+                req,
+                permit,
+            } => {
+                let token = self.shared.next_token.fetch_add(1, Ordering::Relaxed);
+                self.pending.insert(token, (conn, msg, permit));
+                let acts = self.pg.handle(PgEvent::ClientOp { token, req });
+                self.run_actions(acts).await;
+            }
+            PgMsg::RepOp { conn, rep } => self.on_repop(conn, rep).await,
+            PgMsg::RepAck(ack) => {
+                if ack.interval_since != self.pg.info.same_interval_since {
+                    return;
+                }
+                if let Err(e) = &ack.result {
+                    tracing::warn!(
+                        "pg {}: osd.{} failed to apply {}: {e}",
+                        self.pgid,
+                        ack.from,
+                        ack.version
+                    );
+                    return;
+                }
+                let seq = ack.version.seq;
+                if let Some((_, w)) = self.repops.get_mut(&seq) {
+                    w.remove(&ack.from);
+                    if w.is_empty() {
+                        self.repops.remove(&seq);
+                    }
+                }
+                let acts = self.pg.handle(PgEvent::Committed {
+                    seq,
+                    from: ack.from,
+                    interval_since: ack.interval_since,
+                });
+                self.run_actions(acts).await;
+            }
+            PgMsg::Committed {
+                seq,
+                from,
+                interval_since,
+            } => {
+                let acts = self.pg.handle(PgEvent::Committed {
+                    seq,
+                    from,
+                    interval_since,
+                });
+                self.run_actions(acts).await;
+            }
+            PgMsg::PeeringDone {
+                interval_since,
+                result,
+            } => {
+                self.peering = false;
+                if let Err(e) = &result {
+                    tracing::info!("pg {}: not activating: {e}", self.pgid);
+                }
+                let acts = self.pg.handle(PgEvent::PeeringDone {
+                    interval_since,
+                    result,
+                });
+                self.run_actions(acts).await;
+            }
+            PgMsg::Query { conn, msg } => {
+                let n = PgNotify {
+                    pgid: self.pgid,
+                    from: self.me(),
+                    epoch: self.pg.epoch(),
+                    info: Some(self.pg.info.clone()),
+                    log: self.pg.log().cloned().collect(),
+                };
+                let _ = conn.reply(&msg, msg_type::PG_NOTIFY, encode(&n)).await;
+            }
+            PgMsg::Pull { conn, msg, pull } => {
+                let r = peering::serve_pull(&self.shared.store, self.coll, &pull.what);
+                let _ = conn.reply(&msg, msg_type::PG_PULL_REPLY, encode(&r)).await;
+            }
+            PgMsg::Push { conn, msg, push } => {
+                let result = peering::install_push(&self.shared.store, self.coll, &push).await;
+                if result.is_ok() {
+                    if let Some((info, log)) = push.finish {
+                        self.pg.reload(info, log);
+                    }
+                }
+                let r = PgPushReply {
+                    pgid: self.pgid,
+                    from: self.me(),
+                    result,
+                };
+                let _ = conn.reply(&msg, msg_type::PG_PUSH_REPLY, encode(&r)).await;
+            }
+        }
+    }
+
+    async fn on_map(&mut self, map: Arc<ClusterMap>) {
+        let Some(pool) = map.pools.get(&self.pgid.pool.0) else {
+            return;
+        };
+        let Ok(m) = map.pg_to_up(self.pgid.pool.0, self.pgid.seed) else {
+            return;
+        };
+        let p = Placement {
+            epoch: map.epoch,
+            up: m.up.clone(),
+            acting: m.up,
+            primary: m.primary,
+            size: pool.size,
+            min_size: pool.min_size,
+        };
+        let before = self.pg.info.same_interval_since;
+        let acts = self.pg.handle(PgEvent::Map(p));
+        if self.pg.info.same_interval_since != before {
+            self.repops.clear();
+            self.sent_gen.clear();
+        }
+        self.run_actions(acts).await;
+        let held = std::mem::take(&mut self.held);
+        for (conn, rep) in held {
+            self.on_repop(conn, rep).await;
+        }
+    }
+
+    async fn on_tick(&mut self) {
+        // Resend in-flight sub-ops to replicas whose connection was replaced.
+        let mut targets: BTreeSet<i32> = BTreeSet::new();
+        for (_, w) in self.repops.values() {
+            targets.extend(w.iter().copied());
+        }
+        for r in targets {
+            if let Ok((gen, conn)) = self.shared.peer(r).await {
+                if self.sent_gen.get(&r) != Some(&gen) {
+                    self.resend_all(r, gen, &conn, u64::MAX).await;
+                }
+            }
+        }
+        // Retry activation of a PG that could not reach everyone.
+        if self.pg.role == Role::Primary && self.pg.state.down && !self.peering {
+            if let Some(p) = self.pg.placement().cloned() {
+                self.pg.state.down = false;
+                self.pg.state.peering = true;
+                let acts = vec![PgAction::Peer {
+                    interval_since: self.pg.info.same_interval_since,
+                    epoch: p.epoch,
+                    acting: p.acting.clone(),
+                    probe: p.acting.clone(),
+                    past: self.pg.past.clone(),
+                }];
+                self.run_actions(acts).await;
+            }
+        }
+    }
+
+    async fn resend_all(&mut self, r: i32, gen: u64, conn: &Connection, below: u64) {
+        self.sent_gen.insert(r, gen);
+        let msgs: Vec<Bytes> = self
+            .repops
+            .range(..below)
+            .filter(|(_, (_, w))| w.contains(&r))
+            .map(|(_, (b, _))| b.clone())
+            .collect();
+        for b in msgs {
+            if conn.send(msg_type::REPOP, b).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn send_repop(&mut self, r: i32, seq: u64, bytes: Bytes) {
+        let (gen, conn) = match self.shared.peer(r).await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("pg {}: cannot reach osd.{r} for {seq}: {e}", self.pgid);
+                return;
+            }
+        };
+        if self.sent_gen.get(&r) != Some(&gen) {
+            self.resend_all(r, gen, &conn, seq).await;
+        }
+        if let Err(e) = conn.send(msg_type::REPOP, bytes).await {
+            tracing::warn!("pg {}: sending {seq} to osd.{r}: {e}", self.pgid);
+        }
+    }
+
+    async fn run_actions(&mut self, acts: Vec<PgAction>) {
+        let mut queue: std::collections::VecDeque<PgAction> = acts.into();
+        while let Some(a) = queue.pop_front() {
+            match a {
+                PgAction::Reply { token, reply } => self.reply(token, reply),
+                PgAction::Read { token, req } => {
+                    let reply = self.read(&req);
+                    self.reply(token, reply);
+                }
+                PgAction::Write {
+                    token: _,
+                    req,
+                    version,
+                    trim_to,
+                    replicas,
+                } => {
+                    let more = self.write(req, version, trim_to, replicas).await;
+                    queue.extend(more);
+                }
+                PgAction::Peer {
+                    interval_since,
+                    epoch,
+                    acting,
+                    probe,
+                    past,
+                } => self.start_peering(interval_since, epoch, acting, probe, past),
+                PgAction::PersistMeta => self.persist_meta(),
+            }
+        }
+    }
+
+    fn reply(&mut self, token: Token, reply: OpReply) {
+        if let Some((conn, msg, permit)) = self.pending.remove(&token) {
+            self.shared.tasks.spawn(async move {
+                let _ = conn.reply(&msg, msg_type::OP_REPLY, encode(&reply)).await;
+                drop(permit);
+            });
+        }
+    }
+
+    fn read(&self, req: &OpRequest) -> OpReply {
+        let store = &self.shared.store;
+        let (res, version) = match req.ops.as_slice() {
+            [SubOp::ListObjects { after, limit }] => {
+                match exec::list_objects(store, self.coll, after.as_ref(), *limit) {
+                    Ok((objs, next)) => (
+                        Ok(vec![SubOpOutput::Objects {
+                            objects: objs.into_iter().map(|(_, n)| n).collect(),
+                            next,
+                        }]),
+                        self.pg.info.last_update,
+                    ),
+                    Err(e) => (Err(e), Version::default()),
+                }
+            }
+            ops => match exec::execute_read(store, self.coll, &req.oid, ops) {
+                Ok((out, v)) => (Ok(out), v),
+                Err(e) => (Err(e), Version::default()),
+            },
+        };
+        OpReply {
+            reqid: req.reqid.clone(),
+            status: OpStatus::Done(res),
+            version,
+            epoch: self.pg.epoch(),
+        }
+    }
+
+    async fn write(
+        &mut self,
+        req: OpRequest,
+        version: Version,
+        trim_to: Version,
+        replicas: Vec<i32>,
+    ) -> Vec<PgAction> {
+        let store = self.shared.store.clone();
+        let coll = self.coll;
+        let payload = req.payload_bytes();
+        let full = store
+            .statfs()
+            .map(|s| s.available_bytes < payload)
+            .unwrap_or(false);
+        let resolved = if full {
+            Err(OpError::NoSpace(format!(
+                "osd.{} has less than {payload} bytes available; add capacity or delete data",
+                self.me()
+            )))
+        } else {
+            exec::resolve_write(&store, coll, &req.oid, &req.ops, version)
+        };
+        let (muts, outcome, op, prior) = match resolved {
+            Ok(r) => (r.mutations, Ok(r.outputs), r.log_op, r.prior),
+            Err(e) => (
+                Vec::new(),
+                Err(e.clone()),
+                LogOp::Error(e),
+                Version::default(),
+            ),
+        };
+        let entry = LogEntry {
+            version,
+            prior_version: prior,
+            reqid: Some(req.reqid.clone()),
+            oid: req.oid.clone(),
+            op,
+        };
+        let old_tail = self.pg.info.log_tail;
+        let more = self.pg.handle(PgEvent::Submitted {
+            seq: version.seq,
+            entry: entry.clone(),
+            outcome,
+        });
+        let mut txn = Transaction::new();
+        exec::apply_mutations(&mut txn, coll, &req.oid, &muts);
+        txn.log_append(coll, version.seq, encode(&entry));
+        if self.pg.info.log_tail > old_tail {
+            txn.log_trim(coll, self.pg.info.log_tail.seq);
+        }
+        txn.meta_set(coll, META_INFO, encode(&self.pg.info));
+        let interval_since = self.pg.info.same_interval_since;
+        self.submit_then(txn, move |r| match r {
+            Ok(()) => Some(PgMsg::Committed {
+                seq: version.seq,
+                from: -1,
+                interval_since,
+            }),
+            Err(e) => {
+                tracing::error!("pg commit of {version} failed: {e}");
+                None
+            }
+        });
+        let rep = RepOp {
+            pgid: self.pgid,
+            from: self.me(),
+            epoch: self.pg.epoch(),
+            interval_since,
+            entry,
+            mutations: muts,
+            trim_to,
+            hash: req.oid.hash(),
+        };
+        let bytes = encode(&rep);
+        if !replicas.is_empty() {
+            self.repops.insert(
+                version.seq,
+                (bytes.clone(), replicas.iter().copied().collect()),
+            );
+        }
+        for r in replicas {
+            self.send_repop(r, version.seq, bytes.clone()).await;
+        }
+        more
+    }
+
+    /// Submits `txn` and, once it is durable, sends `then(result)` to this actor.
+    fn submit_then(
+        &self,
+        txn: Transaction,
+        then: impl FnOnce(Result<(), String>) -> Option<PgMsg> + Send + 'static,
+    ) {
+        let me = self.me();
+        let h = self.shared.store.submit(txn);
+        let tx = self.tx.clone();
+        self.shared.tasks.spawn(async move {
+            let r = match h {
+                Ok(h) => h.await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Some(mut m) = then(r) {
+                if let PgMsg::Committed { from, .. } = &mut m {
+                    if *from == -1 {
+                        *from = me;
+                    }
+                }
+                let _ = tx.send(m).await;
+            }
+        });
+    }
+
+    async fn on_repop(&mut self, conn: Connection, rep: RepOp) {
+        if rep.epoch > self.pg.epoch() {
+            if self.held.len() < MAX_HELD_REPOPS {
+                self.held.push((conn, rep));
+            }
+            return;
+        }
+        let ok_sender = self
+            .pg
+            .placement()
+            .is_some_and(|p| p.primary == Some(rep.from) && p.acting.contains(&self.shared.cfg.id));
+        if !ok_sender || rep.interval_since < self.pg.info.same_interval_since {
+            tracing::debug!(
+                "pg {}: ignoring {} from osd.{} (interval {} vs ours {})",
+                self.pgid,
+                rep.entry.version,
+                rep.from,
+                rep.interval_since.0,
+                self.pg.info.same_interval_since.0
+            );
+            return;
+        }
+        if rep.interval_since > self.pg.info.same_interval_since {
+            self.pg.info.same_interval_since = rep.interval_since;
+        }
+        let ack = RepOpAck {
+            pgid: self.pgid,
+            from: self.me(),
+            version: rep.entry.version,
+            interval_since: rep.interval_since,
+            result: Ok(()),
+        };
+        let mut txn = Transaction::new();
+        if rep.entry.version > self.pg.info.last_update {
+            if !self.pg.apply_replicated(&rep.entry, rep.trim_to) {
+                tracing::warn!(
+                    "pg {}: gap: got {} from osd.{} but last_update is {}; waiting for peering",
+                    self.pgid,
+                    rep.entry.version,
+                    rep.from,
+                    self.pg.info.last_update
+                );
+                return;
+            }
+            exec::apply_mutations(&mut txn, self.coll, &rep.entry.oid, &rep.mutations);
+            txn.log_append(self.coll, rep.entry.version.seq, encode(&rep.entry));
+            if self.pg.info.log_tail.seq > 0 {
+                txn.log_trim(self.coll, self.pg.info.log_tail.seq);
+            }
+        }
+        // A resend of an entry we already have is acknowledged once every
+        // earlier transaction is durable (group commits complete in order).
+        txn.meta_set(self.coll, META_INFO, encode(&self.pg.info));
+        let h = self.shared.store.submit(txn);
+        self.shared.tasks.spawn(async move {
+            let r = match h {
+                Ok(h) => h.await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let ack = RepOpAck { result: r, ..ack };
+            let _ = conn.send(msg_type::REPOP_ACK, encode(&ack)).await;
+        });
+    }
+
+    fn start_peering(
+        &mut self,
+        interval_since: Epoch,
+        epoch: Epoch,
+        acting: Vec<i32>,
+        probe: Vec<i32>,
+        past: Vec<PastInterval>,
+    ) {
+        self.peering = true;
+        let job = peering::PeeringJob {
+            shared: self.shared.clone(),
+            pgid: self.pgid,
+            coll: self.coll,
+            epoch,
+            interval_since,
+            acting,
+            probe,
+            past,
+            my_info: self.pg.info.clone(),
+            my_log: self.pg.log().cloned().collect(),
+        };
+        let tx = self.tx.clone();
+        self.shared.tasks.spawn(async move {
+            let result = job.run().await;
+            let _ = tx
+                .send(PgMsg::PeeringDone {
+                    interval_since,
+                    result,
+                })
+                .await;
+        });
+    }
+
+    fn persist_meta(&self) {
+        let mut t = Transaction::new();
+        t.meta_set(self.coll, META_INFO, encode(&self.pg.info));
+        t.meta_set(self.coll, META_PAST, encode(&self.pg.past));
+        if let Err(e) = self.shared.store.submit(t) {
+            tracing::error!("pg {}: persisting info failed: {e}", self.pgid);
+        }
+    }
+
+    fn publish_stats(&self) {
+        let p = self.pg.placement();
+        let st = PgStat {
+            pgid: self.pgid.to_string(),
+            state: self.pg.state.to_string(),
+            role: self.pg.role,
+            up: p.map(|p| p.up.clone()).unwrap_or_default(),
+            acting: p.map(|p| p.acting.clone()).unwrap_or_default(),
+            primary: p.and_then(|p| p.primary),
+            epoch: self.pg.epoch().0,
+            last_update: self.pg.info.last_update.to_string(),
+            log_tail: self.pg.info.log_tail.to_string(),
+            log_entries: self.pg.log_len(),
+            same_interval_since: self.pg.info.same_interval_since.0,
+            last_epoch_started: self.pg.info.last_epoch_started.0,
+            down_reason: self.pg.state.down_reason.clone(),
+        };
+        lock(&self.shared.stats).insert(self.pgid, st);
+    }
+}

@@ -3,7 +3,7 @@
 //! chunks bit for bit; losing m+1 chunks is refused with counts.
 
 use bytes::Bytes;
-use cairn_ec::{EcError, ErasureCode};
+use cairn_ec::{chunk_crc32c, drop_corrupt_chunks, EcError, ErasureCode};
 
 fn object(len: usize, seed: u64) -> Bytes {
     let mut x = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
@@ -120,4 +120,36 @@ fn more_than_m_losses_name_available_and_needed() {
             );
         }
     }
+}
+
+/// A chunk failing its checksum counts as missing: it is dropped, the
+/// object still decodes, and reconstruction gives the repaired chunk.
+#[test]
+fn corrupt_chunks_count_as_missing_and_are_repaired() {
+    let code = ErasureCode::new(4, 2, 64).expect("valid profile");
+    let data = object(1000, 42);
+    let chunks = code.encode(&data).expect("encode");
+    let crcs: Vec<Option<u32>> = chunks.iter().map(|c| Some(chunk_crc32c(c))).collect();
+    let mut slots: Vec<Option<Bytes>> = chunks.iter().cloned().map(Some).collect();
+    for i in [1usize, 4] {
+        let mut bad = chunks[i].to_vec();
+        bad[17] ^= 0x80;
+        slots[i] = Some(Bytes::from(bad));
+    }
+    let dropped = drop_corrupt_chunks(&mut slots, &crcs).expect("same length");
+    assert_eq!(dropped, vec![1, 4]);
+    assert_eq!(code.decode(&slots, 1000).expect("decode"), data);
+    let repaired = code.codec().reconstruct(&slots, &dropped).expect("repair");
+    assert_eq!(repaired, vec![chunks[1].clone(), chunks[4].clone()]);
+    // A third bad chunk is one too many for m = 2.
+    let mut bad = chunks[0].to_vec();
+    bad[0] ^= 1;
+    slots[0] = Some(Bytes::from(bad));
+    drop_corrupt_chunks(&mut slots, &crcs).expect("same length");
+    let err = code.decode(&slots, 1000).expect_err("3 of 6 missing");
+    assert!(
+        err.to_string()
+            .contains("3 of 6 chunks available, 4 needed"),
+        "{err}"
+    );
 }

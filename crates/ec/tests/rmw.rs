@@ -158,7 +158,10 @@ fn roll_forward(code: &ErasureCode, shards: &mut [Vec<u8>], writes: &[ShardWrite
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    // CAIRN_SOAK=1 runs 50 times as many cases.
+    #![proptest_config(ProptestConfig::with_cases(
+        if std::env::var_os("CAIRN_SOAK").is_some() { 12_800 } else { 256 }
+    ))]
 
     #[test]
     fn rmw_matches_fresh_encoding_and_rolls_back(

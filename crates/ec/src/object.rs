@@ -131,6 +131,7 @@ impl ErasureCode {
     /// Interleaves `k` data chunks (starting at a stripe boundary) back into
     /// the first `logical_len` logical bytes.
     pub fn join_data(&self, data_chunks: &[Bytes], logical_len: u64) -> Result<Bytes> {
+        checked_end(logical_len, 0)?;
         let g = &self.geometry;
         if data_chunks.len() != g.k() {
             return Err(EcError::ChunkCount {
@@ -169,6 +170,7 @@ impl ErasureCode {
     /// Decodes a whole object of `logical_size` bytes from its chunks
     /// (`None` = missing or failed checksum); any `k` suffice.
     pub fn decode(&self, chunks: &[Option<Bytes>], logical_size: u64) -> Result<Bytes> {
+        checked_end(logical_size, 0)?;
         let expected = self.geometry.chunk_len(logical_size);
         for (index, c) in chunks.iter().enumerate() {
             if let Some(c) = c {
@@ -196,6 +198,7 @@ impl ErasureCode {
         available: &[bool],
     ) -> Result<ReadPlan> {
         checked_end(offset, len)?;
+        checked_end(logical_size, 0)?;
         if available.len() != self.total() {
             return Err(EcError::ChunkCount {
                 count: available.len(),

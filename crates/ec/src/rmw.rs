@@ -81,6 +81,7 @@ pub fn plan_write(
     allow_overwrites: bool,
 ) -> Result<WritePlan> {
     let end = checked_end(offset, len)?;
+    checked_end(old_size, 0)?;
     let g = code.geometry();
     if len == 0 {
         return Ok(WritePlan {
@@ -146,8 +147,10 @@ pub fn plan_write(
 }
 
 /// Plans replacing an object of `old_size` bytes by `new_len` bytes.
-pub fn plan_write_full(code: &ErasureCode, old_size: u64, new_len: u64) -> WritePlan {
-    WritePlan {
+pub fn plan_write_full(code: &ErasureCode, old_size: u64, new_len: u64) -> Result<WritePlan> {
+    checked_end(old_size, 0)?;
+    checked_end(new_len, 0)?;
+    Ok(WritePlan {
         code: *code,
         kind: WriteKind::Full,
         old_size,
@@ -156,7 +159,7 @@ pub fn plan_write_full(code: &ErasureCode, old_size: u64, new_len: u64) -> Write
         new_size: new_len,
         stripes: 0..code.geometry().stripe_count(new_len),
         reads: Vec::new(),
-    }
+    })
 }
 
 /// Plans setting the size of an object of `old_size` bytes to `new_size`.
@@ -167,6 +170,7 @@ pub fn plan_truncate(
     allow_overwrites: bool,
 ) -> Result<WritePlan> {
     checked_end(new_size, 0)?;
+    checked_end(old_size, 0)?;
     let g = code.geometry();
     let width = g.stripe_width_bytes();
     let su = g.stripe_unit_bytes();
@@ -514,6 +518,16 @@ mod tests {
         assert!(plan_write(&code(), 1000, 1000, 5, false).is_ok());
         assert!(plan_write(&code(), 1000, 2000, 5, false).is_ok());
         assert!(plan_write(&code(), 1000, 10, 5, true).is_ok());
+    }
+
+    #[test]
+    fn absurd_sizes_are_refused_not_overflowed() {
+        let big = u64::MAX - 3;
+        assert!(plan_write(&code(), big, 0, 1, true).is_err());
+        assert!(plan_write(&code(), 0, big, 1, true).is_err());
+        assert!(plan_write_full(&code(), big, 1).is_err());
+        assert!(plan_truncate(&code(), 0, big, true).is_err());
+        assert!(code().plan_read(big, 0, 1, &[true; 3]).is_err());
     }
 
     #[test]

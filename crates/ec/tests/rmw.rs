@@ -175,7 +175,7 @@ proptest! {
             let old_shards = shards.clone();
             let old_size = model.len() as u64;
             let (plan, data) = match op {
-                Op::Full { len } => (plan_write_full(&code, old_size, len as u64), bytes_for(len, n)),
+                Op::Full { len } => (plan_write_full(&code, old_size, len as u64).unwrap(), bytes_for(len, n)),
                 Op::Write { offset, len } => (
                     plan_write(&code, old_size, offset as u64, len as u64, true).unwrap(),
                     bytes_for(len, n),

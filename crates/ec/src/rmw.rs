@@ -402,6 +402,90 @@ impl ShardWrite {
         Ok(())
     }
 
+    /// crc32c of each `block_bytes` block of the new data, and the index of
+    /// the first block in the chunk. With `block_bytes = stripe_unit` these
+    /// replace the shard's stored per-unit checksums from that index on;
+    /// blocks at or past `new_chunk_len / block_bytes` no longer exist.
+    pub fn block_crc32c(&self, block_bytes: u64) -> Result<(u64, Vec<u32>)> {
+        if block_bytes == 0 || !self.offset.is_multiple_of(block_bytes) {
+            return Err(EcError::Malformed {
+                what: "checksum block size",
+                reason: format!(
+                    "{block_bytes} bytes does not divide the write offset {}",
+                    self.offset
+                ),
+            });
+        }
+        let crcs = crate::crc::block_crc32c(&self.data, block_bytes as usize)?;
+        Ok((self.offset / block_bytes, crcs))
+    }
+
+    /// `[version][shard u8][offset u64][old_chunk_len u64][new_chunk_len u64]
+    /// [len u64][data]`, little-endian: the message body the primary sends
+    /// to `acting[shard]`.
+    pub fn encode(&self) -> Bytes {
+        let mut out = Vec::with_capacity(WRITE_HEADER_BYTES + self.data.len());
+        out.put_u8(WRITE_FORMAT_VERSION);
+        out.put_u8(self.shard as u8);
+        out.put_u64_le(self.offset);
+        out.put_u64_le(self.old_chunk_len);
+        out.put_u64_le(self.new_chunk_len);
+        out.put_u64_le(self.data.len() as u64);
+        out.extend_from_slice(&self.data);
+        Bytes::from(out)
+    }
+
+    /// Decodes [`encode`](Self::encode)'s output without copying the data,
+    /// checking that the write fits in its new chunk length.
+    pub fn decode(buf: Bytes) -> Result<Self> {
+        let malformed = |reason: String| EcError::Malformed {
+            what: "EC shard write",
+            reason,
+        };
+        if buf.len() < WRITE_HEADER_BYTES {
+            return Err(malformed(format!(
+                "{} bytes, header needs {WRITE_HEADER_BYTES}",
+                buf.len()
+            )));
+        }
+        let mut b = buf.clone();
+        let version = b.get_u8();
+        if version != WRITE_FORMAT_VERSION {
+            return Err(EcError::UnsupportedFormat {
+                what: "EC shard write",
+                found: version,
+                min: WRITE_FORMAT_VERSION,
+                max: WRITE_FORMAT_VERSION,
+            });
+        }
+        let shard = b.get_u8() as usize;
+        let offset = b.get_u64_le();
+        let old_chunk_len = b.get_u64_le();
+        let new_chunk_len = b.get_u64_le();
+        let len = b.get_u64_le();
+        if len != b.remaining() as u64 {
+            return Err(malformed(format!(
+                "says {len} bytes follow, {} do",
+                b.remaining()
+            )));
+        }
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > new_chunk_len)
+        {
+            return Err(malformed(format!(
+                "range {offset}+{len} lies outside the new chunk of {new_chunk_len} bytes"
+            )));
+        }
+        Ok(Self {
+            shard,
+            offset,
+            data: buf.slice(WRITE_HEADER_BYTES..),
+            old_chunk_len,
+            new_chunk_len,
+        })
+    }
+
     fn check_old_len(&self, chunk: &[u8]) -> Result<()> {
         if chunk.len() as u64 != self.old_chunk_len {
             return Err(EcError::ChunkLength {
@@ -413,6 +497,10 @@ impl ShardWrite {
         Ok(())
     }
 }
+
+/// Version byte of the encoded [`ShardWrite`].
+const WRITE_FORMAT_VERSION: u8 = 1;
+const WRITE_HEADER_BYTES: usize = 1 + 1 + 8 + 8 + 8 + 8;
 
 /// Version byte of the encoded [`ShardRollback`].
 const ROLLBACK_FORMAT_VERSION: u8 = 1;
@@ -615,6 +703,34 @@ mod tests {
             ShardRollback::decode(Bytes::from(bad)),
             Err(EcError::UnsupportedFormat { found: 9, .. })
         ));
+    }
+
+    #[test]
+    fn shard_write_roundtrip_and_block_crcs() {
+        let plan = plan_write(&code(), 0, 0, 300, false).unwrap();
+        let writes = plan.build(&Bytes::from(vec![9u8; 300]), &[]).unwrap();
+        for w in &writes {
+            let enc = w.encode();
+            let back = ShardWrite::decode(enc.clone()).unwrap();
+            assert_eq!(&back, w);
+            assert!(ShardWrite::decode(enc.slice(..enc.len() - 1)).is_err());
+            let (first, crcs) = w.block_crc32c(64).unwrap();
+            assert_eq!(first, 0);
+            assert_eq!(crcs.len(), 3);
+            assert_eq!(crcs[1], crate::chunk_crc32c(&w.data[64..128]));
+        }
+        assert!(writes[0].block_crc32c(0).is_err());
+        let mut bad = writes[0].encode().to_vec();
+        bad[0] = 7;
+        assert!(matches!(
+            ShardWrite::decode(Bytes::from(bad)),
+            Err(EcError::UnsupportedFormat { found: 7, .. })
+        ));
+        let past_end = ShardWrite {
+            new_chunk_len: 10,
+            ..writes[0].clone()
+        };
+        assert!(ShardWrite::decode(past_end.encode()).is_err());
     }
 
     #[test]

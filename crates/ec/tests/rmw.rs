@@ -188,6 +188,11 @@ proptest! {
             let down = down.filter(|d| *d < k);
             let reads = serve_reads(&code, &shards, &plan, down);
             let writes = plan.build(&data, &reads).unwrap();
+            // Each shard receives its write through the wire encoding.
+            let writes: Vec<ShardWrite> = writes
+                .iter()
+                .map(|w| ShardWrite::decode(w.encode()).unwrap())
+                .collect();
             match fate {
                 Fate::Complete => {
                     for (w, shard) in writes.iter().zip(shards.iter_mut()) {

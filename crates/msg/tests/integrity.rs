@@ -171,3 +171,86 @@ async fn idle_connection_stays_up_thanks_to_keepalives() {
         .await
         .unwrap();
 }
+
+/// Records the client's handshake (Hello + ClientProof) through a proxy and
+/// replays it on a fresh connection: the server's new nonce makes the old
+/// proof worthless, so nothing is accepted.
+#[tokio::test]
+async fn replayed_handshake_is_refused() {
+    use cairn_msg::frame::{FrameHeader, FrameKind, HEADER_LEN};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    let key = Secret::generate();
+    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
+        .await
+        .unwrap();
+    let target = l.local_addr();
+    // Recording proxy: forwards both ways, keeps the client's unsigned frames.
+    let rec = TcpListener::bind(any_port()).await.unwrap();
+    let rec_addr = rec.local_addr().unwrap();
+    let recorder = tokio::spawn(async move {
+        let (client, _) = rec.accept().await.unwrap();
+        let server = TcpStream::connect(target).await.unwrap();
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut sr, &mut cw).await;
+        });
+        let mut recorded = Vec::new();
+        loop {
+            let mut h = [0u8; HEADER_LEN];
+            if cr.read_exact(&mut h).await.is_err() {
+                break;
+            }
+            let hdr = FrameHeader::decode(&h, usize::MAX).unwrap();
+            let mut p = vec![0u8; hdr.payload_len as usize];
+            cr.read_exact(&mut p).await.unwrap();
+            sw.write_all(&h).await.unwrap();
+            sw.write_all(&p).await.unwrap();
+            if !hdr.kind.is_signed() {
+                recorded.extend_from_slice(&h);
+                recorded.extend_from_slice(&p);
+            }
+            if hdr.kind == FrameKind::ClientProof {
+                break;
+            }
+        }
+        // Keep forwarding so the recorded session completes normally.
+        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+        recorded
+    });
+    let creds = Credentials::Key {
+        name: admin(),
+        secret: key,
+    };
+    let client = connect(rec_addr, &creds, None, &fast_cfg()).await.unwrap();
+    let _first = l.accept().await.unwrap();
+    client.close();
+    let recorded = recorder.await.unwrap();
+    assert!(recorded.len() > 2 * HEADER_LEN);
+
+    // Replay it verbatim.
+    let mut raw = TcpStream::connect(target).await.unwrap();
+    raw.write_all(&recorded).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), raw.read_to_end(&mut answer)).await;
+    // The server answered with a fresh ServerHello, then refused.
+    let first = FrameHeader::decode(&answer[..HEADER_LEN].try_into().unwrap(), 0).unwrap();
+    assert_eq!(first.kind, FrameKind::ServerHello);
+    let second_at = HEADER_LEN + first.payload_len as usize;
+    let second = FrameHeader::decode(
+        &answer[second_at..second_at + HEADER_LEN]
+            .try_into()
+            .unwrap(),
+        0,
+    )
+    .unwrap();
+    assert_eq!(second.kind, FrameKind::AuthReject);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), l.accept())
+            .await
+            .is_err(),
+        "a replayed handshake must not produce a connection"
+    );
+}

@@ -673,11 +673,17 @@ impl CrushMap {
                 }
             }
         }
+        // Like a booting Ceph OSD: the class is set first (a new class gets
+        // its shadow trees right away), then the OSD is placed.
+        let class_is_new = class.is_some_and(|c| self.class_id(c).is_none());
         let class_id = match class {
             Some(c) => Some(self.get_or_create_class(c)?),
             None => None,
         };
         self.devices.insert(osd, Device { name: dev_name, class: class_id });
+        if class_is_new {
+            self.rebuild_shadows()?;
+        }
         let mut cur = osd;
         let mut cur_w = w;
         for (t, n) in location {
@@ -1068,5 +1074,112 @@ pub(crate) fn alg_name(alg: u8) -> &'static str {
         4 => "straw",
         5 => "straw2",
         _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three_hosts() -> CrushMap {
+        let mut m = CrushMap::new();
+        m.add_bucket("default", "root", None).unwrap();
+        for (h, name) in ["alecto", "megaera", "tisiphone"].iter().enumerate() {
+            for d in 0..2 {
+                let osd = (h * 2 + d) as i32;
+                m.add_device(osd, Some("hdd"), 5.458, &[("host", name), ("root", "default")]).unwrap();
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn shadow_ids_follow_ceph_boot_order() {
+        let m = three_hosts();
+        let hdd = m.class_id("hdd").unwrap();
+        assert_eq!(m.item_id("default"), Some(-1));
+        assert_eq!(m.shadow_of(-1, hdd), Some(-2));
+        assert_eq!(m.item_id("alecto"), Some(-3));
+        assert_eq!(m.shadow_of(-3, hdd), Some(-4));
+        assert_eq!(m.item_id("megaera"), Some(-5));
+        assert_eq!(m.item_name(-4), Some("alecto~hdd"));
+    }
+
+    #[test]
+    fn weights_propagate_and_tree_lists_non_shadow_items() {
+        let mut m = three_hosts();
+        let host_w = m.bucket(-3).unwrap().weight;
+        assert_eq!(host_w, 2 * weight_to_fixed(5.458));
+        assert_eq!(m.bucket(-1).unwrap().weight, 3 * host_w);
+        m.reweight_device(0, 1.0).unwrap();
+        assert_eq!(m.bucket(-3).unwrap().weight, weight_to_fixed(5.458) + 0x10000);
+        let hdd = m.class_id("hdd").unwrap();
+        let shadow_root = m.shadow_of(-1, hdd).unwrap();
+        assert_eq!(m.bucket(shadow_root).unwrap().weight, m.bucket(-1).unwrap().weight);
+        let tree = m.tree();
+        assert_eq!(tree.len(), 1 + 3 + 6);
+        assert_eq!((tree[0].name.as_str(), tree[0].depth), ("default", 0));
+        assert_eq!((tree[1].name.as_str(), tree[1].depth), ("alecto", 1));
+        assert_eq!(tree[2].class.as_deref(), Some("hdd"));
+        assert!((m.device_weight(0).unwrap() - 1.0).abs() < 1e-9);
+        assert_eq!(m.parent_of_type(3, "host").as_deref(), Some("megaera"));
+        assert_eq!(m.parent_of_type(3, "root").as_deref(), Some("default"));
+    }
+
+    #[test]
+    fn classes_rules_and_removal() {
+        let mut m = three_hosts();
+        m.add_device(6, Some("ssd"), 0.91, &[("host", "alecto"), ("root", "default")]).unwrap();
+        assert_eq!(m.device_class(6), Some("ssd"));
+        let rep = m.add_replicated_rule("ssd-only", "default", "host", Some("ssd")).unwrap();
+        let ec = m.add_erasure_rule("ec", "default", "host", Some("hdd"), 3).unwrap();
+        assert_eq!((rep, ec), (0, 1));
+        let rules = m.rules();
+        assert_eq!(rules[0].steps_text, vec!["take default class ssd", "chooseleaf firstn 0 type host", "emit"]);
+        assert_eq!(rules[1].rule_type, RuleType::Erasure);
+        assert_eq!(rules[1].steps_text[0], "set_chooseleaf_tries 5");
+        assert_eq!(m.do_rule(rep, 7, 3, &[]), vec![6]);
+        let got = m.do_rule(ec, 7, 3, &[]);
+        assert_eq!(got.len(), 3);
+        assert!(got.iter().all(|&o| m.device_class(o) == Some("hdd")));
+        // Reweight vector: OSD 6 out -> nothing left for the ssd rule.
+        let mut rw = vec![0x10000; 7];
+        rw[6] = 0;
+        assert_eq!(m.do_rule(rep, 7, 3, &rw), Vec::<i32>::new());
+        m.set_device_class(6, "hdd").unwrap();
+        assert_eq!(m.do_rule(rep, 7, 3, &[]), Vec::<i32>::new());
+        m.rm_device_class(6).unwrap();
+        assert_eq!(m.device_class(6), None);
+        m.remove_device(6).unwrap();
+        assert!(!m.device_ids().contains(&6));
+        assert_eq!(m.bucket(-3).unwrap().weight, 2 * weight_to_fixed(5.458));
+        m.remove_rule("ssd-only").unwrap();
+        assert_eq!(m.rule_id("ssd-only"), None);
+        assert!(matches!(m.add_device(0, None, 1.0, &[("host", "x")]), Err(CrushError::DeviceExists(0))));
+        assert!(matches!(m.add_bucket("r2", "nosuchtype", None), Err(CrushError::NoSuchType(..))));
+        assert!(matches!(m.remove_device(42), Err(CrushError::NoSuchDevice(42))));
+    }
+
+    #[test]
+    fn encode_decode_round_trip_and_rejects_garbage() {
+        let m = three_hosts();
+        let buf = m.encode();
+        assert_eq!(buf[0], ENCODING_VERSION);
+        assert_eq!(CrushMap::decode(&buf).unwrap(), m);
+        assert!(CrushMap::decode(&[]).is_err());
+        assert!(CrushMap::decode(&[9, 1, 2]).is_err());
+        assert!(CrushMap::decode(&buf[..buf.len() / 2]).is_err());
+    }
+
+    #[test]
+    fn text_round_trip_of_built_map() {
+        let mut m = three_hosts();
+        m.add_replicated_rule("replicated_rule", "default", "host", None).unwrap();
+        let text = m.to_text();
+        let back = CrushMap::parse_text(&text).unwrap();
+        assert_eq!(back.to_text(), text);
+        for x in 0..200 {
+            assert_eq!(back.do_rule(0, x, 3, &[]), m.do_rule(0, x, 3, &[]));
+        }
     }
 }

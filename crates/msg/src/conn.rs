@@ -32,6 +32,8 @@ pub const OUT_QUEUE_FRAMES: usize = 4096;
 /// Each received message is charged at least this many bytes against the
 /// receive bound, so a flood of empty messages is bounded too.
 pub const RECV_MIN_CHARGE_BYTES: usize = 256;
+/// Most calls on one connection waiting for their replies at once.
+pub const MAX_PENDING_CALLS: usize = 65_536;
 /// Most handshakes a listener runs at once.
 pub const MAX_CONCURRENT_HANDSHAKES: usize = 128;
 /// Most authenticated connections waiting for `Listener::accept`.
@@ -283,10 +285,18 @@ impl Connection {
         let deadline = Instant::now() + timeout;
         let id = self.next_id();
         let (tx, rx) = oneshot::channel();
-        sh.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, tx);
+        {
+            let mut pending = sh.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if pending.len() >= MAX_PENDING_CALLS {
+                return Err(MsgError::Invalid {
+                    reason: format!(
+                        "{MAX_PENDING_CALLS} calls to {} are already waiting for replies; limit the caller's concurrency",
+                        sh.label
+                    ),
+                });
+            }
+            pending.insert(id, tx);
+        }
         let h = self.header(msg_type, id, None, payload.len());
         let result = async {
             sh.enqueue(h, payload, deadline, timeout).await?;

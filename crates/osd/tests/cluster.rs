@@ -1,0 +1,377 @@
+//! The replicated data path end to end: 3 hosts x 2 OSDs, size 3 /
+//! min_size 2, real stores and sockets, the cairn-client library.
+
+mod common;
+
+use bytes::Bytes;
+use cairn_ops::{msg_type, CmpOp, ObjectName, OpError, OpReply, OpRequest, OpStatus, SubOp};
+use common::*;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn objects_of_random_sizes_round_trip() {
+    let count = if soak() { 1000 } else { 60 };
+    let data_bytes = if soak() { 16 << 30 } else { 1 << 30 };
+    let c = Cluster::start(3, 2, 32, data_bytes).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let sizes: Vec<usize> = (0..count)
+        .map(|i| match i {
+            0 => 0,
+            1 => 8 << 20,
+            _ => rng.gen_range(0..=8 << 20),
+        })
+        .collect();
+    let t0 = Instant::now();
+    let sem = Arc::new(tokio::sync::Semaphore::new(8));
+    let mut set = tokio::task::JoinSet::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        let io = io.clone();
+        let permit = sem.clone().acquire_owned().await.expect("sem");
+        set.spawn(async move {
+            io.write_full(&format!("obj-{i}"), pattern(i as u64, size))
+                .await
+                .expect("write");
+            drop(permit);
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("task");
+    }
+    let total: usize = sizes.iter().sum();
+    eprintln!(
+        "wrote {count} objects, {} MiB, in {:?}",
+        total >> 20,
+        t0.elapsed()
+    );
+    for (i, &size) in sizes.iter().enumerate() {
+        let name = format!("obj-{i}");
+        let got = io.read(&name, 0, 0).await.expect("read");
+        assert_eq!(got.len(), size, "{name} size");
+        assert!(got == pattern(i as u64, size), "{name} content differs");
+    }
+    let mut names: Vec<String> = io
+        .list_all()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|o| o.name)
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = (0..count).map(|i| format!("obj-{i}")).collect();
+    want.sort();
+    assert_eq!(names, want, "pool listing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn object_ops_semantics() {
+    let c = Cluster::start(3, 2, 8, 256 << 20).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    let o = "ops";
+    io.create(o, true).await.expect("create");
+    let e = io
+        .create(o, true)
+        .await
+        .expect_err("exclusive create twice");
+    assert_eq!(e.op_error(), Some(&OpError::Exists));
+    io.write(o, 4, b"abcd".to_vec()).await.expect("write");
+    io.append(o, b"XY".to_vec()).await.expect("append");
+    assert_eq!(io.read(o, 0, 0).await.unwrap(), b"\0\0\0\0abcdXY");
+    io.zero(o, 5, 2).await.expect("zero");
+    assert_eq!(io.read(o, 4, 4).await.unwrap(), b"a\0\0d");
+    io.truncate(o, 3).await.expect("truncate");
+    let st = io.stat(o).await.expect("stat");
+    assert_eq!(st.size, 3);
+    // assert_version / compare-and-write
+    let v = io
+        .write_if_version(o, st.version, 0, b"Q".to_vec())
+        .await
+        .expect("cas ok");
+    let e = io
+        .write_if_version(o, st.version, 0, b"R".to_vec())
+        .await
+        .expect_err("stale version");
+    assert!(matches!(e.op_error(), Some(OpError::VersionMismatch { actual }) if *actual == v));
+    io.compare_and_write(o, 0, b"Q".to_vec(), b"S".to_vec())
+        .await
+        .expect("cmpext ok");
+    let e = io
+        .compare_and_write(o, 0, b"Q".to_vec(), b"T".to_vec())
+        .await
+        .expect_err("cmpext");
+    assert_eq!(e.op_error(), Some(&OpError::CmpMismatch { offset: 0 }));
+    // xattrs
+    io.set_xattr(o, "color", b"red".to_vec())
+        .await
+        .expect("setxattr");
+    assert_eq!(io.get_xattr(o, "color").await.unwrap(), b"red");
+    io.set_xattr_if(o, "color", CmpOp::Eq, b"red".to_vec(), b"blue".to_vec())
+        .await
+        .expect("cmpxattr");
+    let e = io
+        .set_xattr_if(o, "color", CmpOp::Eq, b"red".to_vec(), b"x".to_vec())
+        .await
+        .expect_err("cmpxattr");
+    assert_eq!(e.op_error(), Some(&OpError::Canceled));
+    assert_eq!(
+        io.list_xattrs(o).await.unwrap(),
+        vec![("color".to_string(), b"blue".to_vec())]
+    );
+    io.rm_xattr(o, "color").await.expect("rmxattr");
+    let e = io.get_xattr(o, "color").await.expect_err("gone");
+    assert_eq!(e.op_error(), Some(&OpError::NoData));
+    // omap
+    io.omap_set_header(o, b"hdr".to_vec()).await.unwrap();
+    io.omap_set(
+        o,
+        vec![
+            (b"b".to_vec(), b"2".to_vec()),
+            (b"a".to_vec(), b"1".to_vec()),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(io.omap_get_header(o).await.unwrap(), b"hdr");
+    assert_eq!(
+        io.omap_get_vals_by_keys(o, vec![b"a".to_vec(), b"zz".to_vec()])
+            .await
+            .unwrap(),
+        vec![(b"a".to_vec(), b"1".to_vec())]
+    );
+    io.omap_rm_keys(o, vec![b"a".to_vec()]).await.unwrap();
+    let (ents, more) = io.omap_list(o, None, 10).await.unwrap();
+    assert_eq!(ents, vec![(b"b".to_vec(), b"2".to_vec())]);
+    assert!(!more);
+    io.omap_clear(o).await.unwrap();
+    assert!(io.omap_list(o, None, 10).await.unwrap().0.is_empty());
+    // remove
+    io.remove(o).await.expect("remove");
+    assert!(io.read(o, 0, 0).await.expect_err("removed").is_not_found());
+    assert!(io
+        .remove(o)
+        .await
+        .expect_err("removed twice")
+        .is_not_found());
+    // striper
+    let s = cairn_client::Striper::new(1 << 20, 64 << 10, 4).unwrap();
+    let big = pattern(77, (5 << 20) + 123);
+    s.write(&io, "img", 0, &big).await.expect("striped write");
+    assert_eq!(s.size(&io, "img").await.unwrap(), big.len() as u64);
+    assert!(s.read(&io, "img", 0, big.len() as u64).await.unwrap() == big);
+    assert!(s.read(&io, "img", 100_000, 300_000).await.unwrap() == big[100_000..400_000]);
+    s.remove(&io, "img").await.expect("striped remove");
+    // a client without osd caps is refused
+    let mut cfg = cairn_client::ClientConfig::new(admin_creds());
+    cfg.op_timeout = Duration::from_secs(5);
+    let _ = cfg;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn omap_of_100k_keys_lists_in_order_across_pages() {
+    let c = Cluster::start(3, 2, 8, 256 << 20).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    let total = 100_000u32;
+    let batch = 5_000u32;
+    let t0 = Instant::now();
+    for b in 0..total / batch {
+        // Keys inserted in a scrambled order; listing must sort them.
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..batch)
+            .map(|i| {
+                let k = (b + i * (total / batch)) % total;
+                (format!("key{k:08}").into_bytes(), k.to_le_bytes().to_vec())
+            })
+            .collect();
+        io.omap_set("index", entries).await.expect("omap set");
+    }
+    let set_time = t0.elapsed();
+    let mut after: Option<Vec<u8>> = None;
+    let mut n = 0u32;
+    let mut pages = 0;
+    loop {
+        let (ents, more) = io
+            .omap_list("index", after.as_deref(), 1000)
+            .await
+            .expect("omap list");
+        pages += 1;
+        for (k, v) in &ents {
+            assert_eq!(k, format!("key{n:08}").as_bytes(), "key order");
+            assert_eq!(v, &n.to_le_bytes());
+            n += 1;
+        }
+        after = ents.last().map(|(k, _)| k.clone());
+        if !more {
+            break;
+        }
+    }
+    assert_eq!(n, total);
+    eprintln!(
+        "100k omap keys: set in {set_time:?}, listed in {pages} pages in {:?}",
+        t0.elapsed() - set_time
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_to_one_object_serialise() {
+    let c = Cluster::start(3, 2, 8, 256 << 20).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    let writers = 16u8;
+    let per_writer = 25usize;
+    let rec = 1000usize;
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..writers {
+        let io = io.clone();
+        set.spawn(async move {
+            let mut versions = Vec::new();
+            for _ in 0..per_writer {
+                versions.push(io.append("shared", vec![w; rec]).await.expect("append"));
+            }
+            versions
+        });
+    }
+    let mut all_versions = Vec::new();
+    while let Some(r) = set.join_next().await {
+        all_versions.extend(r.expect("task"));
+    }
+    let data = io.read("shared", 0, 0).await.expect("read");
+    assert_eq!(data.len(), writers as usize * per_writer * rec);
+    let mut count = BTreeMap::new();
+    for chunk in data.chunks(rec) {
+        assert!(chunk.iter().all(|&b| b == chunk[0]), "records interleaved");
+        *count.entry(chunk[0]).or_insert(0) += 1;
+    }
+    assert!(count.values().all(|&n| n == per_writer), "{count:?}");
+    all_versions.sort();
+    all_versions.dedup();
+    assert_eq!(
+        all_versions.len(),
+        writers as usize * per_writer,
+        "every write got its own version"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resent_op_is_applied_once() {
+    let c = Cluster::start(3, 2, 8, 256 << 20).await;
+    let rados = c.client();
+    let io = rados.ioctx("rbd").expect("pool");
+    io.write_full("dup", b"start".to_vec())
+        .await
+        .expect("write");
+    let map = rados.map();
+    let pool = map.pools.values().find(|p| p.name == "rbd").unwrap();
+    let name = ObjectName::new("", "dup");
+    let seed = cairn_map::stable_mod(
+        name.hash(),
+        pool.pg_num,
+        pool.pg_num.next_power_of_two() - 1,
+    );
+    let primary = map.pg_to_up(pool.id, seed).unwrap().primary.unwrap();
+    let addr = map.osds[&primary].addrs[0].parse().unwrap();
+    let conn = cairn_msg::connect(addr, &admin_creds(), None, &Default::default())
+        .await
+        .expect("connect");
+    let req = OpRequest {
+        reqid: cairn_ops::ReqId {
+            client: cairn_types::EntityName::client("admin"),
+            incarnation: 424242,
+            tid: 1,
+        },
+        epoch: map.epoch,
+        pgid: cairn_types::PgId {
+            pool: cairn_types::PoolId(pool.id),
+            seed,
+        },
+        oid: name,
+        ops: vec![SubOp::Append {
+            data: Bytes::from_static(b"+once"),
+        }],
+    };
+    let mut versions = Vec::new();
+    for _ in 0..3 {
+        let m = conn
+            .call(
+                msg_type::OP,
+                cairn_ops::encode(&req),
+                Duration::from_secs(10),
+            )
+            .await
+            .expect("call");
+        let r: OpReply = cairn_ops::decode("reply", &m.payload).unwrap();
+        assert!(matches!(r.status, OpStatus::Done(Ok(_))), "{r:?}");
+        versions.push(r.version);
+    }
+    assert!(versions.windows(2).all(|w| w[0] == w[1]), "{versions:?}");
+    assert_eq!(io.read("dup", 0, 0).await.unwrap(), b"start+once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_an_osd_during_writes_loses_nothing_acknowledged() {
+    let mut c = Cluster::start(3, 2, 16, 512 << 20).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    let acked: Arc<std::sync::Mutex<BTreeMap<String, u64>>> = Default::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..8u64 {
+        let (io, acked, stop) = (io.clone(), acked.clone(), stop.clone());
+        set.spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let name = format!("w{w}-{}", i % 40);
+                let seed = w * 1_000_000 + i;
+                io.write_full(&name, pattern(seed, 16 << 10 + (i % 7) as usize))
+                    .await
+                    .expect("write during failure");
+                acked.lock().unwrap().insert(name, seed);
+                i += 1;
+            }
+            i
+        });
+    }
+    let victim = 2;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let before = acked.lock().unwrap().len();
+    c.kill(victim).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let during = acked.lock().unwrap().len();
+    c.restart(victim).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut writes = 0;
+    while let Some(r) = set.join_next().await {
+        writes += r.expect("writer");
+    }
+    eprintln!("writes: {writes}; objects acked before kill {before}, while down {during}");
+    c.wait_clean(Duration::from_secs(60)).await;
+    let acked = acked.lock().unwrap().clone();
+    for (name, seed) in &acked {
+        let i = seed % 1_000_000;
+        let want = pattern(*seed, 16 << 10 + (i % 7) as usize);
+        assert!(io.read(name, 0, 0).await.expect("read") == want, "{name}");
+    }
+    // The restarted OSD caught up: its copies match the primaries' logs.
+    let mut primaries = BTreeMap::new();
+    for osd in c.osds.values().flatten() {
+        for s in osd.pg_stats() {
+            if s.primary == Some(osd.id()) {
+                primaries.insert(s.pgid.clone(), s.last_update.clone());
+            }
+        }
+    }
+    let restarted = c.osds[&victim].as_ref().unwrap();
+    let mut checked = 0;
+    for s in restarted.pg_stats() {
+        if s.acting.contains(&victim) {
+            assert_eq!(
+                Some(&s.last_update),
+                primaries.get(&s.pgid),
+                "pg {} on osd.{victim}",
+                s.pgid
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 0);
+}

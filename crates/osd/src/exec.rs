@@ -460,13 +460,16 @@ pub fn execute_read(
     Ok((out, view.version))
 }
 
+/// A page of a PG listing: (hash, name) pairs and the resume point.
+pub type ListPage = (Vec<(u32, ObjectName)>, Option<cairn_ops::ListCursor>);
+
 /// Lists up to `limit` objects of a PG strictly after `after`.
 pub fn list_objects(
     store: &Store,
     coll: CollectionId,
     after: Option<&cairn_ops::ListCursor>,
     limit: u32,
-) -> Result<(Vec<(u32, ObjectName)>, Option<cairn_ops::ListCursor>), OpError> {
+) -> Result<ListPage, OpError> {
     let limit = limit.clamp(1, LIST_OBJECTS_MAX) as usize;
     let start = match after {
         Some(c) => cairn_store::ListStart::After(

@@ -68,7 +68,7 @@ async fn objects_of_random_sizes_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn object_ops_semantics() {
-    let c = Cluster::start(3, 2, 8, 256 << 20).await;
+    let mut c = Cluster::start(3, 2, 8, 256 << 20).await;
     let io = c.client().ioctx("rbd").expect("pool");
     let o = "ops";
     io.create(o, true).await.expect("create");
@@ -163,10 +163,32 @@ async fn object_ops_semantics() {
     assert!(s.read(&io, "img", 0, big.len() as u64).await.unwrap() == big);
     assert!(s.read(&io, "img", 100_000, 300_000).await.unwrap() == big[100_000..400_000]);
     s.remove(&io, "img").await.expect("striped remove");
-    // a client without osd caps is refused
-    let mut cfg = cairn_client::ClientConfig::new(admin_creds());
-    cfg.op_timeout = Duration::from_secs(5);
-    let _ = cfg;
+    // A client with read-only osd caps can read but not write.
+    c.apply_with(
+        cairn_map::MonCommand::AuthGetOrCreate {
+            entity: cairn_types::EntityName::client("ro"),
+            caps: vec![
+                ("mon".into(), "allow r".into()),
+                ("osd".into(), "allow r pool=rbd".into()),
+            ],
+        },
+        Some([9; 32]),
+    );
+    let mut cfg = cairn_client::ClientConfig::new(cairn_msg::Credentials::Key {
+        name: cairn_types::EntityName::client("ro"),
+        secret: cairn_msg::Secret::from_bytes([9; 32]),
+    });
+    cfg.op_timeout = Duration::from_secs(10);
+    let ro = cairn_client::Rados::new(cfg, c.map_rx())
+        .ioctx("rbd")
+        .unwrap();
+    io.write_full("public", b"p".to_vec()).await.unwrap();
+    assert_eq!(ro.read("public", 0, 0).await.unwrap(), b"p");
+    let e = ro
+        .write_full("public", b"q".to_vec())
+        .await
+        .expect_err("read-only client wrote");
+    assert!(matches!(e.op_error(), Some(OpError::Access(_))), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -307,6 +329,11 @@ async fn a_resent_op_is_applied_once() {
     assert_eq!(io.read("dup", 0, 0).await.unwrap(), b"start+once");
 }
 
+/// Object size of the failure-test load: 16 KiB to 40 KiB.
+fn load_size(i: u64) -> usize {
+    (16 << 10) + (i % 7) as usize * 4096
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_an_osd_during_writes_loses_nothing_acknowledged() {
     let mut c = Cluster::start(3, 2, 16, 512 << 20).await;
@@ -321,7 +348,7 @@ async fn killing_an_osd_during_writes_loses_nothing_acknowledged() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let name = format!("w{w}-{}", i % 40);
                 let seed = w * 1_000_000 + i;
-                io.write_full(&name, pattern(seed, 16 << 10 + (i % 7) as usize))
+                io.write_full(&name, pattern(seed, load_size(i)))
                     .await
                     .expect("write during failure");
                 acked.lock().unwrap().insert(name, seed);
@@ -348,7 +375,7 @@ async fn killing_an_osd_during_writes_loses_nothing_acknowledged() {
     let acked = acked.lock().unwrap().clone();
     for (name, seed) in &acked {
         let i = seed % 1_000_000;
-        let want = pattern(*seed, 16 << 10 + (i % 7) as usize);
+        let want = pattern(*seed, load_size(i));
         assert!(io.read(name, 0, 0).await.expect("read") == want, "{name}");
     }
     // The restarted OSD caught up: its copies match the primaries' logs.

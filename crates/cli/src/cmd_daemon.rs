@@ -471,14 +471,39 @@ fn wait_ready(conf: &Path, who: &EntityName) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(client.command(&MonCommand::MonStat))
-        .map_err(|e| {
-            anyhow!(
-                "the daemon did not become ready: {e}; see {}",
+    let deadline = Instant::now() + DAEMON_READY_TIMEOUT;
+    let me = c.get("mon", "mon_name").unwrap_or("a").to_string();
+    // Ready = this mon answers and counts itself and a majority in quorum
+    // (the peers it heard from within the last pings).
+    loop {
+        let reply = rt
+            .block_on(client.command(&MonCommand::QuorumStatus))
+            .map_err(|e| {
+                anyhow!(
+                    "the daemon did not become ready: {e}; see {}",
+                    conf_dir(conf).join(LOG_FILE).display()
+                )
+            })?;
+        let names = reply.json["quorum_names"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mons = reply.json["monmap"]["mons"]
+            .as_array()
+            .map(Vec::len)
+            .unwrap_or(0);
+        let in_quorum = names.iter().any(|n| n.as_str() == Some(me.as_str()));
+        if in_quorum && names.len() * 2 > mons {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "mon.{me} answers but is not in a quorum after {DAEMON_READY_TIMEOUT:?}; see {}",
                 conf_dir(conf).join(LOG_FILE).display()
-            )
-        })?;
-    Ok(())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn mon_secret(conf_path: &Path, conf: &Conf) -> Result<Secret> {
@@ -490,8 +515,32 @@ fn mon_secret(conf_path: &Path, conf: &Conf) -> Result<Secret> {
         .ok_or_else(|| anyhow!("{} has no key for mon.{name}", ring_path.display()))
 }
 
+/// Closes descriptors above stderr inherited from whoever started us (a
+/// wrapper such as `faketime` leaves pipes open and waits for them to
+/// close). Called first thing in the daemon, before anything opens a file.
+fn close_inherited_fds() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let fds: Vec<i32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|fd| *fd > 2)
+            .collect(),
+        Err(_) => return,
+    };
+    // The directory handle used for the listing is closed by now; closing
+    // its number fails harmlessly (EBADF) only if it was not reused.
+    for fd in fds {
+        if std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok() {
+            // SAFETY: nothing in this process owns these descriptors yet:
+            // they were inherited across exec and no code has opened files.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+    }
+}
+
 /// Runs this node's roles until SIGTERM/SIGINT.
 fn run_daemon_foreground(conf_path: &Path) -> Result<()> {
+    close_inherited_fds();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")

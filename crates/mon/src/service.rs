@@ -34,7 +34,7 @@ use tokio::time::Instant;
 /// How often mons ping each other (liveness for `quorum_status`, clock offsets).
 pub const MON_PING_INTERVAL: Duration = Duration::from_secs(1);
 /// A mon not heard from for this long counts as out of quorum in reports.
-pub const MON_PEER_STALE_AFTER: Duration = Duration::from_secs(5);
+pub const MON_PEER_STALE_AFTER: Duration = Duration::from_secs(3);
 /// Longest a proposal may wait for a commit.
 pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a membership change (new mon catching up) may take.
@@ -172,11 +172,24 @@ impl KeyServer for MonKeys {
     }
 }
 
+/// Clock samples kept per peer; the offset reported is the one measured
+/// with the smallest round trip among them (least uncertainty).
+const CLOCK_SAMPLES_KEPT: usize = 8;
+
 #[derive(Default)]
 struct PeerSeen {
     last_seen: Option<Instant>,
-    /// Peer's wall clock minus ours, RTT-corrected, ms.
-    offset_ms: Option<i64>,
+    /// (round trip ms, peer's wall clock minus ours RTT-corrected ms).
+    samples: std::collections::VecDeque<(i64, i64)>,
+}
+
+impl PeerSeen {
+    fn offset_ms(&self) -> Option<i64> {
+        self.samples
+            .iter()
+            .min_by_key(|(rtt, _)| *rtt)
+            .map(|(_, o)| *o)
+    }
 }
 
 /// A running monitor.
@@ -362,12 +375,15 @@ impl MonService {
         }
     }
 
-    fn note_seen(&self, name: &str, offset_ms: Option<i64>) {
+    fn note_seen(&self, name: &str, sample: Option<(i64, i64)>) {
         if let Ok(mut p) = self.peers.lock() {
             let e = p.entry(name.to_string()).or_default();
             e.last_seen = Some(Instant::now());
-            if offset_ms.is_some() {
-                e.offset_ms = offset_ms;
+            if let Some(s) = sample {
+                if e.samples.len() >= CLOCK_SAMPLES_KEPT {
+                    e.samples.pop_front();
+                }
+                e.samples.push_back(s);
             }
         }
     }
@@ -411,7 +427,7 @@ impl MonService {
                 {
                     quorum.push(name.clone());
                 }
-                if let Some(o) = seen.offset_ms {
+                if let Some(o) = seen.offset_ms() {
                     offsets_vs_me.insert(name.clone(), o);
                 }
             }
@@ -631,7 +647,7 @@ impl MonService {
         let rtt_ms = t0.elapsed().as_millis() as i64;
         if let Ok(pong) = decode::<Pong>("pong", &m.payload) {
             let offset = pong.wall_ms - (t0_wall + rtt_ms / 2);
-            self.note_seen(&peer.name, Some(offset));
+            self.note_seen(&peer.name, Some((rtt_ms, offset)));
         }
     }
 

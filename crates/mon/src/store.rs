@@ -7,6 +7,9 @@
 //!
 //! This module does not decide anything: openraft drives it.
 
+// openraft's traits fix `StorageError` (large) as the error type here.
+#![allow(clippy::result_large_err)]
+
 use crate::state::MapState;
 use crate::types::{ApplyResult, LogEntry, MonId, MonPeer, MonRaftConfig, Proposal, StorageError};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};

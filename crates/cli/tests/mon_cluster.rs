@@ -102,6 +102,13 @@ fn three_mons_survive_leader_loss_refuse_without_quorum_and_restart() {
     // A clean stop through the pid file.
     let r = c.stop("c");
     assert!(r.ok && r.stdout.contains("stopped cairn daemon"), "{r:?}");
+    // Its data dir is lost; it comes back with `join`.
+    let gone = c.nodes.remove(2);
+    std::fs::remove_dir_all(&gone.dir).unwrap();
+    c.join(&gone.name, &[]);
+    let r = c.until_quorum(3);
+    assert!(r.stdout.contains("3 mons"), "{r:?}");
+    c.ok(&["osd", "pool", "create", "readded", "8"]);
 }
 
 #[test]

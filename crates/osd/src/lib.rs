@@ -18,4 +18,4 @@ pub mod pg;
 mod runtime;
 
 pub use pg::{PgLimits, PgState, Role};
-pub use runtime::{MapSource, Osd, OsdConfig, OsdError, PgStat};
+pub use runtime::{MapSource, MonRequests, Osd, OsdConfig, OsdError, PgStat};

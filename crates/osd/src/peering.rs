@@ -173,6 +173,7 @@ impl PeeringJob {
     /// Runs activation; Ok = the new info and log (already on disk here and
     /// on every acting member); Err = why the PG cannot activate now.
     pub async fn run(self) -> Result<(PgInfo, Vec<LogEntry>), String> {
+        self.ensure_up_thru().await?;
         let map = self.shared.map_rx.borrow().clone();
         let me = self.me();
         let mut notes: Notes = BTreeMap::new();
@@ -240,6 +241,32 @@ impl PeeringJob {
             .await
             .map_err(|e| e.to_string())?;
         Ok((new_info, auth_log))
+    }
+
+    /// Has the monitors record `up_thru >= interval_since` for this OSD
+    /// (so later primaries know this interval may have accepted writes).
+    async fn ensure_up_thru(&self) -> Result<(), String> {
+        let Some(mon) = &self.shared.mon else {
+            return Ok(());
+        };
+        let me = self.me();
+        let want = self.interval_since;
+        let has = |m: &cairn_map::ClusterMap| m.osds.get(&me).is_some_and(|o| o.up_thru >= want);
+        if has(&self.shared.map_rx.borrow()) {
+            return Ok(());
+        }
+        mon.send(cairn_map::MonCommand::OsdAlive { id: me, want })
+            .await
+            .map_err(|_| "the monitor link is closed".to_string())?;
+        let mut rx = self.shared.map_rx.clone();
+        let r = tokio::time::timeout(self.shared.cfg.peer_timeout, rx.wait_for(|m| has(m))).await;
+        match r {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(format!(
+                "waiting for the monitors to record up_thru {} for osd.{me}",
+                want.0
+            )),
+        }
     }
 
     async fn pull_objects(

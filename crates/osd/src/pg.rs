@@ -51,6 +51,10 @@ pub struct Placement {
     pub primary: Option<i32>,
     pub size: u32,
     pub min_size: u32,
+    /// `up_thru` (in this map) of the previous interval's primary, when the
+    /// OSD has the monitors record `up_thru`; None = unknown (then every
+    /// interval with `min_size` members may have accepted writes).
+    pub prev_primary_up_thru: Option<Epoch>,
 }
 
 impl Placement {
@@ -337,8 +341,12 @@ impl Pg {
             return;
         }
         if let Some(old) = self.placement.take() {
+            let first = self.info.same_interval_since;
+            let primary_alive = p.prev_primary_up_thru.is_none_or(|u| u >= first);
             let maybe_went_rw = self.went_active_this_interval
-                || (old.acting.len() as u32 >= old.min_size.max(1) && self.role != Role::Primary);
+                || (old.acting.len() as u32 >= old.min_size.max(1)
+                    && self.role != Role::Primary
+                    && primary_alive);
             if p.epoch.0 > 0 {
                 self.past.push(PastInterval {
                     first: self.info.same_interval_since,
@@ -857,6 +865,7 @@ mod tests {
             primary: acting.first().copied(),
             size: 3,
             min_size: 2,
+            prev_primary_up_thru: None,
         }
     }
 
@@ -1015,6 +1024,31 @@ mod tests {
         assert!(pg.past[0].maybe_went_rw);
         // The committed entry stays in the log for the resend.
         assert_eq!(pg.log_len(), 1);
+    }
+
+    #[test]
+    fn an_interval_whose_primary_never_got_up_thru_did_not_write() {
+        // Seen from replica osd.1: interval 5.. with primary osd.0.
+        let mut pg = Pg::new(
+            pgid(),
+            1,
+            PgLimits::default(),
+            PgInfo::default(),
+            vec![],
+            vec![],
+        );
+        pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
+        pg.handle(PgEvent::Map(Placement {
+            prev_primary_up_thru: Some(Epoch(4)),
+            ..placement(6, &[2, 1])
+        }));
+        assert!(!pg.past[0].maybe_went_rw, "osd.0 never had up_thru >= 5");
+        pg.handle(PgEvent::Map(Placement {
+            prev_primary_up_thru: Some(Epoch(6)),
+            ..placement(7, &[0, 1])
+        }));
+        assert!(pg.past[1].maybe_went_rw, "osd.2 had up_thru 6");
+        assert_eq!(pg.role, Role::Replica);
     }
 
     #[test]

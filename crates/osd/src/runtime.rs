@@ -31,6 +31,11 @@ use tokio::task::AbortHandle;
 /// by the monitor client's subscription in the daemon.
 pub type MapSource = watch::Receiver<Arc<ClusterMap>>;
 
+/// Commands an OSD asks the monitors to run (today `OsdAlive` for
+/// `up_thru`): the daemon forwards them with its `MonClient`, tests apply
+/// them to their map.
+pub type MonRequests = mpsc::Sender<cairn_map::MonCommand>;
+
 /// Store meta key of the PG info.
 pub(crate) const META_INFO: &str = "info";
 /// Store meta key of the past intervals.
@@ -193,6 +198,7 @@ pub(crate) struct Shared {
     pub(crate) cfg: OsdConfig,
     pub(crate) store: Arc<Store>,
     pub(crate) map_rx: MapSource,
+    pub(crate) mon: Option<MonRequests>,
     pgs: Mutex<HashMap<PgId, mpsc::Sender<PgMsg>>>,
     stats: Mutex<BTreeMap<PgId, PgStat>>,
     peers: Mutex<HashMap<i32, PeerSlot>>,
@@ -225,9 +231,24 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Osd {
-    /// Starts the OSD: binds its listener, loads the PGs in `store`, follows
-    /// `map` and serves clients and peers until stopped.
+    /// Starts the OSD without a way to reach the monitors: PGs activate
+    /// without recording `up_thru`, and every past interval with at least
+    /// `min_size` members counts as one that may have accepted writes.
     pub async fn start(cfg: OsdConfig, store: Store, map: MapSource) -> Result<Osd, OsdError> {
+        Osd::start_with_mon(cfg, store, map, None).await
+    }
+
+    /// Starts the OSD: binds its listener, loads the PGs in `store`, follows
+    /// `map` and serves clients and peers until stopped. With `mon`, a
+    /// primary has the monitors record `up_thru` before a PG goes active
+    /// (and past intervals whose primary never got it are known not to
+    /// have accepted writes).
+    pub async fn start_with_mon(
+        cfg: OsdConfig,
+        store: Store,
+        map: MapSource,
+        mon: Option<MonRequests>,
+    ) -> Result<Osd, OsdError> {
         let id = cfg.id;
         let keys = Arc::new(MapKeys {
             map: map.clone(),
@@ -244,6 +265,7 @@ impl Osd {
             cfg,
             store: Arc::new(store),
             map_rx: map,
+            mon,
             pgs: Mutex::new(HashMap::new()),
             stats: Mutex::new(BTreeMap::new()),
             peers: Mutex::new(HashMap::new()),
@@ -754,6 +776,12 @@ impl PgActor {
         let Ok(m) = map.pg_to_up(self.pgid.pool.0, self.pgid.seed) else {
             return;
         };
+        let prev_primary_up_thru = self
+            .pg
+            .placement()
+            .and_then(|p| p.primary)
+            .and_then(|o| map.osds.get(&o))
+            .map(|i| i.up_thru);
         let p = Placement {
             epoch: map.epoch,
             up: m.up.clone(),
@@ -761,6 +789,11 @@ impl PgActor {
             primary: m.primary,
             size: pool.size,
             min_size: pool.min_size,
+            prev_primary_up_thru: if self.shared.mon.is_some() {
+                prev_primary_up_thru
+            } else {
+                None
+            },
         };
         let before = self.pg.info.same_interval_since;
         let acts = self.pg.handle(PgEvent::Map(p));

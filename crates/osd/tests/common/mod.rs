@@ -7,12 +7,12 @@
 use cairn_client::{ClientConfig, Rados};
 use cairn_map::*;
 use cairn_msg::{Credentials, Secret};
-use cairn_osd::{Osd, OsdConfig};
+use cairn_osd::{MonRequests, Osd, OsdConfig};
 use cairn_store::{Store, StoreConfig};
 use cairn_types::EntityName;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -27,8 +27,11 @@ pub fn admin_creds() -> Credentials {
 
 pub struct Cluster {
     pub dir: tempfile::TempDir,
-    pub map: ClusterMap,
-    pub tx: watch::Sender<Arc<ClusterMap>>,
+    /// The map as the monitors would hold it (OSDs' `OsdAlive` requests
+    /// are applied to it by a background task).
+    pub map: Arc<Mutex<ClusterMap>>,
+    pub tx: Arc<watch::Sender<Arc<ClusterMap>>>,
+    pub mon_tx: MonRequests,
     pub osds: BTreeMap<i32, Option<Osd>>,
     pub secrets: BTreeMap<i32, [u8; 32]>,
     pub data_bytes: u64,
@@ -58,7 +61,20 @@ impl Cluster {
             ),
         );
         let (tx, _) = watch::channel(Arc::new(map.clone()));
+        let tx = Arc::new(tx);
+        let map = Arc::new(Mutex::new(map));
+        let (mon_tx, mut mon_rx) = tokio::sync::mpsc::channel::<MonCommand>(1024);
+        let (m2, tx2) = (map.clone(), tx.clone());
+        tokio::spawn(async move {
+            while let Some(cmd) = mon_rx.recv().await {
+                let mut m = m2.lock().unwrap();
+                if m.apply(&cmd, &ctx(None)).is_ok() {
+                    tx2.send_replace(Arc::new(m.clone()));
+                }
+            }
+        });
         let mut c = Cluster {
+            mon_tx,
             dir: tempfile::Builder::new()
                 .prefix("cairn-osd-test")
                 .tempdir()
@@ -126,12 +142,17 @@ impl Cluster {
     }
 
     pub fn apply_with(&mut self, cmd: MonCommand, secret: Option<[u8; 32]>) -> Reply {
-        let r = self
-            .map
+        let mut m = self.map.lock().unwrap();
+        let r = m
             .apply(&cmd, &ctx(secret))
             .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-        self.tx.send_replace(Arc::new(self.map.clone()));
+        self.tx.send_replace(Arc::new(m.clone()));
         r
+    }
+
+    /// The current map.
+    pub fn current(&self) -> ClusterMap {
+        self.map.lock().unwrap().clone()
     }
 
     pub fn apply(&mut self, cmd: MonCommand) -> Reply {
@@ -150,7 +171,7 @@ impl Cluster {
             .expect("osd start");
         let addr = osd.addr().to_string();
         self.osds.insert(id, Some(osd));
-        let uuid = self.map.osds[&id].uuid.clone();
+        let uuid = self.current().osds[&id].uuid.clone();
         self.apply(MonCommand::OsdBoot {
             id,
             uuid,
@@ -197,10 +218,11 @@ impl Cluster {
 
     /// (pgid, primary state) for every PG of the pool, from the primaries.
     pub fn primary_states(&self) -> BTreeMap<String, String> {
+        let epoch = self.current().epoch.0;
         let mut out = BTreeMap::new();
         for osd in self.osds.values().flatten() {
             for s in osd.pg_stats() {
-                if s.primary == Some(osd.id()) && s.epoch == self.map.epoch.0 {
+                if s.primary == Some(osd.id()) && s.epoch == epoch {
                     out.insert(s.pgid.clone(), s.state.clone());
                 }
             }
@@ -211,7 +233,7 @@ impl Cluster {
     /// Waits until every PG of every pool is active on its primary.
     pub async fn wait_active(&self, within: Duration) {
         let t0 = Instant::now();
-        let want: u32 = self.map.pools.values().map(|p| p.pg_num).sum();
+        let want: u32 = self.current().pools.values().map(|p| p.pg_num).sum();
         loop {
             let st = self.primary_states();
             let active = st.values().filter(|s| s.contains("active")).count();
@@ -228,7 +250,7 @@ impl Cluster {
     /// Waits until every PG is active+clean.
     pub async fn wait_clean(&self, within: Duration) {
         let t0 = Instant::now();
-        let want: u32 = self.map.pools.values().map(|p| p.pg_num).sum();
+        let want: u32 = self.current().pools.values().map(|p| p.pg_num).sum();
         loop {
             let st = self.primary_states();
             let clean = st.values().filter(|s| s.as_str() == "active+clean").count();

@@ -38,7 +38,10 @@ impl HostSpec {
             }
             groups.push((class.to_string(), count, weight));
         }
-        Ok(HostSpec { name: name.to_string(), groups })
+        Ok(HostSpec {
+            name: name.to_string(),
+            groups,
+        })
     }
 }
 
@@ -54,7 +57,12 @@ pub fn build_from_hosts(hosts: &[HostSpec], failure_domain: &str) -> Result<Crus
     for h in hosts {
         for (class, count, weight) in &h.groups {
             for _ in 0..*count {
-                map.add_device(osd, Some(class), *weight, &[("host", &h.name), ("root", "default")])?;
+                map.add_device(
+                    osd,
+                    Some(class),
+                    *weight,
+                    &[("host", &h.name), ("root", "default")],
+                )?;
                 osd += 1;
             }
         }

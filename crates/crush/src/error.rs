@@ -9,7 +9,9 @@ pub enum CrushError {
     NoSuchItem(String),
     #[error("osd.{0} is not in the CRUSH map; add it first (e.g. 'cairn osd crush add osd.{0} <weight> host=<host>')")]
     NoSuchDevice(i32),
-    #[error("osd.{0} is already in the CRUSH map; remove it first or use reweight/set-device-class")]
+    #[error(
+        "osd.{0} is already in the CRUSH map; remove it first or use reweight/set-device-class"
+    )]
     DeviceExists(i32),
     #[error("an item named '{0}' already exists in the CRUSH map; pick another name")]
     NameExists(String),

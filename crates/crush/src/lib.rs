@@ -22,7 +22,7 @@ pub use error::{CrushError, ParseError};
 pub use hash::{hash32_2, hash32_3};
 pub use ln::crush_ln;
 pub use map::{
-    Bucket, CrushMap, Device, Rule, RuleInfo, RuleStep, RuleType, Tunables, TreeNode,
+    Bucket, CrushMap, Device, Rule, RuleInfo, RuleStep, RuleType, TreeNode, Tunables,
     RULE_TYPE_ERASURE, RULE_TYPE_REPLICATED,
 };
 pub use mapper::Workspace;

@@ -125,10 +125,22 @@ impl Bucket {
 pub enum RuleStep {
     /// `take ITEM` (a shadow bucket id when the text says `take X class C`).
     Take(i32),
-    ChooseFirstN { n: i32, type_id: i32 },
-    ChooseIndep { n: i32, type_id: i32 },
-    ChooseLeafFirstN { n: i32, type_id: i32 },
-    ChooseLeafIndep { n: i32, type_id: i32 },
+    ChooseFirstN {
+        n: i32,
+        type_id: i32,
+    },
+    ChooseIndep {
+        n: i32,
+        type_id: i32,
+    },
+    ChooseLeafFirstN {
+        n: i32,
+        type_id: i32,
+    },
+    ChooseLeafIndep {
+        n: i32,
+        type_id: i32,
+    },
     Emit,
     SetChooseTries(i32),
     SetChooseLeafTries(i32),
@@ -297,7 +309,10 @@ impl CrushMap {
         for (idx, b) in self.buckets.iter().enumerate() {
             let Some(b) = b else { continue };
             if b.id != -1 - idx as i32 {
-                return Err(CrushError::Invalid(format!("bucket '{}' has a wrong id", b.name)));
+                return Err(CrushError::Invalid(format!(
+                    "bucket '{}' has a wrong id",
+                    b.name
+                )));
             }
             if b.alg != ALG_STRAW2 {
                 return Err(CrushError::UnsupportedAlg {
@@ -306,7 +321,10 @@ impl CrushMap {
                 });
             }
             if b.items.len() != b.weights.len() {
-                return Err(CrushError::Invalid(format!("bucket '{}' items/weights differ", b.name)));
+                return Err(CrushError::Invalid(format!(
+                    "bucket '{}' items/weights differ",
+                    b.name
+                )));
             }
             if !self.types.contains_key(&b.type_id) {
                 return Err(CrushError::Invalid(format!(
@@ -331,11 +349,16 @@ impl CrushMap {
         for (idx, r) in self.rules.iter().enumerate() {
             let Some(r) = r else { continue };
             if r.id != idx as i32 {
-                return Err(CrushError::Invalid(format!("rule '{}' has a wrong id", r.name)));
+                return Err(CrushError::Invalid(format!(
+                    "rule '{}' has a wrong id",
+                    r.name
+                )));
             }
         }
         if self.has_cycle() {
-            return Err(CrushError::Invalid("the bucket hierarchy has a cycle".into()));
+            return Err(CrushError::Invalid(
+                "the bucket hierarchy has a cycle".into(),
+            ));
         }
         Ok(())
     }
@@ -373,14 +396,18 @@ impl CrushMap {
         if id >= 0 {
             return None;
         }
-        self.buckets.get((-1 - id) as usize).and_then(|b| b.as_ref())
+        self.buckets
+            .get((-1 - id) as usize)
+            .and_then(|b| b.as_ref())
     }
 
     pub(crate) fn bucket_mut(&mut self, id: i32) -> Option<&mut Bucket> {
         if id >= 0 {
             return None;
         }
-        self.buckets.get_mut((-1 - id) as usize).and_then(|b| b.as_mut())
+        self.buckets
+            .get_mut((-1 - id) as usize)
+            .and_then(|b| b.as_mut())
     }
 
     /// All buckets including shadow buckets, by id descending (-1 first).
@@ -416,7 +443,10 @@ impl CrushMap {
 
     /// Type id of a type name.
     pub fn type_id(&self, name: &str) -> Option<i32> {
-        self.types.iter().find(|(_, n)| n.as_str() == name).map(|(&i, _)| i)
+        self.types
+            .iter()
+            .find(|(_, n)| n.as_str() == name)
+            .map(|(&i, _)| i)
     }
 
     /// Name of a type id.
@@ -440,7 +470,10 @@ impl CrushMap {
 
     /// Class id of a class name.
     pub fn class_id(&self, name: &str) -> Option<i32> {
-        self.class_names.iter().find(|(_, n)| n.as_str() == name).map(|(&i, _)| i)
+        self.class_names
+            .iter()
+            .find(|(_, n)| n.as_str() == name)
+            .map(|(&i, _)| i)
     }
 
     /// Name of a class id.
@@ -481,7 +514,10 @@ impl CrushMap {
 
     /// The shadow bucket of `orig` for class `class`, if built.
     pub fn shadow_of(&self, orig: i32, class: i32) -> Option<i32> {
-        self.class_bucket.get(&orig).and_then(|m| m.get(&class)).copied()
+        self.class_bucket
+            .get(&orig)
+            .and_then(|m| m.get(&class))
+            .copied()
     }
 
     /// Id of a named item (device or bucket, shadow buckets included).
@@ -489,7 +525,10 @@ impl CrushMap {
         if let Some(b) = self.buckets().find(|b| b.name == name) {
             return Some(b.id);
         }
-        self.devices.iter().find(|(_, d)| d.name == name).map(|(&i, _)| i)
+        self.devices
+            .iter()
+            .find(|(_, d)| d.name == name)
+            .map(|(&i, _)| i)
     }
 
     /// Lowest free bucket id (-1, -2, …) not in `avoid`.
@@ -504,18 +543,28 @@ impl CrushMap {
     pub(crate) fn insert_bucket(&mut self, b: Bucket) -> Result<(), CrushError> {
         let idx = (-1 - b.id) as usize;
         if idx >= MAX_BUCKETS {
-            return Err(CrushError::TooMany(format!("bucket id {} beyond the limit", b.id)));
+            return Err(CrushError::TooMany(format!(
+                "bucket id {} beyond the limit",
+                b.id
+            )));
         }
         if self.buckets.len() <= idx {
             self.buckets.resize(idx + 1, None);
         }
         if self.buckets[idx].is_some() {
-            return Err(CrushError::Invalid(format!("bucket id {} used twice", b.id)));
+            return Err(CrushError::Invalid(format!(
+                "bucket id {} used twice",
+                b.id
+            )));
         }
         self.buckets[idx] = Some(b);
         let pos = idx as u32;
         if pos >= self.ceph_max_buckets {
-            self.ceph_max_buckets = if self.ceph_max_buckets == 0 { 8 } else { self.ceph_max_buckets * 2 };
+            self.ceph_max_buckets = if self.ceph_max_buckets == 0 {
+                8
+            } else {
+                self.ceph_max_buckets * 2
+            };
             if pos >= self.ceph_max_buckets {
                 self.ceph_max_buckets = pos + 1;
             }
@@ -547,7 +596,9 @@ impl CrushMap {
     fn set_item_weight_everywhere(&mut self, item: i32, weight: u32) {
         for p in self.parents(item) {
             let new_w = {
-                let Some(b) = self.bucket_mut(p) else { continue };
+                let Some(b) = self.bucket_mut(p) else {
+                    continue;
+                };
                 for (it, w) in b.items.iter().zip(b.weights.iter_mut()) {
                     if *it == item {
                         *w = weight;
@@ -602,7 +653,11 @@ impl CrushMap {
         if self.bucket(id).is_some_and(|b| !b.items.is_empty()) {
             return Err(CrushError::BucketNotEmpty(name.to_string()));
         }
-        let shadows: Vec<i32> = self.class_bucket.get(&id).map(|m| m.values().copied().collect()).unwrap_or_default();
+        let shadows: Vec<i32> = self
+            .class_bucket
+            .get(&id)
+            .map(|m| m.values().copied().collect())
+            .unwrap_or_default();
         for r in self.rules.iter().flatten() {
             for s in &r.steps {
                 if let RuleStep::Take(t) = s {
@@ -680,7 +735,13 @@ impl CrushMap {
             Some(c) => Some(self.get_or_create_class(c)?),
             None => None,
         };
-        self.devices.insert(osd, Device { name: dev_name, class: class_id });
+        self.devices.insert(
+            osd,
+            Device {
+                name: dev_name,
+                class: class_id,
+            },
+        );
         if class_is_new {
             self.rebuild_shadows()?;
         }
@@ -714,7 +775,9 @@ impl CrushMap {
         }
         for p in self.parents(osd) {
             let new_w = {
-                let Some(b) = self.bucket_mut(p) else { continue };
+                let Some(b) = self.bucket_mut(p) else {
+                    continue;
+                };
                 let keep: Vec<(i32, u32)> = b
                     .items
                     .iter()
@@ -747,14 +810,20 @@ impl CrushMap {
 
     /// Clears an OSD's device class and rebuilds shadow trees.
     pub fn rm_device_class(&mut self, osd: i32) -> Result<(), CrushError> {
-        let d = self.devices.get_mut(&osd).ok_or(CrushError::NoSuchDevice(osd))?;
+        let d = self
+            .devices
+            .get_mut(&osd)
+            .ok_or(CrushError::NoSuchDevice(osd))?;
         d.class = None;
         self.rebuild_shadows()
     }
 
     /// The class name of an OSD.
     pub fn device_class(&self, osd: i32) -> Option<&str> {
-        self.devices.get(&osd).and_then(|d| d.class).and_then(|c| self.class_name(c))
+        self.devices
+            .get(&osd)
+            .and_then(|d| d.class)
+            .and_then(|c| self.class_name(c))
     }
 
     /// Sets an OSD's crush weight (TiB); ancestors' weights follow.
@@ -773,7 +842,10 @@ impl CrushMap {
     }
 
     fn lowest_free_rule_id(&self) -> i32 {
-        self.rules.iter().position(|r| r.is_none()).unwrap_or(self.rules.len()) as i32
+        self.rules
+            .iter()
+            .position(|r| r.is_none())
+            .unwrap_or(self.rules.len()) as i32
     }
 
     pub(crate) fn insert_rule(&mut self, rule: Rule) -> Result<(), CrushError> {
@@ -788,7 +860,10 @@ impl CrushMap {
             self.rules.resize(idx + 1, None);
         }
         if self.rules[idx].is_some() {
-            return Err(CrushError::Invalid(format!("rule id {} used twice", rule.id)));
+            return Err(CrushError::Invalid(format!(
+                "rule id {} used twice",
+                rule.id
+            )));
         }
         self.rules[idx] = Some(rule);
         Ok(())
@@ -802,14 +877,19 @@ impl CrushMap {
         match class {
             None => Ok(root_id),
             Some(c) => {
-                let cid = self.class_id(c).ok_or_else(|| CrushError::NoSuchClass(c.to_string()))?;
+                let cid = self
+                    .class_id(c)
+                    .ok_or_else(|| CrushError::NoSuchClass(c.to_string()))?;
                 self.shadow_of(root_id, cid).ok_or_else(|| {
-                    CrushError::Invalid(format!("bucket '{root}' has no shadow tree for class '{c}'"))
+                    CrushError::Invalid(format!(
+                        "bucket '{root}' has no shadow tree for class '{c}'"
+                    ))
                 })
             }
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn add_simple_rule(
         &mut self,
         name: &str,
@@ -840,8 +920,19 @@ impl CrushMap {
         });
         steps.push(RuleStep::Emit);
         let id = self.lowest_free_rule_id();
-        let rule_type = if indep { RULE_TYPE_ERASURE } else { RULE_TYPE_REPLICATED };
-        self.insert_rule(Rule { id, name: name.to_string(), rule_type, min_size, max_size, steps })?;
+        let rule_type = if indep {
+            RULE_TYPE_ERASURE
+        } else {
+            RULE_TYPE_REPLICATED
+        };
+        self.insert_rule(Rule {
+            id,
+            name: name.to_string(),
+            rule_type,
+            min_size,
+            max_size,
+            steps,
+        })?;
         Ok(id)
     }
 
@@ -866,13 +957,16 @@ impl CrushMap {
         class: Option<&str>,
         size: u32,
     ) -> Result<i32, CrushError> {
-        let max = i32::try_from(size).map_err(|_| CrushError::Invalid(format!("rule size {size} too large")))?;
+        let max = i32::try_from(size)
+            .map_err(|_| CrushError::Invalid(format!("rule size {size} too large")))?;
         self.add_simple_rule(name, root, failure_domain, class, true, 3, max)
     }
 
     /// Removes a rule by name.
     pub fn remove_rule(&mut self, name: &str) -> Result<(), CrushError> {
-        let id = self.rule_id(name).ok_or_else(|| CrushError::NoSuchRule(name.to_string()))?;
+        let id = self
+            .rule_id(name)
+            .ok_or_else(|| CrushError::NoSuchRule(name.to_string()))?;
         self.rules[id as usize] = None;
         while matches!(self.rules.last(), Some(None)) {
             self.rules.pop();
@@ -882,7 +976,11 @@ impl CrushMap {
 
     /// Id of a named rule.
     pub fn rule_id(&self, name: &str) -> Option<i32> {
-        self.rules.iter().flatten().find(|r| r.name == name).map(|r| r.id)
+        self.rules
+            .iter()
+            .flatten()
+            .find(|r| r.name == name)
+            .map(|r| r.id)
     }
 
     /// All rules, by id.
@@ -907,11 +1005,13 @@ impl CrushMap {
 
     /// Name of an item, falling back to its id.
     pub(crate) fn item_label(&self, id: i32) -> String {
-        self.item_name(id).map_or_else(|| id.to_string(), |s| s.to_string())
+        self.item_name(id)
+            .map_or_else(|| id.to_string(), |s| s.to_string())
     }
 
     fn type_label(&self, t: i32) -> String {
-        self.type_name(t).map_or_else(|| t.to_string(), |s| s.to_string())
+        self.type_name(t)
+            .map_or_else(|| t.to_string(), |s| s.to_string())
     }
 
     /// A step as written in crushtool text (without the `step ` prefix).
@@ -1052,7 +1152,8 @@ impl CrushMap {
 
     /// True if the device sits in some (non-shadow) bucket.
     pub fn device_in_tree(&self, osd: i32) -> bool {
-        self.buckets().any(|b| !self.is_shadow(b.id) && b.items.contains(&osd))
+        self.buckets()
+            .any(|b| !self.is_shadow(b.id) && b.items.contains(&osd))
     }
 
     /// Ceph's `crush_do_rule`: the items rule `rule_id` picks for input `x`
@@ -1087,7 +1188,13 @@ mod tests {
         for (h, name) in ["alecto", "megaera", "tisiphone"].iter().enumerate() {
             for d in 0..2 {
                 let osd = (h * 2 + d) as i32;
-                m.add_device(osd, Some("hdd"), 5.458, &[("host", name), ("root", "default")]).unwrap();
+                m.add_device(
+                    osd,
+                    Some("hdd"),
+                    5.458,
+                    &[("host", name), ("root", "default")],
+                )
+                .unwrap();
             }
         }
         m
@@ -1112,10 +1219,16 @@ mod tests {
         assert_eq!(host_w, 2 * weight_to_fixed(5.458));
         assert_eq!(m.bucket(-1).unwrap().weight, 3 * host_w);
         m.reweight_device(0, 1.0).unwrap();
-        assert_eq!(m.bucket(-3).unwrap().weight, weight_to_fixed(5.458) + 0x10000);
+        assert_eq!(
+            m.bucket(-3).unwrap().weight,
+            weight_to_fixed(5.458) + 0x10000
+        );
         let hdd = m.class_id("hdd").unwrap();
         let shadow_root = m.shadow_of(-1, hdd).unwrap();
-        assert_eq!(m.bucket(shadow_root).unwrap().weight, m.bucket(-1).unwrap().weight);
+        assert_eq!(
+            m.bucket(shadow_root).unwrap().weight,
+            m.bucket(-1).unwrap().weight
+        );
         let tree = m.tree();
         assert_eq!(tree.len(), 1 + 3 + 6);
         assert_eq!((tree[0].name.as_str(), tree[0].depth), ("default", 0));
@@ -1129,13 +1242,30 @@ mod tests {
     #[test]
     fn classes_rules_and_removal() {
         let mut m = three_hosts();
-        m.add_device(6, Some("ssd"), 0.91, &[("host", "alecto"), ("root", "default")]).unwrap();
+        m.add_device(
+            6,
+            Some("ssd"),
+            0.91,
+            &[("host", "alecto"), ("root", "default")],
+        )
+        .unwrap();
         assert_eq!(m.device_class(6), Some("ssd"));
-        let rep = m.add_replicated_rule("ssd-only", "default", "host", Some("ssd")).unwrap();
-        let ec = m.add_erasure_rule("ec", "default", "host", Some("hdd"), 3).unwrap();
+        let rep = m
+            .add_replicated_rule("ssd-only", "default", "host", Some("ssd"))
+            .unwrap();
+        let ec = m
+            .add_erasure_rule("ec", "default", "host", Some("hdd"), 3)
+            .unwrap();
         assert_eq!((rep, ec), (0, 1));
         let rules = m.rules();
-        assert_eq!(rules[0].steps_text, vec!["take default class ssd", "chooseleaf firstn 0 type host", "emit"]);
+        assert_eq!(
+            rules[0].steps_text,
+            vec![
+                "take default class ssd",
+                "chooseleaf firstn 0 type host",
+                "emit"
+            ]
+        );
         assert_eq!(rules[1].rule_type, RuleType::Erasure);
         assert_eq!(rules[1].steps_text[0], "set_chooseleaf_tries 5");
         assert_eq!(m.do_rule(rep, 7, 3, &[]), vec![6]);
@@ -1155,9 +1285,18 @@ mod tests {
         assert_eq!(m.bucket(-3).unwrap().weight, 2 * weight_to_fixed(5.458));
         m.remove_rule("ssd-only").unwrap();
         assert_eq!(m.rule_id("ssd-only"), None);
-        assert!(matches!(m.add_device(0, None, 1.0, &[("host", "x")]), Err(CrushError::DeviceExists(0))));
-        assert!(matches!(m.add_bucket("r2", "nosuchtype", None), Err(CrushError::NoSuchType(..))));
-        assert!(matches!(m.remove_device(42), Err(CrushError::NoSuchDevice(42))));
+        assert!(matches!(
+            m.add_device(0, None, 1.0, &[("host", "x")]),
+            Err(CrushError::DeviceExists(0))
+        ));
+        assert!(matches!(
+            m.add_bucket("r2", "nosuchtype", None),
+            Err(CrushError::NoSuchType(..))
+        ));
+        assert!(matches!(
+            m.remove_device(42),
+            Err(CrushError::NoSuchDevice(42))
+        ));
     }
 
     #[test]
@@ -1174,7 +1313,8 @@ mod tests {
     #[test]
     fn text_round_trip_of_built_map() {
         let mut m = three_hosts();
-        m.add_replicated_rule("replicated_rule", "default", "host", None).unwrap();
+        m.add_replicated_rule("replicated_rule", "default", "host", None)
+            .unwrap();
         let text = m.to_text();
         let back = CrushMap::parse_text(&text).unwrap();
         assert_eq!(back.to_text(), text);

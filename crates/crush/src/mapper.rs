@@ -59,42 +59,155 @@ impl Workspace {
     }
 }
 
-/// The straw2 choice: the item with the highest ln(hash)/weight draw.
+/// Lanes hashed together; buckets are hashed in blocks of this many items
+/// (the last block zero-padded) so even small buckets use whole vectors.
+const HASH_LANES: usize = 16;
+
+#[inline(always)]
+fn hash_block(x: u32, ids: &[i32; HASH_LANES], r: u32, out: &mut [u32; HASH_LANES]) {
+    for k in 0..HASH_LANES {
+        out[k] = hash32_3(x, ids[k] as u32, r) & 0xffff;
+    }
+}
+
+#[inline(always)]
+fn hash_items_body(x: u32, items: &[i32], r: u32, out: &mut [u32]) {
+    let mut ins = items.chunks_exact(HASH_LANES);
+    let mut outs = out.chunks_exact_mut(HASH_LANES);
+    for (i, o) in (&mut ins).zip(&mut outs) {
+        let ids: &[i32; HASH_LANES] = i.try_into().expect("chunks_exact yields full blocks");
+        let dst: &mut [u32; HASH_LANES] = o.try_into().expect("chunks_exact yields full blocks");
+        hash_block(x, ids, r, dst);
+    }
+    let rest = ins.remainder();
+    if !rest.is_empty() {
+        let mut ids = [0i32; HASH_LANES];
+        ids[..rest.len()].copy_from_slice(rest);
+        let mut tmp = [0u32; HASH_LANES];
+        hash_block(x, &ids, r, &mut tmp);
+        outs.into_remainder().copy_from_slice(&tmp[..rest.len()]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512bw")]
+fn hash_items_avx512(x: u32, items: &[i32], r: u32, out: &mut [u32]) {
+    hash_items_body(x, items, r, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn hash_items_avx2(x: u32, items: &[i32], r: u32, out: &mut [u32]) {
+    hash_items_body(x, items, r, out)
+}
+
+/// The 16-bit straw2 hash of every item (vectorised; AVX-512 or AVX2 when
+/// the CPU has them).
+#[inline]
+fn hash_items(x: u32, items: &[i32], r: u32, out: &mut Vec<u32>) {
+    out.clear();
+    out.resize(items.len(), 0);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+        {
+            // SAFETY: the CPU supports these AVX-512 subsets (checked just above).
+            unsafe { hash_items_avx512(x, items, r, out) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            unsafe { hash_items_avx2(x, items, r, out) };
+            return;
+        }
+    }
+    hash_items_body(x, items, r, out)
+}
+
+/// `crush_ln(u) - 2^48`: the (non-positive) straw2 numerator.
+#[inline(always)]
+fn ln_draw(u: u32) -> i64 {
+    crush_ln(u) as i64 - 0x1_0000_0000_0000
+}
+
+/// The straw2 choice: the first item with the highest trunc(ln/weight) draw.
+///
+/// Exact reformulation of Ceph's loop without a division per item: for a
+/// non-positive `ln` and positive weight `w`, trunc(ln / w) > d (d an
+/// integer) holds exactly when ln > d * w. With equal weights, ln only grows
+/// with the hash (below 0xffff), so items whose hash is not above the best
+/// seen cannot win and need no logarithm at all.
 #[inline]
 fn straw2_choose(b: &Bucket, x: u32, r: u32, hashes: &mut Vec<u32>) -> i32 {
     let items = &b.items;
     let weights = &b.weights;
-    hashes.clear();
-    hashes.extend(items.iter().map(|&id| hash32_3(x, id as u32, r) & 0xffff));
+    hash_items(x, items, r, hashes);
     let w0 = weights[0];
     if weights.iter().all(|&w| w == w0) {
-        // Equal weights: the draw trunc(ln/w) never decreases when ln grows,
-        // so only candidates with a larger ln than any seen need a division.
         if w0 == 0 {
             return items[0];
         }
-        let wd = i64::from(w0);
-        let mut best = 0;
-        let mut best_ln = crush_ln(hashes[0]) as i64 - 0x1_0000_0000_0000;
-        let mut best_draw = best_ln / wd;
-        for (i, &u) in hashes.iter().enumerate().skip(1) {
-            let ln = crush_ln(u) as i64 - 0x1_0000_0000_0000;
-            if ln > best_ln {
-                best_ln = ln;
-                let draw = ln / wd;
-                if draw > best_draw {
-                    best_draw = draw;
-                    best = i;
-                }
-            }
+        if let Some(i) = straw2_equal_weights(hashes, w0) {
+            return items[i];
         }
-        return items[best];
     }
     let mut best = 0;
+    let mut best_draw = if w0 != 0 {
+        ln_draw(hashes[0]) / i64::from(w0)
+    } else {
+        i64::MIN
+    };
+    for (i, (&u, &w)) in hashes.iter().zip(weights.iter()).enumerate().skip(1) {
+        if w == 0 {
+            continue;
+        }
+        let ln = ln_draw(u);
+        if best_draw == i64::MIN || i128::from(ln) > i128::from(best_draw) * i128::from(w) {
+            best_draw = ln / i64::from(w);
+            best = i;
+        }
+    }
+    items[best]
+}
+
+/// Steps the equal-weight search may walk down from the top hash before it
+/// hands over to the general loop (only very large weights need more).
+const MAX_TIE_WALK: u32 = 64;
+
+/// Equal weights `w`: the draw trunc(ln(u)/w) only grows with u (below
+/// 0xffff), so the winner is the first item whose hash reaches the smallest
+/// u with the top draw. Two vectorisable passes, a handful of logarithms.
+/// `None` (rare) means "use the general loop".
+#[inline]
+fn straw2_equal_weights(hashes: &[u32], w: u32) -> Option<usize> {
+    let top = hashes.iter().copied().fold(0u32, u32::max);
+    if top == 0xffff {
+        return None; // crush_ln is not monotone at 0xffff
+    }
+    let wd = i64::from(w);
+    let d = ln_draw(top) / wd;
+    // draw(u) >= d  <=>  ln(u) > (d - 1) * w
+    let bound = i128::from(d - 1) * i128::from(wd);
+    let mut lowest = top;
+    while lowest > 0 && i128::from(ln_draw(lowest - 1)) > bound {
+        lowest -= 1;
+        if top - lowest > MAX_TIE_WALK {
+            return None;
+        }
+    }
+    hashes.iter().position(|&u| u >= lowest)
+}
+
+/// Ceph's straw2 loop, division by division (the reference for tests).
+#[cfg(test)]
+fn straw2_choose_reference(b: &Bucket, x: u32, r: u32) -> i32 {
+    let mut best = 0;
     let mut best_draw = i64::MIN;
-    for (i, (&u, &w)) in hashes.iter().zip(weights.iter()).enumerate() {
+    for (i, (&id, &w)) in b.items.iter().zip(b.weights.iter()).enumerate() {
         let draw = if w != 0 {
-            (crush_ln(u) as i64 - 0x1_0000_0000_0000) / i64::from(w)
+            ln_draw(hash32_3(x, id as u32, r) & 0xffff) / i64::from(w)
         } else {
             i64::MIN
         };
@@ -103,7 +216,7 @@ fn straw2_choose(b: &Bucket, x: u32, r: u32, hashes: &mut Vec<u32>) -> i32 {
             best_draw = draw;
         }
     }
-    items[best]
+    b.items[best]
 }
 
 /// Ceph's `bucket_perm_choose`, used by the legacy local-fallback search.
@@ -173,7 +286,11 @@ impl Mapper<'_> {
     }
 
     fn is_out(&self, item: i32, x: u32) -> bool {
-        let w = self.reweights.get(item as usize).copied().unwrap_or(0x10000);
+        let w = self
+            .reweights
+            .get(item as usize)
+            .copied()
+            .unwrap_or(0x10000);
         if w >= 0x10000 {
             return false;
         }
@@ -193,7 +310,9 @@ impl Mapper<'_> {
 
     fn choose_in(&mut self, bid: i32, r: u32, flocal: u32, fallback: u32) -> i32 {
         let map = self.map;
-        let Some(b) = map.bucket(bid) else { return CRUSH_ITEM_NONE };
+        let Some(b) = map.bucket(bid) else {
+            return CRUSH_ITEM_NONE;
+        };
         let size = b.items.len() as u32;
         if fallback > 0 && flocal >= (size >> 1) && flocal > fallback {
             let idx = (-1 - bid) as usize;
@@ -261,7 +380,11 @@ impl Mapper<'_> {
                         let mut rej = false;
                         if !collide && a.recurse_to_leaf {
                             if item < 0 {
-                                let sub_r = if a.vary_r != 0 { (r >> (a.vary_r - 1)) as i32 } else { 0 };
+                                let sub_r = if a.vary_r != 0 {
+                                    (r >> (a.vary_r - 1)) as i32
+                                } else {
+                                    0
+                                };
                                 let inner = FirstnArgs {
                                     tries: a.recurse_tries,
                                     recurse_tries: 0,
@@ -290,11 +413,10 @@ impl Mapper<'_> {
                     if reject || collide {
                         ftotal += 1;
                         flocal += 1;
-                        if collide && flocal <= a.local_retries {
-                            retry_bucket = true;
-                        } else if a.local_fallback_retries > 0
-                            && flocal <= in_size + a.local_fallback_retries
-                        {
+                        let local = collide && flocal <= a.local_retries;
+                        let fallback = a.local_fallback_retries > 0
+                            && flocal <= in_size + a.local_fallback_retries;
+                        if local || fallback {
                             retry_bucket = true;
                         } else if ftotal < a.tries {
                             retry_descent = true;
@@ -359,7 +481,11 @@ impl Mapper<'_> {
                         break;
                     }
                     let item = self.choose_in(inb, r as u32, 0, 0);
-                    let itemtype = if item >= self.max_devices { None } else { self.item_type(item) };
+                    let itemtype = if item >= self.max_devices {
+                        None
+                    } else {
+                        self.item_type(item)
+                    };
                     let Some(itemtype) = itemtype else {
                         out[rep] = CRUSH_ITEM_NONE;
                         if let Some(o2) = out2.as_deref_mut() {
@@ -387,7 +513,17 @@ impl Mapper<'_> {
                         if let Some(o2) = out2.as_deref_mut() {
                             if item < 0 {
                                 self.choose_indep(
-                                    item, 1, numrep, 0, o2, rep, recurse_tries, 0, false, None, r,
+                                    item,
+                                    1,
+                                    numrep,
+                                    0,
+                                    o2,
+                                    rep,
+                                    recurse_tries,
+                                    0,
+                                    false,
+                                    None,
+                                    r,
                                 );
                                 if o2[rep] == CRUSH_ITEM_NONE {
                                     break;
@@ -433,7 +569,9 @@ impl CrushMap {
         out: &mut Vec<i32>,
     ) {
         out.clear();
-        let Some(rule) = self.rule(rule_id) else { return };
+        let Some(rule) = self.rule(rule_id) else {
+            return;
+        };
         let result_max = num_rep.min(MAX_NUM_REP);
         ws.reset(result_max, self.buckets.len());
         let t = &self.tunables;
@@ -524,7 +662,7 @@ impl CrushMap {
                 continue;
             }
             let mut osize = 0usize;
-            for i in 0..wsize {
+            for &take in &w[..wsize] {
                 let mut numrep = n;
                 if numrep <= 0 {
                     numrep += result_max as i32;
@@ -532,8 +670,8 @@ impl CrushMap {
                         continue;
                     }
                 }
-                let bno = -1i64 - i64::from(w[i]);
-                if bno < 0 || bno >= i64::from(max_buckets) || self.bucket(w[i]).is_none() {
+                let bno = -1i64 - i64::from(take);
+                if bno < 0 || bno >= i64::from(max_buckets) || self.bucket(take).is_none() {
                     continue;
                 }
                 if firstn {
@@ -554,7 +692,7 @@ impl CrushMap {
                         stable,
                     };
                     osize += m.choose_firstn(
-                        w[i],
+                        take,
                         numrep,
                         type_id,
                         &mut o[osize..],
@@ -567,14 +705,18 @@ impl CrushMap {
                 } else {
                     let out_size = (numrep as usize).min(result_max - osize);
                     m.choose_indep(
-                        w[i],
+                        take,
                         out_size,
                         numrep,
                         type_id,
                         &mut o[osize..],
                         0,
                         choose_tries,
-                        if choose_leaf_tries > 0 { choose_leaf_tries } else { 1 },
+                        if choose_leaf_tries > 0 {
+                            choose_leaf_tries
+                        } else {
+                            1
+                        },
                         leaf,
                         Some(&mut c[osize..]),
                         0,
@@ -591,5 +733,32 @@ impl CrushMap {
         ws.a = w;
         ws.b = o;
         ws.c = c;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// The division-free straw2 loop picks what Ceph's loop picks.
+        #[test]
+        fn straw2_fast_path_equals_reference(
+            items in prop::collection::vec((-50i32..2000, prop::sample::select(vec![0u32, 1, 0x8000, 0x10000, 0x10000, 0x57530, 0xffff_ffff, 3])), 1..40),
+            equal in any::<bool>(),
+            x in any::<u32>(),
+            r in 0u32..200,
+        ) {
+            let mut b = Bucket::new(-1, "b", 1);
+            let w_first = items[0].1;
+            for (id, w) in &items {
+                b.push(*id, if equal { w_first } else { *w });
+            }
+            let mut scratch = Vec::new();
+            prop_assert_eq!(straw2_choose(&b, x, r, &mut scratch), straw2_choose_reference(&b, x, r));
+        }
     }
 }

@@ -52,7 +52,9 @@ impl CrushMap {
         depth: usize,
     ) -> Result<i32, CrushError> {
         if depth > 64 {
-            return Err(CrushError::Invalid("bucket hierarchy deeper than 64 levels".into()));
+            return Err(CrushError::Invalid(
+                "bucket hierarchy deeper than 64 levels".into(),
+            ));
         }
         if let Some(id) = self.shadow_of(orig, class) {
             return Ok(id);
@@ -61,7 +63,14 @@ impl CrushMap {
             let b = self
                 .bucket(orig)
                 .ok_or_else(|| CrushError::Invalid(format!("bucket {orig} vanished")))?;
-            (b.name.clone(), b.type_id, b.alg, b.hash, b.items.clone(), b.weights.clone())
+            (
+                b.name.clone(),
+                b.type_id,
+                b.alg,
+                b.hash,
+                b.items.clone(),
+                b.weights.clone(),
+            )
         };
         let class_name = self.class_name(class).unwrap_or("?").to_string();
         let mut copy = Bucket::new(0, &format!("{name}~{class_name}"), type_id);

@@ -80,7 +80,9 @@ pub fn test_weight_vector(map: &CrushMap, overrides: &BTreeMap<i32, u32>) -> Vec
 /// crushtool's heuristic bound on how many items a rule can place (used for
 /// the "expected" column of the utilisation report).
 fn maximum_affected_by_rule(map: &CrushMap, rule_id: i32) -> i32 {
-    let Some(rule) = map.rule(rule_id) else { return 0 };
+    let Some(rule) = map.rule(rule_id) else {
+        return 0;
+    };
     let mut affected: Vec<i32> = Vec::new();
     let mut repl: BTreeMap<i32, i32> = BTreeMap::new();
     for s in &rule.steps {

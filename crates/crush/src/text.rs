@@ -31,12 +31,19 @@ fn tokenize(text: &str) -> Vec<Token> {
                 continue;
             }
             if c == '{' || c == '}' {
-                out.push(Token { text: c.to_string(), line: ln + 1, column: i + 1 });
+                out.push(Token {
+                    text: c.to_string(),
+                    line: ln + 1,
+                    column: i + 1,
+                });
                 i += 1;
                 continue;
             }
             let start = i;
-            while i < chars.len() && !chars[i].is_whitespace() && !matches!(chars[i], '{' | '}' | '#') {
+            while i < chars.len()
+                && !chars[i].is_whitespace()
+                && !matches!(chars[i], '{' | '}' | '#')
+            {
                 i += 1;
             }
             out.push(Token {
@@ -79,7 +86,11 @@ impl Parser {
 
     /// An error about the previous token (already consumed).
     fn err_prev(&self, expected: &str, found: String) -> ParseError {
-        self.err_at(self.toks.get(self.pos.saturating_sub(1)), expected, Some(found))
+        self.err_at(
+            self.toks.get(self.pos.saturating_sub(1)),
+            expected,
+            Some(found),
+        )
     }
 
     fn peek(&self) -> Option<&str> {
@@ -122,7 +133,7 @@ impl Parser {
     fn float(&mut self, expected: &str) -> Result<f32, ParseError> {
         match self.toks.get(self.pos) {
             Some(t) => match t.text.parse::<f32>() {
-                Ok(v) if v.is_finite() && v >= 0.0 && v < 65535.0 => {
+                Ok(v) if (0.0..65535.0).contains(&v) => {
                     self.pos += 1;
                     Ok(v)
                 }
@@ -163,7 +174,11 @@ impl CrushMap {
     pub fn parse_text(text: &str) -> Result<CrushMap, ParseError> {
         let toks = tokenize(text);
         let end_line = text.lines().count().max(1);
-        let mut p = Parser { toks, pos: 0, end_line };
+        let mut p = Parser {
+            toks,
+            pos: 0,
+            end_line,
+        };
         let mut b = Builder {
             map: CrushMap::empty(Tunables::legacy()),
             wanted: BTreeMap::new(),
@@ -224,14 +239,46 @@ impl CrushMap {
         let t = &self.tunables;
         let l = Tunables::legacy();
         let pairs = [
-            ("choose_local_tries", t.choose_local_tries, l.choose_local_tries),
-            ("choose_local_fallback_tries", t.choose_local_fallback_tries, l.choose_local_fallback_tries),
-            ("choose_total_tries", t.choose_total_tries, l.choose_total_tries),
-            ("chooseleaf_descend_once", t.chooseleaf_descend_once, l.chooseleaf_descend_once),
-            ("chooseleaf_vary_r", t.chooseleaf_vary_r, l.chooseleaf_vary_r),
-            ("chooseleaf_stable", t.chooseleaf_stable, l.chooseleaf_stable),
-            ("straw_calc_version", t.straw_calc_version, l.straw_calc_version),
-            ("allowed_bucket_algs", t.allowed_bucket_algs, l.allowed_bucket_algs),
+            (
+                "choose_local_tries",
+                t.choose_local_tries,
+                l.choose_local_tries,
+            ),
+            (
+                "choose_local_fallback_tries",
+                t.choose_local_fallback_tries,
+                l.choose_local_fallback_tries,
+            ),
+            (
+                "choose_total_tries",
+                t.choose_total_tries,
+                l.choose_total_tries,
+            ),
+            (
+                "chooseleaf_descend_once",
+                t.chooseleaf_descend_once,
+                l.chooseleaf_descend_once,
+            ),
+            (
+                "chooseleaf_vary_r",
+                t.chooseleaf_vary_r,
+                l.chooseleaf_vary_r,
+            ),
+            (
+                "chooseleaf_stable",
+                t.chooseleaf_stable,
+                l.chooseleaf_stable,
+            ),
+            (
+                "straw_calc_version",
+                t.straw_calc_version,
+                l.straw_calc_version,
+            ),
+            (
+                "allowed_bucket_algs",
+                t.allowed_bucket_algs,
+                l.allowed_bucket_algs,
+            ),
         ];
         for (name, v, legacy) in pairs {
             if v != legacy {
@@ -292,7 +339,9 @@ impl CrushMap {
                 self.print_bucket(it, done, s, depth + 1);
             }
         }
-        let type_name = self.type_name(b.type_id).map_or_else(|| b.type_id.to_string(), |t| t.to_string());
+        let type_name = self
+            .type_name(b.type_id)
+            .map_or_else(|| b.type_id.to_string(), |t| t.to_string());
         let _ = writeln!(s, "{type_name} {} {{", b.name);
         let _ = writeln!(s, "\tid {}\t\t# do not change unnecessarily", b.id);
         if let Some(per_class) = self.class_bucket.get(&id) {
@@ -360,10 +409,16 @@ fn parse_device(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
     }
     let name = p.next_word("a device name")?;
     if !name_ok(&name) {
-        return Err(p.err_prev("a device name (letters, digits, '-', '_', '.')", format!("'{name}'")));
+        return Err(p.err_prev(
+            "a device name (letters, digits, '-', '_', '.')",
+            format!("'{name}'"),
+        ));
     }
     if b.map.devices.contains_key(&id) {
-        return Err(p.err_prev("a device id not used before", format!("duplicate device {id}")));
+        return Err(p.err_prev(
+            "a device id not used before",
+            format!("duplicate device {id}"),
+        ));
     }
     if b.map.item_id(&name).is_some() {
         return Err(p.err_prev("a unique device name", format!("duplicate name '{name}'")));
@@ -372,7 +427,11 @@ fn parse_device(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
     if p.peek() == Some("class") {
         p.pos += 1;
         let c = p.next_word("a device class name")?;
-        class = Some(b.map.get_or_create_class(&c).map_err(|e| p.err_prev("a class name", e.to_string()))?);
+        class = Some(
+            b.map
+                .get_or_create_class(&c)
+                .map_err(|e| p.err_prev("a class name", e.to_string()))?,
+        );
     }
     b.map.devices.insert(id, Device { name, class });
     Ok(())
@@ -386,7 +445,10 @@ fn parse_type(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
         return Err(p.err_prev("a type name", format!("'{name}'")));
     }
     if b.map.types.contains_key(&id) || b.map.type_id(&name).is_some() {
-        return Err(p.err_prev("a type not defined before", format!("duplicate type {id} {name}")));
+        return Err(p.err_prev(
+            "a type not defined before",
+            format!("duplicate type {id} {name}"),
+        ));
     }
     b.map.types.insert(id, name);
     Ok(())
@@ -397,10 +459,16 @@ fn parse_bucket(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
     let type_id = b.map.type_id(&type_word).unwrap_or(0);
     let name = p.next_word("a bucket name")?;
     if !name_ok(&name) || name.contains('~') {
-        return Err(p.err_prev("a bucket name (letters, digits, '-', '_', '.')", format!("'{name}'")));
+        return Err(p.err_prev(
+            "a bucket name (letters, digits, '-', '_', '.')",
+            format!("'{name}'"),
+        ));
     }
     if b.map.item_id(&name).is_some() {
-        return Err(p.err_prev("a bucket name not used before", format!("duplicate name '{name}'")));
+        return Err(p.err_prev(
+            "a bucket name not used before",
+            format!("duplicate name '{name}'"),
+        ));
     }
     p.expect("{")?;
     let mut id: Option<i32> = None;
@@ -410,13 +478,15 @@ fn parse_bucket(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
     let mut hash = 0u8;
     let mut items: Vec<(i32, u32)> = Vec::new();
     loop {
-        let tag = p.next_word("'id', 'alg', 'hash', 'item' or '}'").or_else(|e| {
-            if p.peek() == Some("}") {
-                Ok(String::new())
-            } else {
-                Err(e)
-            }
-        })?;
+        let tag = p
+            .next_word("'id', 'alg', 'hash', 'item' or '}'")
+            .or_else(|e| {
+                if p.peek() == Some("}") {
+                    Ok(String::new())
+                } else {
+                    Err(e)
+                }
+            })?;
         match tag.as_str() {
             "" => {
                 p.expect("}")?;
@@ -435,7 +505,10 @@ fn parse_bucket(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
                         .get_or_create_class(&c)
                         .map_err(|e| p.err_prev("a class name", e.to_string()))?;
                     if class_ids.insert(cid, v).is_some() {
-                        return Err(p.err_prev("one id per class", format!("duplicate class '{c}' for bucket '{name}'")));
+                        return Err(p.err_prev(
+                            "one id per class",
+                            format!("duplicate class '{c}' for bucket '{name}'"),
+                        ));
                     }
                 } else {
                     id = Some(v);
@@ -454,14 +527,21 @@ fn parse_bucket(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
                 if alg == 0 {
                     return Err(p.err_prev(
                         "alg straw2",
-                        CrushError::UnsupportedAlg { bucket: name.clone(), alg: alg_tok.unwrap_or_default() }.to_string(),
+                        CrushError::UnsupportedAlg {
+                            bucket: name.clone(),
+                            alg: alg_tok.unwrap_or_default(),
+                        }
+                        .to_string(),
                     ));
                 }
             }
             "hash" => {
                 let h = p.next_word("a hash (0 or rjenkins1)")?;
                 if h != "0" && h != "rjenkins1" {
-                    return Err(p.err_prev("hash 0 (rjenkins1, the only hash Ceph defines)", format!("'{h}'")));
+                    return Err(p.err_prev(
+                        "hash 0 (rjenkins1, the only hash Ceph defines)",
+                        format!("'{h}'"),
+                    ));
                 }
                 hash = 0;
             }
@@ -473,7 +553,11 @@ fn parse_bucket(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
                         format!("unknown item '{iname}'"),
                     ));
                 };
-                let mut w = if iid >= 0 { 0x10000 } else { b.map.bucket(iid).map_or(0, |x| x.weight) };
+                let mut w = if iid >= 0 {
+                    0x10000
+                } else {
+                    b.map.bucket(iid).map_or(0, |x| x.weight)
+                };
                 loop {
                     match p.peek() {
                         Some("weight") => {
@@ -496,7 +580,10 @@ fn parse_bucket(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
     let id = match id {
         Some(v) => {
             if b.map.bucket(v).is_some() {
-                return Err(p.err_prev("a bucket id not used before", format!("bucket id {v} of '{name}' is already used")));
+                return Err(p.err_prev(
+                    "a bucket id not used before",
+                    format!("bucket id {v} of '{name}' is already used"),
+                ));
             }
             v
         }
@@ -509,11 +596,16 @@ fn parse_bucket(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
     bucket.hash = hash;
     for (it, w) in items {
         if it == id {
-            return Err(p.err_prev("items other than the bucket itself", format!("bucket '{name}' contains itself")));
+            return Err(p.err_prev(
+                "items other than the bucket itself",
+                format!("bucket '{name}' contains itself"),
+            ));
         }
         bucket.push(it, w);
     }
-    b.map.insert_bucket(bucket).map_err(|e| p.err_prev("a valid bucket", e.to_string()))?;
+    b.map
+        .insert_bucket(bucket)
+        .map_err(|e| p.err_prev("a valid bucket", e.to_string()))?;
     if !class_ids.is_empty() {
         b.wanted.insert(id, class_ids);
     }
@@ -534,7 +626,10 @@ fn parse_rule(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
         return Err(p.err_prev("a rule name", format!("'{name}'")));
     }
     if b.map.rule_id(&name).is_some() {
-        return Err(p.err_prev("a rule name not used before", format!("duplicate rule '{name}'")));
+        return Err(p.err_prev(
+            "a rule name not used before",
+            format!("duplicate rule '{name}'"),
+        ));
     }
     p.expect("{")?;
     let mut id = None;
@@ -563,24 +658,46 @@ fn parse_rule(p: &mut Parser, b: &mut Builder) -> Result<(), ParseError> {
                     "erasure" => crate::map::RULE_TYPE_ERASURE,
                     other => match other.parse::<u8>() {
                         Ok(n) => n,
-                        Err(_) => return Err(p.err_prev("'replicated' or 'erasure'", format!("'{other}'"))),
+                        Err(_) => {
+                            return Err(
+                                p.err_prev("'replicated' or 'erasure'", format!("'{other}'"))
+                            )
+                        }
                     },
                 };
             }
             "min_size" => min_size = p.int("an integer")?,
             "max_size" => max_size = p.int("an integer")?,
             "step" => steps.push(parse_step(p, b, &name)?),
-            _ => return Err(p.err_prev("'id', 'type', 'min_size', 'max_size', 'step' or '}'", format!("'{tag}'"))),
+            _ => {
+                return Err(p.err_prev(
+                    "'id', 'type', 'min_size', 'max_size', 'step' or '}'",
+                    format!("'{tag}'"),
+                ))
+            }
         }
     }
     let Some(id) = id else {
-        return Err(p.err_prev("an 'id N' line in the rule", format!("rule '{name}' without id")));
+        return Err(p.err_prev(
+            "an 'id N' line in the rule",
+            format!("rule '{name}' without id"),
+        ));
     };
     if b.map.rule(id).is_some() {
-        return Err(p.err_prev("a rule id not used before", format!("rule id {id} of '{name}' is already used")));
+        return Err(p.err_prev(
+            "a rule id not used before",
+            format!("rule id {id} of '{name}' is already used"),
+        ));
     }
     b.map
-        .insert_rule(Rule { id, name, rule_type, min_size, max_size, steps })
+        .insert_rule(Rule {
+            id,
+            name,
+            rule_type,
+            min_size,
+            max_size,
+            steps,
+        })
         .map_err(|e| p.err_prev("a valid rule", e.to_string()))?;
     Ok(())
 }
@@ -653,10 +770,13 @@ mod tests {
         let e = CrushMap::parse_text("type 0 osd\ndevice x osd.0\n").unwrap_err();
         assert_eq!((e.line, e.column), (2, 8));
         assert!(e.expected.contains("device id"), "{e}");
-        let e = CrushMap::parse_text("type 0 osd\ntype 1 host\nhost a {\n\tid -1\n\talg straw\n}\n").unwrap_err();
+        let e =
+            CrushMap::parse_text("type 0 osd\ntype 1 host\nhost a {\n\tid -1\n\talg straw\n}\n")
+                .unwrap_err();
         assert_eq!(e.line, 5);
         assert!(e.to_string().contains("straw2"), "{e}");
-        let e = CrushMap::parse_text("type 0 osd\nrule r {\n id 0\n step take nowhere\n}\n").unwrap_err();
+        let e = CrushMap::parse_text("type 0 osd\nrule r {\n id 0\n step take nowhere\n}\n")
+            .unwrap_err();
         assert_eq!((e.line, e.column), (4, 12));
     }
 

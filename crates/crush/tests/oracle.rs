@@ -41,7 +41,10 @@ fn check_seed(seed: u64, dir: &std::path::Path, t: &mut Totals) {
     let ours = match parsed {
         Ok(m) => m,
         Err(e) => {
-            t.failures.push(format!("seed {seed}: our parser rejected the map: {e}\n{}", g.text));
+            t.failures.push(format!(
+                "seed {seed}: our parser rejected the map: {e}\n{}",
+                g.text
+            ));
             return;
         }
     };
@@ -66,11 +69,16 @@ fn check_seed(seed: u64, dir: &std::path::Path, t: &mut Totals) {
     let twice = norm.as_ref().map(|m| CrushMap::parse_text(&m.to_text()));
     match (&norm, twice) {
         (Ok(a), Ok(Ok(b))) if *a == b && a.to_text() == b.to_text() => {}
-        _ => t.failures.push(format!("seed {seed}: parse(print(map)) is not stable\n{}", g.text)),
+        _ => t.failures.push(format!(
+            "seed {seed}: parse(print(map)) is not stable\n{}",
+            g.text
+        )),
     }
     match CrushMap::decode(&ours.encode()) {
         Ok(m) if m == ours => {}
-        _ => t.failures.push(format!("seed {seed}: encode/decode round trip failed")),
+        _ => t
+            .failures
+            .push(format!("seed {seed}: encode/decode round trip failed")),
     }
     // Mappings for two num-rep values, with random reweights on the second.
     let reweights = gen_reweights(seed, &g.osds);
@@ -89,7 +97,7 @@ fn check_seed(seed: u64, dir: &std::path::Path, t: &mut Totals) {
             "--num-rep".into(),
             num_rep.to_string(),
         ];
-        if seed % 2 == 0 {
+        if seed.is_multiple_of(2) {
             args.push("--show-utilization".into());
         }
         let mut opts = TestOptions {
@@ -97,13 +105,14 @@ fn check_seed(seed: u64, dir: &std::path::Path, t: &mut Totals) {
             show_mappings: true,
             show_bad_mappings: true,
             show_statistics: true,
-            show_utilization: seed % 2 == 0,
+            show_utilization: seed.is_multiple_of(2),
             ..TestOptions::default()
         };
         if pass == 1 {
             for (o, w) in &reweights {
                 args.extend(["--weight".into(), o.to_string(), w.clone()]);
-                opts.weights.insert(*o, reweight_from_float(w.parse().unwrap_or(1.0)));
+                opts.weights
+                    .insert(*o, reweight_from_float(w.parse().unwrap_or(1.0)));
             }
         }
         let argv: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
@@ -113,10 +122,20 @@ fn check_seed(seed: u64, dir: &std::path::Path, t: &mut Totals) {
         let t0 = Instant::now();
         let mine = run_test(&ours, &opts);
         t.ours_secs += t0.elapsed().as_secs_f64();
-        let their_maps: Vec<&str> = theirs.lines().filter(|l| l.starts_with("CRUSH rule")).collect();
-        let my_maps: Vec<&str> = mine.lines().filter(|l| l.starts_with("CRUSH rule")).collect();
+        let their_maps: Vec<&str> = theirs
+            .lines()
+            .filter(|l| l.starts_with("CRUSH rule"))
+            .collect();
+        let my_maps: Vec<&str> = mine
+            .lines()
+            .filter(|l| l.starts_with("CRUSH rule"))
+            .collect();
         t.mappings += their_maps.len() as u64;
-        t.equal += their_maps.iter().zip(my_maps.iter()).filter(|(a, b)| a == b).count() as u64;
+        t.equal += their_maps
+            .iter()
+            .zip(my_maps.iter())
+            .filter(|(a, b)| a == b)
+            .count() as u64;
         if theirs != mine {
             let first_diff = theirs
                 .lines()
@@ -141,7 +160,11 @@ fn mappings_equal_crushtool_on_random_maps() {
     let seeds: Vec<u64> = match std::env::var("CAIRN_ORACLE_SEED") {
         Ok(s) => vec![s.parse().expect("CAIRN_ORACLE_SEED must be a number")],
         Err(_) => {
-            let n = if std::env::var("CAIRN_SOAK").as_deref() == Ok("1") { SOAK_MAPS } else { ORACLE_MAPS };
+            let n = if std::env::var("CAIRN_SOAK").as_deref() == Ok("1") {
+                SOAK_MAPS
+            } else {
+                ORACLE_MAPS
+            };
             (0..n).collect()
         }
     };
@@ -168,7 +191,10 @@ fn mappings_equal_crushtool_on_random_maps() {
         for f in t.failures.iter().take(3) {
             eprintln!("{f}\n");
         }
-        panic!("{} oracle disagreements (first 3 printed above)", t.failures.len());
+        panic!(
+            "{} oracle disagreements (first 3 printed above)",
+            t.failures.len()
+        );
     }
     assert_eq!(t.mappings, t.equal);
 }

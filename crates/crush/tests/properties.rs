@@ -12,14 +12,18 @@ fn host_map(weights: &[Vec<f64>]) -> CrushMap {
     for (h, ws) in weights.iter().enumerate() {
         let host = format!("host{h}");
         for &w in ws {
-            map.add_device(osd, Some("hdd"), w, &[("host", &host), ("root", "default")]).expect("add");
+            map.add_device(osd, Some("hdd"), w, &[("host", &host), ("root", "default")])
+                .expect("add");
             osd += 1;
         }
     }
     map
 }
 
-fn weights_strategy(hosts: std::ops::Range<usize>, per_host: std::ops::Range<usize>) -> impl Strategy<Value = Vec<Vec<f64>>> {
+fn weights_strategy(
+    hosts: std::ops::Range<usize>,
+    per_host: std::ops::Range<usize>,
+) -> impl Strategy<Value = Vec<Vec<f64>>> {
     prop::collection::vec(prop::collection::vec(0.5f64..8.0, per_host), hosts)
 }
 
@@ -34,7 +38,10 @@ fn config() -> ProptestConfig {
 
 /// Fraction of replicas of `before` that are not in `after`, over `xs` inputs.
 fn moved_fraction(before: &CrushMap, after: &CrushMap, rule: i32, reps: usize, xs: u32) -> f64 {
-    let (mut ws1, mut ws2) = (cairn_crush::Workspace::new(before), cairn_crush::Workspace::new(after));
+    let (mut ws1, mut ws2) = (
+        cairn_crush::Workspace::new(before),
+        cairn_crush::Workspace::new(after),
+    );
     let (mut a, mut b) = (Vec::new(), Vec::new());
     let (mut moved, mut slots) = (0usize, 0usize);
     for x in 0..xs {
@@ -105,17 +112,30 @@ proptest! {
 /// both loosely to catch regressions and print the ratios.
 #[test]
 fn hierarchy_movement_is_bounded() {
-    let weights = vec![vec![4.0, 3.0, 5.0], vec![2.0, 6.0, 4.0], vec![4.0, 4.0, 4.0], vec![3.0, 3.0], vec![5.0, 5.0, 2.0], vec![4.0, 4.0]];
+    let weights = vec![
+        vec![4.0, 3.0, 5.0],
+        vec![2.0, 6.0, 4.0],
+        vec![4.0, 4.0, 4.0],
+        vec![3.0, 3.0],
+        vec![5.0, 5.0, 2.0],
+        vec![4.0, 4.0],
+    ];
     let total: f64 = weights.iter().flatten().sum();
     let mut map = host_map(&weights);
-    let rule = map.add_replicated_rule("rep", "default", "host", None).expect("rule");
+    let rule = map
+        .add_replicated_rule("rep", "default", "host", None)
+        .expect("rule");
     let n = weights.iter().map(|h| h.len()).sum::<usize>() as i32;
     let w = 3.0;
     let share = w / (total + w);
     let mut existing = map.clone();
-    existing.add_device(n, Some("hdd"), w, &[("host", "host2"), ("root", "default")]).expect("add");
+    existing
+        .add_device(n, Some("hdd"), w, &[("host", "host2"), ("root", "default")])
+        .expect("add");
     let mut new_host = map.clone();
-    new_host.add_device(n, Some("hdd"), w, &[("host", "host9"), ("root", "default")]).expect("add");
+    new_host
+        .add_device(n, Some("hdd"), w, &[("host", "host9"), ("root", "default")])
+        .expect("add");
     let r_existing = moved_fraction(&map, &existing, rule, 3, 4000) / share;
     let r_new = moved_fraction(&map, &new_host, rule, 3, 4000) / share;
     println!("moved/share with 3 replicas over hosts: into an existing host {r_existing:.2}, as a new host {r_new:.2}");
@@ -128,9 +148,16 @@ fn hierarchy_movement_is_bounded() {
 /// host's share is within 5% of 1/hosts.
 #[test]
 fn utilisation_tracks_weights() {
-    let weights = vec![vec![1.0, 2.0, 3.0, 4.0], vec![2.0, 2.0, 2.0], vec![5.0, 0.5, 1.5], vec![3.0, 3.0]];
+    let weights = vec![
+        vec![1.0, 2.0, 3.0, 4.0],
+        vec![2.0, 2.0, 2.0],
+        vec![5.0, 0.5, 1.5],
+        vec![3.0, 3.0],
+    ];
     let mut map = host_map(&weights);
-    let one = map.add_replicated_rule("one", "default", "osd", None).expect("rule");
+    let one = map
+        .add_replicated_rule("one", "default", "osd", None)
+        .expect("rule");
     let flat: Vec<f64> = weights.iter().flatten().copied().collect();
     let total: f64 = flat.iter().sum();
     let mut counts = vec![0u64; flat.len()];
@@ -144,12 +171,18 @@ fn utilisation_tracks_weights() {
     for (i, (&c, &w)) in counts.iter().zip(flat.iter()).enumerate() {
         let expected = f64::from(N) * w / total;
         let dev = (c as f64 - expected).abs() / expected;
-        assert!(dev < 0.05, "osd.{i} weight {w}: {c} placements, expected {expected:.0} ({:.1}% off)", dev * 100.0);
+        assert!(
+            dev < 0.05,
+            "osd.{i} weight {w}: {c} placements, expected {expected:.0} ({:.1}% off)",
+            dev * 100.0
+        );
     }
 
     let equal = vec![vec![2.0; 3]; 6];
     let mut map = host_map(&equal);
-    let rep = map.add_replicated_rule("rep", "default", "host", None).expect("rule");
+    let rep = map
+        .add_replicated_rule("rep", "default", "host", None)
+        .expect("rule");
     let mut per_host = [0u64; 6];
     let mut ws = cairn_crush::Workspace::new(&map);
     for x in 0..N {

@@ -35,7 +35,11 @@ fn ids_follow_the_natural_order() {
     let hdd = map.class_id("hdd").expect("hdd class");
     assert_eq!(map.item_id("default"), Some(-1));
     assert_eq!(map.shadow_of(-1, hdd), Some(-2));
-    for (host, id, shadow) in [("Alecto", -3, -4), ("Megaera", -6, -7), ("Tisiphone", -9, -10)] {
+    for (host, id, shadow) in [
+        ("Alecto", -3, -4),
+        ("Megaera", -6, -7),
+        ("Tisiphone", -9, -10),
+    ] {
         assert_eq!(map.item_id(host), Some(id));
         assert_eq!(map.shadow_of(id, hdd), Some(shadow));
         assert_eq!(map.item_name(shadow), Some(format!("{host}~hdd").as_str()));
@@ -56,7 +60,11 @@ fn every_ec_mapping_has_six_distinct_hdds_two_per_host() {
         assert_eq!(seen.len(), 6, "x {x}: duplicate OSDs in {out:?}");
         let mut per_host: BTreeMap<String, usize> = BTreeMap::new();
         for &o in &out {
-            assert_eq!(map.device_class(o), Some("hdd"), "x {x}: osd.{o} is not hdd");
+            assert_eq!(
+                map.device_class(o),
+                Some("hdd"),
+                "x {x}: osd.{o} is not hdd"
+            );
             let host = map.parent_of_type(o, "host").expect("osd has a host");
             *per_host.entry(host).or_default() += 1;
         }
@@ -64,7 +72,10 @@ fn every_ec_mapping_has_six_distinct_hdds_two_per_host() {
         assert!(per_host.values().all(|&n| n == 2), "x {x}: {per_host:?}");
         // Pairs come host by host, as the two choose steps emit them.
         for pair in out.chunks(2) {
-            assert_eq!(map.parent_of_type(pair[0], "host"), map.parent_of_type(pair[1], "host"));
+            assert_eq!(
+                map.parent_of_type(pair[0], "host"),
+                map.parent_of_type(pair[1], "host")
+            );
         }
     }
 }
@@ -80,8 +91,18 @@ fn seed_map_agrees_with_crushtool_on_all_rules() {
     let map = seed_map();
     for (rule, reps) in [(0, 3), (1, 6), (2, 3)] {
         let theirs = common::crushtool(&[
-            "-i", &bin, "--test", "--rule", &rule.to_string(), "--num-rep", &reps.to_string(),
-            "--min-x", "0", "--max-x", "9999", "--show-mappings",
+            "-i",
+            &bin,
+            "--test",
+            "--rule",
+            &rule.to_string(),
+            "--num-rep",
+            &reps.to_string(),
+            "--min-x",
+            "0",
+            "--max-x",
+            "9999",
+            "--show-mappings",
         ]);
         let opts = TestOptions {
             rule: Some(rule),
@@ -91,7 +112,10 @@ fn seed_map_agrees_with_crushtool_on_all_rules() {
             show_mappings: true,
             ..TestOptions::default()
         };
-        assert!(theirs == run_test(&map, &opts), "rule {rule} differs from crushtool");
+        assert!(
+            theirs == run_test(&map, &opts),
+            "rule {rule} differs from crushtool"
+        );
     }
     assert_eq!(common::crushtool(&["-d", &bin]), map.to_text());
 }

@@ -28,7 +28,10 @@ pub fn crushtool_available() -> bool {
 
 /// Runs crushtool with `args`; returns stdout, panicking with stderr on failure.
 pub fn crushtool(args: &[&str]) -> String {
-    let out = Command::new("crushtool").args(args).output().expect("run crushtool");
+    let out = Command::new("crushtool")
+        .args(args)
+        .output()
+        .expect("run crushtool");
     assert!(
         out.status.success(),
         "crushtool {:?} failed: {}",
@@ -43,7 +46,10 @@ pub fn crushtool_compile(dir: &Path, name: &str, text: &str) -> String {
     let txt = dir.join(format!("{name}.txt"));
     let bin = dir.join(format!("{name}.bin"));
     std::fs::write(&txt, text).expect("write map text");
-    let (t, b) = (txt.to_string_lossy().into_owned(), bin.to_string_lossy().into_owned());
+    let (t, b) = (
+        txt.to_string_lossy().into_owned(),
+        bin.to_string_lossy().into_owned(),
+    );
     crushtool(&["-c", &t, "-o", &b]);
     b
 }
@@ -109,10 +115,22 @@ pub fn gen_map(seed: u64) -> GenMap {
     let (n_racks, hosts_per_rack, osds_per_host) = match shape {
         Shape::Flat => (0, 0, rng.gen_range(1..=16)),
         Shape::Hosts => (1, rng.gen_range(1..=7), rng.gen_range(1..=6)),
-        Shape::Racks => (rng.gen_range(1..=4), rng.gen_range(1..=4), rng.gen_range(1..=4)),
+        Shape::Racks => (
+            rng.gen_range(1..=4),
+            rng.gen_range(1..=4),
+            rng.gen_range(1..=4),
+        ),
     };
-    let n_hosts = if shape == Shape::Flat { 0 } else { n_racks * hosts_per_rack };
-    let n_osds = if shape == Shape::Flat { osds_per_host } else { n_hosts * osds_per_host };
+    let n_hosts = if shape == Shape::Flat {
+        0
+    } else {
+        n_racks * hosts_per_rack
+    };
+    let n_osds = if shape == Shape::Flat {
+        osds_per_host
+    } else {
+        n_hosts * osds_per_host
+    };
     // Devices, sometimes with gaps and one unplaced device.
     let mut osds = Vec::new();
     let mut next = 0;
@@ -126,7 +144,11 @@ pub fn gen_map(seed: u64) -> GenMap {
     let unplaced = if rng.gen_bool(0.2) { Some(next) } else { None };
     let mut class_of = Vec::new();
     for _ in &osds {
-        let c = if rng.gen_bool(0.05) { None } else { Some(CLASSES[rng.gen_range(0..n_classes)]) };
+        let c = if rng.gen_bool(0.05) {
+            None
+        } else {
+            Some(CLASSES[rng.gen_range(0..n_classes)])
+        };
         class_of.push(c);
     }
     s.push_str("\n# devices\n");
@@ -162,8 +184,10 @@ pub fn gen_map(seed: u64) -> GenMap {
     };
     // Shadow ids: none, all or some given explicitly.
     let shadow_mode = rng.gen_range(0..3);
-    let mut free_shadow: Vec<i32> =
-        ((n_buckets as i32 + 1)..=(n_buckets as i32 * (n_used_classes.len() as i32 + 2))).map(|i| -i).collect();
+    let mut free_shadow: Vec<i32> = ((n_buckets as i32 + 1)
+        ..=(n_buckets as i32 * (n_used_classes.len() as i32 + 2)))
+        .map(|i| -i)
+        .collect();
     free_shadow.shuffle(&mut rng);
     let mut shadow_lines = |rng: &mut StdRng| -> String {
         let mut out = String::new();
@@ -210,7 +234,11 @@ pub fn gen_map(seed: u64) -> GenMap {
                 }
                 s.push_str("}\n");
                 // Parent item weight: usually the host's own, sometimes given.
-                let w = if rng.gen_bool(0.15) { Some(weight_text(&mut rng)) } else { None };
+                let w = if rng.gen_bool(0.15) {
+                    Some(weight_text(&mut rng))
+                } else {
+                    None
+                };
                 rack_items.push((name.clone(), w));
                 host_names.push(name);
             }
@@ -256,8 +284,7 @@ pub fn gen_map(seed: u64) -> GenMap {
     let n_rules = rng.gen_range(2..=5);
     let mut rule_ids: Vec<i32> = (0..n_rules as i32 + 2).collect();
     rule_ids.shuffle(&mut rng);
-    for k in 0..n_rules {
-        let id = rule_ids[k];
+    for (k, &id) in rule_ids.iter().enumerate().take(n_rules) {
         let indep = rng.gen_bool(0.5);
         let mode = if indep { "indep" } else { "firstn" };
         let _ = writeln!(
@@ -315,13 +342,19 @@ pub fn gen_map(seed: u64) -> GenMap {
                 let _ = writeln!(s, "\tstep chooseleaf {mode} {n} type host");
             }
             5 => {
-                let _ = writeln!(s, "\tstep choose {mode} {n} type host\n\tstep choose {mode} {m} type osd");
+                let _ = writeln!(
+                    s,
+                    "\tstep choose {mode} {n} type host\n\tstep choose {mode} {m} type osd"
+                );
             }
             6 => {
                 let _ = writeln!(s, "\tstep chooseleaf {mode} {n} type rack");
             }
             7 => {
-                let _ = writeln!(s, "\tstep choose {mode} {n} type rack\n\tstep chooseleaf {mode} {m} type host");
+                let _ = writeln!(
+                    s,
+                    "\tstep choose {mode} {n} type rack\n\tstep chooseleaf {mode} {m} type host"
+                );
             }
             _ => {
                 let _ = writeln!(s, "\tstep choose {mode} {n} type rack\n\tstep choose {mode} {m} type host\n\tstep choose {mode} 1 type osd");
@@ -330,13 +363,17 @@ pub fn gen_map(seed: u64) -> GenMap {
         s.push_str("\tstep emit\n}\n");
     }
     s.push_str("\n# end crush map\n");
-    GenMap { text: s, n_rules, osds }
+    GenMap {
+        text: s,
+        n_rules,
+        osds,
+    }
 }
 
 /// Random `--weight OSD W` overrides for a map's OSDs.
 pub fn gen_reweights(seed: u64, osds: &[i32]) -> Vec<(i32, String)> {
     use rand::SeedableRng;
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0f_7e57);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x005e_ed0f_7e57);
     let mut out = Vec::new();
     for &o in osds {
         if rng.gen_bool(0.15) {

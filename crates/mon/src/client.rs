@@ -269,98 +269,114 @@ impl MonClient {
         }
     }
 
-    /// Subscribes to the cluster map: returns the current map and a stream
-    /// of later ones.
+    /// Subscribes to the cluster map: returns the current map; `next()`
+    /// then yields each newer map, reconnecting to another mon as needed.
     pub async fn subscribe(&self) -> Result<MapSubscription, ClientError> {
         let deadline = Instant::now() + self.timeout;
-        let mut last = String::from("no mon answered");
-        while Instant::now() < deadline {
-            for addr in self.addrs.clone() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                let cfg = MsgConfig {
-                    connect_timeout: left.min(Duration::from_secs(2)),
-                    handshake_timeout: left.min(Duration::from_secs(3)),
-                    ..MsgConfig::default()
-                };
-                let conn = match connect(addr, &self.creds, None, &cfg).await {
-                    Ok(c) => c,
-                    Err(MsgError::AuthFailed { reason, .. }) => {
-                        return Err(ClientError::Auth {
-                            name: self.creds.name().to_string(),
-                            reason,
-                        })
-                    }
-                    Err(e) => {
-                        last = e.to_string();
-                        continue;
-                    }
-                };
-                let m = match conn
-                    .call(
-                        MSG_SUBSCRIBE,
-                        encode(&SubscribeRequest { have_epoch: 0 }),
-                        left,
-                    )
-                    .await
-                {
-                    Ok(m) => m,
-                    Err(e) => {
-                        last = e.to_string();
-                        continue;
-                    }
-                };
-                let update: MapUpdate =
-                    decode("map update", &m.payload).map_err(ClientError::Protocol)?;
-                match update {
-                    MapUpdate::Full { map, .. } => {
-                        let map = ClusterMap::decode(&map)
-                            .map_err(|e| ClientError::Protocol(e.to_string()))?;
-                        return Ok(MapSubscription { conn, map });
-                    }
-                    MapUpdate::Unavailable(e) => last = e,
-                    other => last = format!("unexpected first update {other:?}"),
-                }
-            }
-            tokio::time::sleep(ROUND_PAUSE).await;
-        }
-        Err(ClientError::NoQuorum {
-            reachable: 0,
-            total: self.addrs.len(),
-            waited: self.timeout,
-            detail: last,
+        let (conn, update) = open_subscription(&self.addrs, &self.creds, 0, deadline).await?;
+        let MapUpdate::Full { map, .. } = update else {
+            return Err(ClientError::Protocol(format!(
+                "expected a full map first, got {update:?}"
+            )));
+        };
+        let map = ClusterMap::decode(&map).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        Ok(MapSubscription {
+            addrs: self.addrs.clone(),
+            creds: self.creds.clone(),
+            conn: Some(conn),
+            map,
         })
     }
 }
 
-/// A live map subscription on one mon connection.
+/// Connects to the first mon that can serve a subscription from `have`.
+async fn open_subscription(
+    addrs: &[SocketAddr],
+    creds: &Credentials,
+    have: u64,
+    deadline: Instant,
+) -> Result<(Connection, MapUpdate), ClientError> {
+    let start = Instant::now();
+    let mut last = String::from("no mon answered");
+    let mut reachable = 0;
+    while Instant::now() < deadline {
+        reachable = 0;
+        for addr in addrs {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let cfg = MsgConfig {
+                connect_timeout: left.min(Duration::from_secs(2)),
+                handshake_timeout: left.min(Duration::from_secs(3)),
+                ..MsgConfig::default()
+            };
+            let conn = match connect(*addr, creds, None, &cfg).await {
+                Ok(c) => c,
+                Err(MsgError::AuthFailed { reason, .. }) => {
+                    return Err(ClientError::Auth {
+                        name: creds.name().to_string(),
+                        reason,
+                    })
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            reachable += 1;
+            let req = encode(&SubscribeRequest { have_epoch: have });
+            let m = match conn.call(MSG_SUBSCRIBE, req, left).await {
+                Ok(m) => m,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            let update: MapUpdate =
+                decode("map update", &m.payload).map_err(ClientError::Protocol)?;
+            match update {
+                MapUpdate::Unavailable(e) => last = format!("mon at {addr}: {e}"),
+                u => return Ok((conn, u)),
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        tokio::time::sleep(ROUND_PAUSE.min(left)).await;
+    }
+    Err(ClientError::NoQuorum {
+        reachable,
+        total: addrs.len(),
+        waited: Instant::now() - start,
+        detail: last,
+    })
+}
+
+/// A live map subscription. It follows pushes from one mon and moves to
+/// another (asking for what it missed) when that connection breaks.
 pub struct MapSubscription {
-    conn: Connection,
+    addrs: Vec<SocketAddr>,
+    creds: Credentials,
+    conn: Option<Connection>,
     /// The latest map received.
     pub map: ClusterMap,
 }
 
+/// How long `next` waited without a new map.
+#[derive(Debug, thiserror::Error)]
+#[error("no new map within {0:?}")]
+pub struct NoNewMap(pub Duration);
+
 impl MapSubscription {
-    /// Waits (up to `timeout`) for the next pushed map and returns it.
-    pub async fn next(&mut self, timeout: Duration) -> Result<&ClusterMap, ClientError> {
-        let m = self
-            .conn
-            .recv_timeout(timeout)
-            .await
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        if m.msg_type != MSG_MAP_UPDATE {
-            return Err(ClientError::Protocol(format!(
-                "unexpected message type {:#x}",
-                m.msg_type
-            )));
-        }
-        let update: MapUpdate = decode("map update", &m.payload).map_err(ClientError::Protocol)?;
+    /// Applies an update; true if the map moved forward.
+    fn absorb(&mut self, update: MapUpdate) -> Result<bool, ClientError> {
+        let before = self.map.epoch;
         match update {
             MapUpdate::Full { map, .. } => {
-                self.map =
+                let m =
                     ClusterMap::decode(&map).map_err(|e| ClientError::Protocol(e.to_string()))?;
+                if m.epoch > self.map.epoch {
+                    self.map = m;
+                }
             }
             MapUpdate::Incrementals { incrementals, .. } => {
                 for inc in &incrementals {
@@ -375,6 +391,48 @@ impl MapSubscription {
             MapUpdate::UpToDate { .. } => {}
             MapUpdate::Unavailable(e) => return Err(ClientError::Protocol(e)),
         }
-        Ok(&self.map)
+        Ok(self.map.epoch > before)
+    }
+
+    /// Waits (up to `timeout`) for a map newer than the current one.
+    pub async fn next(&mut self, timeout: Duration) -> Result<&ClusterMap, ClientError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ClientError::Protocol(NoNewMap(timeout).to_string()));
+            }
+            let conn = match &self.conn {
+                Some(c) if !c.is_closed() => c.clone(),
+                _ => {
+                    let (c, update) =
+                        open_subscription(&self.addrs, &self.creds, self.map.epoch.0, deadline)
+                            .await?;
+                    self.conn = Some(c);
+                    if self.absorb(update)? {
+                        return Ok(&self.map);
+                    }
+                    continue;
+                }
+            };
+            let m = match conn.recv_timeout(left).await {
+                Ok(m) => m,
+                Err(MsgError::Timeout { .. }) => {
+                    return Err(ClientError::Protocol(NoNewMap(timeout).to_string()))
+                }
+                Err(_) => {
+                    self.conn = None;
+                    continue;
+                }
+            };
+            if m.msg_type != MSG_MAP_UPDATE {
+                continue;
+            }
+            let update: MapUpdate =
+                decode("map update", &m.payload).map_err(ClientError::Protocol)?;
+            if self.absorb(update)? {
+                return Ok(&self.map);
+            }
+        }
     }
 }

@@ -70,10 +70,11 @@ fn wall_ms() -> i64 {
 }
 
 /// Sends Raft RPCs and pings to other mons over cairn-msg, one cached
-/// connection per peer.
+/// connection per peer. Each peer has its own slot, so a peer that is slow
+/// to connect (dropped SYNs) never delays traffic to the others.
 pub struct MsgTransport {
     creds: Credentials,
-    conns: tokio::sync::Mutex<HashMap<String, Connection>>,
+    conns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Connection>>>>>,
 }
 
 impl MsgTransport {
@@ -83,13 +84,21 @@ impl MsgTransport {
                 name: EntityName::mon(name),
                 secret,
             },
-            conns: tokio::sync::Mutex::new(HashMap::new()),
+            conns: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn slot(&self, addr: &str) -> Arc<tokio::sync::Mutex<Option<Connection>>> {
+        match self.conns.lock() {
+            Ok(mut m) => m.entry(addr.to_string()).or_default().clone(),
+            Err(_) => Arc::new(tokio::sync::Mutex::new(None)),
         }
     }
 
     async fn conn(&self, peer: &MonPeer, timeout: Duration) -> Result<Connection, String> {
-        let mut conns = self.conns.lock().await;
-        if let Some(c) = conns.get(&peer.addr) {
+        let slot = self.slot(&peer.addr);
+        let mut cached = slot.lock().await;
+        if let Some(c) = cached.as_ref() {
             if !c.is_closed() {
                 return Ok(c.clone());
             }
@@ -107,7 +116,7 @@ impl MsgTransport {
         let c = connect(addr, &self.creds, Some(&expect), &cfg)
             .await
             .map_err(|e| e.to_string())?;
-        conns.insert(peer.addr.clone(), c.clone());
+        *cached = Some(c.clone());
         Ok(c)
     }
 
@@ -124,7 +133,7 @@ impl MsgTransport {
             Ok(m) => Ok(m),
             Err(e) => {
                 if e.is_connection_error() {
-                    self.conns.lock().await.remove(&peer.addr);
+                    *self.slot(&peer.addr).lock().await = None;
                 }
                 Err(e.to_string())
             }
@@ -474,6 +483,19 @@ impl MonService {
         if let Err(e) = self.quorum_ok(&view) {
             return self.response(Err(CommandFailure::NoQuorum(e)));
         }
+        // A mon proved the shared mon secret: it has mon rights even before
+        // the map lists it (while it joins), so it acts as a listed mon.
+        let stand_in;
+        let caller = match map.mons.first() {
+            Some(first)
+                if caller.kind == EntityKind::Mon
+                    && !map.mons.iter().any(|m| m.name == caller.id) =>
+            {
+                stand_in = EntityName::mon(&first.name);
+                &stand_in
+            }
+            _ => caller,
+        };
         if let Err(e) = map.authorize(caller, &cmd) {
             return self.response(Err(CommandFailure::Refused(e.to_string())));
         }

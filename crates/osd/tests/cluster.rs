@@ -334,51 +334,63 @@ fn load_size(i: u64) -> usize {
     (16 << 10) + (i % 7) as usize * 4096
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn killing_an_osd_during_writes_loses_nothing_acknowledged() {
-    let mut c = Cluster::start(3, 2, 16, 512 << 20).await;
-    let io = c.client().ioctx("rbd").expect("pool");
-    let acked: Arc<std::sync::Mutex<BTreeMap<String, u64>>> = Default::default();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut set = tokio::task::JoinSet::new();
-    for w in 0..8u64 {
-        let (io, acked, stop) = (io.clone(), acked.clone(), stop.clone());
-        set.spawn(async move {
-            let mut i = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let name = format!("w{w}-{}", i % 40);
-                let seed = w * 1_000_000 + i;
-                io.write_full(&name, pattern(seed, load_size(i)))
-                    .await
-                    .expect("write during failure");
-                acked.lock().unwrap().insert(name, seed);
-                i += 1;
-            }
-            i
-        });
+/// A write load: `writers` tasks rewriting 40 objects each; records what
+/// was acknowledged (object -> seed of its content).
+struct Load {
+    acked: Arc<std::sync::Mutex<BTreeMap<String, u64>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    set: tokio::task::JoinSet<u64>,
+}
+
+impl Load {
+    fn start(io: &cairn_client::IoCtx, writers: u64) -> Load {
+        let acked: Arc<std::sync::Mutex<BTreeMap<String, u64>>> = Default::default();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut set = tokio::task::JoinSet::new();
+        for w in 0..writers {
+            let (io, acked, stop) = (io.clone(), acked.clone(), stop.clone());
+            set.spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let name = format!("w{w}-{}", i % 40);
+                    let seed = w * 1_000_000 + i;
+                    io.write_full(&name, pattern(seed, load_size(i)))
+                        .await
+                        .expect("write during failure");
+                    acked.lock().unwrap().insert(name, seed);
+                    i += 1;
+                }
+                i
+            });
+        }
+        Load { acked, stop, set }
     }
-    let victim = 2;
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let before = acked.lock().unwrap().len();
-    c.kill(victim).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let during = acked.lock().unwrap().len();
-    c.restart(victim).await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut writes = 0;
-    while let Some(r) = set.join_next().await {
-        writes += r.expect("writer");
+
+    fn acked_count(&self) -> usize {
+        self.acked.lock().unwrap().len()
     }
-    eprintln!("writes: {writes}; objects acked before kill {before}, while down {during}");
-    c.wait_clean(Duration::from_secs(60)).await;
-    let acked = acked.lock().unwrap().clone();
-    for (name, seed) in &acked {
-        let i = seed % 1_000_000;
-        let want = pattern(*seed, load_size(i));
+
+    /// Stops the writers; returns the number of writes and what was acked.
+    async fn finish(mut self) -> (u64, BTreeMap<String, u64>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut writes = 0;
+        while let Some(r) = self.set.join_next().await {
+            writes += r.expect("writer");
+        }
+        let acked = self.acked.lock().unwrap().clone();
+        (writes, acked)
+    }
+}
+
+async fn verify_acked(io: &cairn_client::IoCtx, acked: &BTreeMap<String, u64>) {
+    for (name, seed) in acked {
+        let want = pattern(*seed, load_size(seed % 1_000_000));
         assert!(io.read(name, 0, 0).await.expect("read") == want, "{name}");
     }
-    // The restarted OSD caught up: its copies match the primaries' logs.
+}
+
+/// Every PG copy on `osd` that is in its acting set matches the primary's last_update.
+fn assert_caught_up(c: &Cluster, osd_id: i32) {
     let mut primaries = BTreeMap::new();
     for osd in c.osds.values().flatten() {
         for s in osd.pg_stats() {
@@ -387,18 +399,72 @@ async fn killing_an_osd_during_writes_loses_nothing_acknowledged() {
             }
         }
     }
-    let restarted = c.osds[&victim].as_ref().unwrap();
+    let osd = c.osds[&osd_id].as_ref().expect("osd running");
     let mut checked = 0;
-    for s in restarted.pg_stats() {
-        if s.acting.contains(&victim) {
+    for s in osd.pg_stats() {
+        if s.acting.contains(&osd_id) {
             assert_eq!(
                 Some(&s.last_update),
                 primaries.get(&s.pgid),
-                "pg {} on osd.{victim}",
+                "pg {} on osd.{osd_id}",
                 s.pgid
             );
             checked += 1;
         }
     }
-    assert!(checked > 0);
+    assert!(checked > 0, "osd.{osd_id} holds no PG");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_an_osd_during_writes_loses_nothing_acknowledged() {
+    let mut c = Cluster::start(3, 2, 16, 512 << 20).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    let load = Load::start(&io, 8);
+    let victim = 2;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let before = load.acked_count();
+    c.kill(victim).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let during = load.acked_count();
+    c.restart(victim).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let (writes, acked) = load.finish().await;
+    eprintln!("writes: {writes}; objects acked before kill {before}, while down {during}");
+    assert!(
+        during > before,
+        "the load did not continue with osd.{victim} down"
+    );
+    c.wait_clean(Duration::from_secs(60)).await;
+    verify_acked(&io, &acked).await;
+    assert_caught_up(&c, victim);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn io_waits_below_min_size_and_resumes_without_loss() {
+    let mut c = Cluster::start(3, 2, 16, 512 << 20).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    let load = Load::start(&io, 8);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Two OSDs on different hosts: PGs holding both drop below min_size.
+    c.kill(0).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    c.kill(2).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let stalled = c
+        .primary_states()
+        .values()
+        .filter(|s| !s.contains("active"))
+        .count();
+    // Bring back the first victim (it missed the writes of two intervals).
+    c.restart(0).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    c.restart(2).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (writes, acked) = load.finish().await;
+    eprintln!("writes: {writes}; PGs inactive with two OSDs down: {stalled}");
+    assert!(stalled > 0, "expected some PGs below min_size");
+    c.wait_clean(Duration::from_secs(60)).await;
+    verify_acked(&io, &acked).await;
+    assert_caught_up(&c, 0);
+    assert_caught_up(&c, 2);
 }

@@ -8,8 +8,6 @@ pub(crate) struct Allocator {
     /// start block -> length in blocks, non-overlapping, coalesced.
     free: BTreeMap<u64, u64>,
     free_blocks: u64,
-    /// Next-fit cursor so consecutive allocations stay sequential on disk.
-    cursor: u64,
 }
 
 impl Allocator {
@@ -53,31 +51,24 @@ impl Allocator {
         }
         let mut out = Vec::new();
         let mut left = n;
-        // First pass: a single run that fits, from the cursor.
+        // First fit from the start of the file: reusing low, already-written
+        // blocks keeps the file's written region small (no unwritten-extent
+        // conversion on the filesystem) and the layout compact.
         let fit = self
             .free
-            .range(self.cursor..)
-            .chain(self.free.range(..self.cursor))
+            .iter()
             .find(|(_, &l)| l >= n.min(max_run))
             .map(|(&s, _)| s);
         let mut next = fit;
         while left > 0 {
             let start = match next.take() {
                 Some(s) => s,
-                None => {
-                    *self
-                        .free
-                        .range(self.cursor..)
-                        .next()
-                        .or_else(|| self.free.iter().next())?
-                        .0
-                }
+                None => *self.free.iter().next()?.0,
             };
             let len = *self.free.get(&start)?;
             let take = len.min(left).min(max_run);
             self.mark_used(start, take);
             out.push((start, take));
-            self.cursor = start + take;
             left -= take;
         }
         Some(out)

@@ -13,7 +13,7 @@ use redb::{ReadableTable, Table, WriteTransaction};
 type KvTable<'w> = Table<'w, &'static [u8], &'static [u8]>;
 
 /// Longest run of blocks one extent record covers.
-pub(crate) const MAX_RUN_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_RUN_BYTES: u64 = 256 << 10;
 /// Largest total size of one object's xattrs.
 pub const MAX_ATTR_BYTES: usize = 64 << 10;
 /// Copies (clone, clone-range) move data in chunks of this size.
@@ -43,6 +43,14 @@ impl<'w> Tables<'w> {
             pglog: w.open_table(T_PGLOG)?,
         })
     }
+}
+
+/// Data of a block-aligned write that the submitting thread already put in
+/// freshly allocated blocks and synced, so the committer only maps it.
+#[derive(Debug)]
+pub(crate) struct Prewrite {
+    pub runs: Vec<(u64, u64)>,
+    pub crcs: Vec<u32>,
 }
 
 /// State of one batch attempt.
@@ -77,7 +85,7 @@ fn grows(op: &Op) -> bool {
 }
 
 impl<'a, 'w> Batch<'a, 'w> {
-    pub fn apply(&mut self, txn: &Transaction) -> Result<()> {
+    pub fn apply(&mut self, txn: &Transaction, pre: &[Option<Prewrite>]) -> Result<()> {
         if self.meta_low && txn.ops.iter().any(grows) {
             return Err(StoreError::StoreFull {
                 what: "metadata filesystem is below meta_reserve_bytes; only deletions commit",
@@ -85,8 +93,20 @@ impl<'a, 'w> Batch<'a, 'w> {
                 available_bytes: 0,
             });
         }
-        for op in &txn.ops {
-            self.apply_op(op)?;
+        for (i, op) in txn.ops.iter().enumerate() {
+            match (op, pre.get(i).and_then(|p| p.as_ref())) {
+                (
+                    Op::Write {
+                        coll, obj, offset, ..
+                    },
+                    Some(pw),
+                ) => {
+                    let mut on = self.onode_or_new(coll, obj)?;
+                    self.write_prewritten(coll, obj, &mut on, *offset, pw)?;
+                    self.put_onode(coll, obj, &on)?;
+                }
+                _ => self.apply_op(op)?,
+            }
         }
         Ok(())
     }
@@ -298,23 +318,40 @@ impl<'a, 'w> Batch<'a, 'w> {
 
     /// Allocates `n` blocks, honouring `full_ratio`.
     fn allocate(&mut self, n: u64) -> Result<Vec<(u64, u64)>> {
-        let inner = self.inner;
-        let mut a = inner.lock_alloc()?;
-        let usable = inner.usable_blocks;
-        let used = usable - a.free_blocks();
-        let limit = (usable as f64 * inner.cfg.full_ratio) as u64;
-        let bs = inner.block_size;
-        let full = StoreError::StoreFull {
-            what: "data device reached full_ratio",
-            needed_bytes: n * bs,
-            available_bytes: limit.saturating_sub(used) * bs,
-        };
-        if used + n > limit {
-            return Err(full);
-        }
-        let runs = a.allocate(n, MAX_RUN_BYTES / bs).ok_or(full)?;
+        let runs = self.inner.allocate_blocks(n)?;
         self.allocated.extend_from_slice(&runs);
         Ok(runs)
+    }
+
+    /// Maps blocks the submitter already wrote and synced (see [`Prewrite`]).
+    fn write_prewritten(
+        &mut self,
+        c: &CollectionId,
+        o: &ObjectId,
+        on: &mut Onode,
+        offset: u64,
+        pw: &Prewrite,
+    ) -> Result<()> {
+        let len: u64 = pw.runs.iter().map(|r| r.1).sum::<u64>() * self.inner.block_size;
+        let end = self.check_size(c, o, offset.checked_add(len))?;
+        let bs = self.inner.block_size;
+        let b0 = offset / bs;
+        self.punch(on.id, b0, end / bs)?;
+        let mut lb = b0;
+        let mut i = 0usize;
+        for &(pstart, plen) in &pw.runs {
+            let rec = ExtentRec {
+                pblock: pstart,
+                crcs: pw.crcs[i..i + plen as usize].to_vec(),
+            };
+            self.t
+                .extents
+                .insert(ext_key(on.id, lb).as_slice(), rec.encode().as_slice())?;
+            lb += plen;
+            i += plen as usize;
+        }
+        on.size = on.size.max(end);
+        Ok(())
     }
 
     /// Extents of object `id` overlapping logical blocks `[b0, b1)`.
@@ -387,7 +424,7 @@ impl<'a, 'w> Batch<'a, 'w> {
         let b0 = offset / bs;
         let b1 = end.div_ceil(bs);
         // Old content of partial edge blocks (beyond EOF is always zero, so skip reads there).
-        let head = if offset % bs != 0 && b0 * bs < on.size {
+        let head = if !offset.is_multiple_of(bs) && b0 * bs < on.size {
             Some(self.read_block(c, o, on, b0)?)
         } else {
             None
@@ -506,7 +543,7 @@ impl<'a, 'w> Batch<'a, 'w> {
         if size < on.size {
             // Keep the invariant "bytes past EOF in the last block are zero".
             let block_end = (size.div_ceil(bs) * bs).min(on.size);
-            if size % bs != 0 && size < block_end {
+            if !size.is_multiple_of(bs) && size < block_end {
                 self.write_data(c, o, on, size, &vec![0u8; (block_end - size) as usize])?;
             }
             self.punch(on.id, size.div_ceil(bs), on.size.div_ceil(bs))?;

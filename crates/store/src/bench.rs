@@ -111,9 +111,8 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport> {
     if !txn.is_empty() {
         store.commit(txn)?;
     }
-    if opts.read {
-        prefill(&store, opts, &lay)?;
-    }
+    // Like fio's file layout: the working set exists before timing starts.
+    prefill(&store, opts, &lay)?;
     let stop = Arc::new(AtomicBool::new(false));
     let rss_peak = Arc::new(AtomicU64::new(rss_bytes()));
     let sampler = {
@@ -181,9 +180,32 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport> {
 }
 
 fn prefill(store: &Store, opts: &BenchOpts, lay: &Layout) -> Result<()> {
+    let workers = 8.min(opts.threads);
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..workers)
+            .map(|w| sc.spawn(move || prefill_part(store, opts, lay, w, workers)))
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(crate::StoreError::Invalid("prefill thread panicked".into()))
+                })
+            })
+            .collect::<Result<Vec<()>>>()
+    })?;
+    Ok(())
+}
+
+fn prefill_part(
+    store: &Store,
+    opts: &BenchOpts,
+    lay: &Layout,
+    part: usize,
+    parts: usize,
+) -> Result<()> {
     let chunk = (4u64 << 20).min(lay.object_bytes);
     let data = Bytes::from(vec![0x5Au8; chunk as usize]);
-    for t in 0..opts.threads {
+    for t in (part..opts.threads).step_by(parts) {
         for i in 0..lay.objects_per_thread {
             if store.exists(&coll(t), &obj(t, i))?
                 && store.stat(&coll(t), &obj(t, i))?.size >= lay.object_bytes

@@ -17,6 +17,12 @@ pub trait StoreFile: Send + Sync + 'static {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Writes all of `buf` at `offset`; not durable until [`StoreFile::sync_data`].
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Like [`StoreFile::write_at`] but may bypass the page cache (O_DIRECT);
+    /// `offset` and `buf.len()` must be multiples of 4096. Still needs
+    /// [`StoreFile::sync_data`] for durability (device cache, file metadata).
+    fn write_at_direct(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_at(buf, offset)
+    }
     /// Makes every completed write durable (fdatasync).
     fn sync_data(&self) -> io::Result<()>;
     fn len(&self) -> io::Result<u64>;
@@ -33,7 +39,45 @@ pub trait StoreFile: Send + Sync + 'static {
 /// A plain file on a local filesystem.
 pub struct OsFile {
     file: File,
+    /// Second descriptor opened with O_DIRECT, when the filesystem allows it.
+    direct: Option<File>,
     name: String,
+}
+
+/// Alignment O_DIRECT needs for buffers, offsets and lengths.
+const DIRECT_ALIGN: usize = 4096;
+/// Largest bounce buffer one direct write uses.
+const DIRECT_CHUNK_BYTES: usize = 4 << 20;
+
+/// A heap buffer aligned for O_DIRECT.
+struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> io::Result<AlignedBuf> {
+        let layout = std::alloc::Layout::from_size_align(len.max(DIRECT_ALIGN), DIRECT_ALIGN)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: layout has non-zero size.
+        let raw = unsafe { std::alloc::alloc(layout) };
+        let ptr = std::ptr::NonNull::new(raw)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+        Ok(AlignedBuf { ptr, layout })
+    }
+    fn as_mut_slice(&mut self, len: usize) -> &mut [u8] {
+        debug_assert!(len <= self.layout.size());
+        // SAFETY: ptr is valid for layout.size() bytes, uniquely owned; u8 has no invalid values
+        // once written, and callers fully overwrite the prefix they use before reading it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this exact layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
 }
 
 impl OsFile {
@@ -44,8 +88,16 @@ impl OsFile {
             .create(create)
             .truncate(false)
             .open(path)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let direct = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .ok();
         Ok(OsFile {
             file,
+            direct,
             name: path.display().to_string(),
         })
     }
@@ -57,6 +109,26 @@ impl StoreFile for OsFile {
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.file.write_all_at(buf, offset)
+    }
+    fn write_at_direct(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let Some(d) = &self.direct else {
+            return self.file.write_all_at(buf, offset);
+        };
+        if !(offset as usize).is_multiple_of(DIRECT_ALIGN)
+            || !buf.len().is_multiple_of(DIRECT_ALIGN)
+        {
+            return self.file.write_all_at(buf, offset);
+        }
+        if (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN) {
+            return d.write_all_at(buf, offset);
+        }
+        let mut bounce = AlignedBuf::new(buf.len().min(DIRECT_CHUNK_BYTES))?;
+        for (i, chunk) in buf.chunks(DIRECT_CHUNK_BYTES).enumerate() {
+            let b = bounce.as_mut_slice(chunk.len());
+            b.copy_from_slice(chunk);
+            d.write_all_at(b, offset + (i * DIRECT_CHUNK_BYTES) as u64)?;
+        }
+        Ok(())
     }
     fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()

@@ -82,7 +82,7 @@ impl ExtentRec {
         v
     }
     pub fn decode(b: &[u8]) -> Result<ExtentRec> {
-        if b.len() < 9 || b[0] != REC_V1 || (b.len() - 9) % 4 != 0 || b.len() == 9 {
+        if b.len() < 9 || b[0] != REC_V1 || !(b.len() - 9).is_multiple_of(4) || b.len() == 9 {
             return Err(StoreError::Corrupt(format!(
                 "extent record of {} bytes is malformed",
                 b.len()

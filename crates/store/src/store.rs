@@ -2,7 +2,7 @@
 //! API. Op semantics live in `apply.rs`; integrity walks in `fsck.rs`.
 
 use crate::alloc::Allocator;
-use crate::apply::{self, Batch, Tables, MAX_RUN_BYTES};
+use crate::apply::{self, Batch, Prewrite, Tables, MAX_RUN_BYTES};
 use crate::device::{KvBackend, OsFile, StoreFile};
 use crate::error::{Result, StoreError};
 use crate::ids::{CollectionId, ObjectId};
@@ -165,12 +165,118 @@ impl Inner {
     pub(crate) fn lock_alloc(&self) -> Result<MutexGuard<'_, Allocator>> {
         lock(&self.alloc)
     }
+
+    /// Allocates `n` data blocks, refusing to go past `full_ratio`.
+    pub(crate) fn allocate_blocks(&self, n: u64) -> Result<Vec<(u64, u64)>> {
+        let mut a = self.lock_alloc()?;
+        let usable = self.usable_blocks;
+        let used = usable - a.free_blocks();
+        let limit = (usable as f64 * self.cfg.full_ratio) as u64;
+        let bs = self.block_size;
+        let full = StoreError::StoreFull {
+            what: "data device reached full_ratio",
+            needed_bytes: n * bs,
+            available_bytes: limit.saturating_sub(used) * bs,
+        };
+        if used + n > limit {
+            return Err(full);
+        }
+        a.allocate(n, MAX_RUN_BYTES / bs).ok_or(full)
+    }
+
+    /// Writes every block-aligned `Write` of `txn` into new blocks from the
+    /// calling thread and fdatasyncs them, so many submitters overlap their
+    /// data I/O and the committer only commits metadata.
+    fn prewrite(&self, txn: &Transaction) -> Result<Vec<Option<Prewrite>>> {
+        let bs = self.block_size;
+        let mut pre: Vec<Option<Prewrite>> = Vec::with_capacity(txn.ops.len());
+        let mut res = Ok(());
+        for op in &txn.ops {
+            let pw = match op {
+                crate::txn::Op::Write { offset, data, .. }
+                    if offset % bs == 0
+                        && !data.is_empty()
+                        && (data.len() as u64).is_multiple_of(bs)
+                        && offset + data.len() as u64 <= self.cfg.max_object_size =>
+                {
+                    match self.prewrite_one(*offset, data) {
+                        Ok(pw) => Some(pw),
+                        Err(e) => {
+                            res = Err(e);
+                            break;
+                        }
+                    }
+                }
+                _ => None,
+            };
+            pre.push(pw);
+        }
+        if res.is_ok() && pre.iter().any(|p| p.is_some()) {
+            res = self
+                .data
+                .sync_data()
+                .map_err(|e| StoreError::io("data file fdatasync", e));
+        }
+        if let Err(e) = res {
+            if let Ok(mut a) = self.alloc.lock() {
+                for pw in pre.iter().flatten() {
+                    for &(s, l) in &pw.runs {
+                        a.release(s, l);
+                    }
+                }
+            }
+            return Err(e);
+        }
+        pre.resize_with(txn.ops.len(), || None);
+        Ok(pre)
+    }
+
+    fn prewrite_one(&self, _offset: u64, data: &[u8]) -> Result<Prewrite> {
+        let bs = self.block_size;
+        let runs = self.allocate_blocks(data.len() as u64 / bs)?;
+        let mut done = 0usize;
+        let mut written = Ok(());
+        for &(pstart, plen) in &runs {
+            let part = &data[done..done + (plen * bs) as usize];
+            if let Err(e) = self.data.write_at_direct(part, pstart * bs) {
+                written = Err(StoreError::io("data file write", e));
+                break;
+            }
+            done += part.len();
+        }
+        if let Err(e) = written {
+            if let Ok(mut a) = self.alloc.lock() {
+                for &(s, l) in &runs {
+                    a.release(s, l);
+                }
+            }
+            return Err(e);
+        }
+        Ok(Prewrite {
+            runs,
+            crcs: apply::block_crcs(data, bs),
+        })
+    }
 }
 
 struct Pending {
     txn: Transaction,
+    /// Per op: blocks already written by the submitter (aligned writes only).
+    pre: Vec<Option<Prewrite>>,
     bytes: u64,
     done: Arc<Completion>,
+}
+
+impl Pending {
+    fn release_prewrites(&self, inner: &Inner) {
+        if let Ok(mut a) = inner.alloc.lock() {
+            for pw in self.pre.iter().flatten() {
+                for &(s, l) in &pw.runs {
+                    a.release(s, l);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -440,19 +546,32 @@ impl Store {
             }
             *inflight += bytes;
         }
+        let pre = match self.inner.prewrite(&txn) {
+            Ok(p) => p,
+            Err(e) => {
+                self.release_inflight(bytes);
+                return Err(e);
+            }
+        };
         let done = Arc::new(Completion::default());
         let tx = self.tx.as_ref().ok_or(StoreError::ShuttingDown)?;
-        if tx
-            .send(Pending {
-                txn,
-                bytes,
-                done: done.clone(),
-            })
-            .is_err()
-        {
+        if let Err(std::sync::mpsc::SendError(p)) = tx.send(Pending {
+            txn,
+            pre,
+            bytes,
+            done: done.clone(),
+        }) {
+            p.release_prewrites(&self.inner);
             return Err(StoreError::ShuttingDown);
         }
         Ok(CommitHandle(done))
+    }
+
+    fn release_inflight(&self, bytes: u64) {
+        if let Ok(mut n) = self.inner.inflight.lock() {
+            *n = n.saturating_sub(bytes);
+        }
+        self.inner.inflight_cv.notify_all();
     }
 
     /// Applies `txn` atomically; returns once it is durable.
@@ -834,6 +953,11 @@ fn committer_loop(inner: &Inner, rx: Receiver<Pending>) {
         let mut released = 0;
         for (p, r) in batch.into_iter().zip(results) {
             released += p.bytes;
+            // After a failed commit (poisoned) the blocks may be referenced by a
+            // commit that did reach the disk: keep them until reopen rebuilds the map.
+            if matches!(&r, Err(e) if !matches!(e, StoreError::Poisoned(_))) {
+                p.release_prewrites(inner);
+            }
             p.done.complete(r);
         }
         if let Ok(mut n) = inner.inflight.lock() {
@@ -906,7 +1030,7 @@ fn try_batch(
         if results[i].is_some() {
             continue;
         }
-        if let Err(e) = b.apply(&p.txn) {
+        if let Err(e) = b.apply(&p.txn, &p.pre) {
             results[i] = Some(Err(e));
             let allocated = std::mem::take(&mut b.allocated);
             drop(b);

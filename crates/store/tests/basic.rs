@@ -18,7 +18,7 @@ fn cfg(dir: &std::path::Path) -> StoreConfig {
 fn model_workload_matches_and_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let seed = 42;
-    let mut models = vec![Model::default(), Model::default()];
+    let mut models = [Model::default(), Model::default()];
     {
         let s = Store::create(cfg(dir.path())).unwrap();
         let mut t = Transaction::new();

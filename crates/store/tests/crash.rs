@@ -120,7 +120,7 @@ fn crash_kill_loop() {
         child.kill().expect("SIGKILL child");
         let _ = child.wait();
         let _ = reader.join();
-        let mut acked = vec![0u64; WORKERS];
+        let mut acked = [0u64; WORKERS];
         for l in rx.try_iter() {
             let mut it = l.split_whitespace();
             if it.next() == Some("C") {

@@ -153,7 +153,7 @@ pub fn gen(seed: u64, worker: usize, idx: u64, m: &Model) -> Vec<MOp> {
         ops.push(op);
     }
     ops.push(MOp::Log(idx, idx.to_le_bytes().to_vec()));
-    if idx % 10 == 0 {
+    if idx.is_multiple_of(10) {
         ops.push(MOp::LogTrim(idx - 5));
     }
     ops.push(MOp::Meta("last".into(), idx.to_le_bytes().to_vec()));

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs `cairn store bench` beside fio on the same filesystem, with the same
+# concurrency and the same durability (every fio write is followed by
+# fdatasync; fio uses O_DIRECT where the filesystem allows), and prints both
+# and the ratio. Usage:
+#   bench/store.sh [DIR] [SECONDS]
+# Env: CAIRN=path/to/cairn (default: target/release/cairn), CACHE=128M.
+set -euo pipefail
+DIR=${1:-/var/tmp/cairn-store-bench}
+SECS=${2:-10}
+CAIRN=${CAIRN:-$(dirname "$0")/../target/release/cairn}
+CACHE=${CACHE:-128M}
+command -v fio >/dev/null || { echo "fio is not installed (apt-get install fio)" >&2; exit 1; }
+[[ -x $CAIRN ]] || { echo "no cairn binary at $CAIRN (cargo build --release -p cairn-cli, or set CAIRN=)" >&2; exit 1; }
+mkdir -p "$DIR"
+DIRECT=1
+if ! dd if=/dev/zero of="$DIR/.odirect" bs=4096 count=1 oflag=direct status=none 2>/dev/null; then
+  DIRECT=0; echo "note: $DIR does not support O_DIRECT; fio runs buffered"
+fi
+rm -f "$DIR/.odirect"
+
+# fio_run NAME RW BS JOBS -> prints "MBps IOPS p50us p99us maxus"
+fio_run() {
+  local name=$1 rw=$2 bs=$3 jobs=$4 size=$5
+  local extra=()
+  [[ $rw == *write* ]] && extra+=(--fdatasync=1)
+  fio --name="$name" --directory="$DIR/fio" --rw="$rw" --bs="$bs" --numjobs="$jobs" --size="$size" \
+      --ioengine=psync --direct=$DIRECT --time_based --runtime="$SECS" --group_reporting \
+      --output-format=json "${extra[@]}" 2>/dev/null |
+  python3 -c '
+import json,sys
+j=json.load(sys.stdin)["jobs"][0]
+op=j["write"] if j["write"]["io_bytes"]>0 else j["read"]
+lat=op.get("clat_ns",{}); pct=lat.get("percentile",{})
+# with fdatasync the sync time is separate; report clat+sync as the op latency
+sync=j.get("sync",{}).get("lat_ns",{})
+def p(k): return (pct.get(k,0)+sync.get("percentile",{}).get(k,0))/1000
+print("%.1f %.0f %.0f %.0f %.0f"%(op["bw_bytes"]/1e6, op["iops"], p("50.000000"), p("99.000000"), (lat.get("max",0)+sync.get("max",0))/1000))'
+}
+
+# cairn_run ARGS... -> prints "MBps IOPS p50us p99us maxus rssMiB"
+cairn_run() {
+  "$CAIRN" -f json store bench --path "$DIR/store" --seconds "$SECS" --cache-bytes "$CACHE" "$@" |
+  python3 -c '
+import json,sys
+r=json.load(sys.stdin)
+print("%.1f %.0f %d %d %d %d"%(r["mb_per_s"],r["iops"],r["lat_p50_us"],r["lat_p99_us"],r["lat_max_us"],r["rss_peak_bytes"]>>20))'
+}
+
+row() { # row LABEL "cairn" "fio"
+  read -r cm ci cp50 cp99 cmax crss <<<"$2"
+  read -r fm fi fp50 fp99 fmax <<<"$3"
+  printf "%-22s cairn %8.1f MB/s %7.0f IOPS p50 %7d us p99 %7d us max %7d us RSS %4d MiB\n" "$1" "$cm" "$ci" "$cp50" "$cp99" "$cmax" "$crss"
+  printf "%-22s fio   %8.1f MB/s %7.0f IOPS p50 %7.0f us p99 %7.0f us max %7.0f us\n" "" "$fm" "$fi" "$fp50" "$fp99" "$fmax"
+  python3 -c "print('%-22s ratio %.2f x fio' % ('', $cm / max($fm, 1e-9)))"
+}
+
+echo "store bench in $DIR, ${SECS}s per run, O_DIRECT for fio: $DIRECT, store_cache_bytes $CACHE"
+rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
+c=$(cairn_run --size 4M --threads 16); f=$(fio_run w4m write 4M 16 64M)
+row "4M write, 16 threads" "$c" "$f"
+rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
+c=$(cairn_run --size 4K --threads 64); f=$(fio_run w4k randwrite 4K 64 16M)
+row "4K write, 64 threads" "$c" "$f"
+rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
+c=$(cairn_run --size 4M --threads 16 --read); f=$(fio_run r4m randread 4M 16 64M)
+row "4M read, 16 threads" "$c" "$f"
+c=$(cairn_run --size 4K --threads 64 --read); f=$(fio_run r4k randread 4K 64 16M)
+row "4K read, 64 threads" "$c" "$f"
+rm -rf "$DIR/store" "$DIR/fio"

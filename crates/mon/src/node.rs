@@ -31,9 +31,9 @@ pub struct RaftTiming {
 impl Default for RaftTiming {
     fn default() -> Self {
         RaftTiming {
-            heartbeat_interval_ms: 250,
-            election_timeout_min_ms: 1000,
-            election_timeout_max_ms: 2000,
+            heartbeat_interval_ms: 200,
+            election_timeout_min_ms: 800,
+            election_timeout_max_ms: 1600,
         }
     }
 }

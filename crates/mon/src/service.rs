@@ -39,7 +39,7 @@ pub const MON_PEER_STALE_AFTER: Duration = Duration::from_secs(3);
 pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a membership change (new mon catching up) may take.
 pub const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(30);
-/// Concurrent commands served per client connection.
+/// Concurrent commands and subscriptions served per client connection.
 pub const COMMANDS_INFLIGHT_PER_CONN: usize = 32;
 
 /// Everything a mon daemon needs to run.
@@ -329,9 +329,17 @@ impl MonService {
                     let have = decode::<SubscribeRequest>("subscribe", &msg.payload)
                         .map(|r| r.have_epoch)
                         .unwrap_or(0);
+                    // A subscription holds one of the connection's slots
+                    // for as long as it lives.
+                    let Ok(permit) = limit.clone().acquire_owned().await else {
+                        return;
+                    };
                     let svc = self.clone();
                     let c = conn.clone();
-                    tokio::spawn(async move { svc.serve_subscription(c, msg, have).await });
+                    tokio::spawn(async move {
+                        svc.serve_subscription(c, msg, have).await;
+                        drop(permit);
+                    });
                 }
                 MSG_COMMAND | MSG_JOIN => {
                     let Ok(permit) = limit.clone().acquire_owned().await else {

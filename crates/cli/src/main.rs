@@ -24,7 +24,7 @@ pub enum OutputFormat {
 /// Flags every subcommand understands.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GlobalArgs {
-    /// Cluster config file (default: $CAIRN_CONF, then ./cairn.conf, then the dev cluster's).
+    /// Cluster config file (default: $CAIRN_CONF, then ./cairn.conf, then /etc/cairn/cairn.conf).
     #[arg(short = 'c', long = "conf", global = true, env = "CAIRN_CONF")]
     pub conf: Option<PathBuf>,
     /// Output format.
@@ -37,7 +37,10 @@ pub struct GlobalArgs {
     name = "cairn",
     version,
     about = "Cairn: distributed object, block, file and S3 storage for small clusters that grow",
-    propagate_version = true
+    propagate_version = true,
+    after_help = "Admin commands (sent to the monitors): status (-s), health [detail], quorum_status, \
+mon ..., osd ..., auth ..., config ..., tell ... -- 'cairn help' lists them all.\n\
+Admin flags: -c FILE, -f json|json-pretty, -n ENTITY, -k KEYRING, --connect-timeout SECS."
 )]
 struct Cli {
     #[command(flatten)]
@@ -99,7 +102,7 @@ fn main() -> ExitCode {
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let result = match first_verb(&raw) {
         Some(v) if cmd_admin::ADMIN_VERBS.contains(&v) => cmd_admin::run(&raw),
-        Some("help") => {
+        Some("help") if raw.len() == 1 => {
             cmd_admin::help();
             Ok(())
         }

@@ -245,6 +245,18 @@ fn commands_with_good_and_bad_arguments() {
             "99",
         ),
         (&["osd", "reweight", "99", "0.5"], false, "99"),
+        (
+            &["mon", "add", "z", "127.0.0.1:1"],
+            false,
+            "cannot reach mon.z",
+        ),
+        (
+            &["mon", "add", "bad name", "127.0.0.1:1"],
+            false,
+            "invalid monitor name",
+        ),
+        (&["mon", "remove", "nosuchmon"], false, "nosuchmon"),
+        (&["mon", "remove", "a"], false, "last monitor"),
     ];
     let mut failures = Vec::new();
     for (args, good, want) in cases {

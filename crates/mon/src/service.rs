@@ -39,6 +39,8 @@ pub const MON_PEER_STALE_AFTER: Duration = Duration::from_secs(3);
 pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a membership change (new mon catching up) may take.
 pub const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `mon add` waits for the new mon to answer a probe.
+pub const MON_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Concurrent commands and subscriptions served per client connection.
 pub const COMMANDS_INFLIGHT_PER_CONN: usize = 32;
 
@@ -562,6 +564,22 @@ impl MonService {
                     name: name.clone(),
                     addr,
                 };
+                // The new mon's daemon must already run: probe it first so
+                // the group never waits on a learner that is not there.
+                let probe = Ping {
+                    from: self.cfg.name.clone(),
+                    wall_ms: wall_ms(),
+                };
+                if let Err(e) = self
+                    .transport
+                    .call(&peer, MSG_PING, encode(&probe), MON_PROBE_TIMEOUT)
+                    .await
+                {
+                    return Err(CommandFailure::Refused(format!(
+                        "cannot reach mon.{name} at {}: {e}; start its daemon first ('cairn join TOKEN --mon-ip IP --name {name}' on that node does both)",
+                        peer.addr
+                    )));
+                }
                 self.mon
                     .add_member(mon_id_for(name), peer, MEMBERSHIP_TIMEOUT)
                     .await

@@ -103,7 +103,7 @@ pub fn run(args: CrushArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         Some(CrushCmd::Compile { input, out }) => {
             let text = read_text(&input)?;
             let map = CrushMap::parse_text(&text)
-                .map_err(|e| anyhow!("{}:{}:{}: {e}", input.display(), e.line, e.column))?;
+                .map_err(|e| parse_error(&input, &e))?;
             write_out(Some(&out), &map.encode())
         }
         Some(CrushCmd::Decompile { input, out }) => decompile(&input, out.as_deref(), global),
@@ -168,13 +168,24 @@ fn load_map(path: &Path) -> anyhow::Result<CrushMap> {
         Ok(m) => Ok(m),
         Err(decode_err) => match std::str::from_utf8(&bytes) {
             Ok(text) => CrushMap::parse_text(text)
-                .map_err(|e| anyhow!("{}:{}:{}: {e}", path.display(), e.line, e.column)),
+                .map_err(|e| parse_error(path, &e)),
             Err(_) => Err(anyhow!(
                 "'{}' is neither a Cairn compiled map ({decode_err}) nor crushtool text; Ceph's binary maps must be decompiled with 'crushtool -d' first",
                 path.display()
             )),
         },
     }
+}
+
+fn parse_error(path: &Path, e: &cairn_crush::ParseError) -> anyhow::Error {
+    anyhow!(
+        "{}:{}:{}: expected {}, found {}",
+        path.display(),
+        e.line,
+        e.column,
+        e.expected,
+        e.found
+    )
 }
 
 fn write_out(out: Option<&Path>, bytes: &[u8]) -> anyhow::Result<()> {

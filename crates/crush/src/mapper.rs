@@ -145,7 +145,8 @@ fn straw2_choose(b: &Bucket, x: u32, r: u32, hashes: &mut Vec<u32>) -> i32 {
     let weights = &b.weights;
     hash_items(x, items, r, hashes);
     let w0 = weights[0];
-    if weights.iter().all(|&w| w == w0) {
+    // A fold rather than `all` so the comparison vectorises (no early exit).
+    if weights.iter().fold(true, |same, &w| same & (w == w0)) {
         if w0 == 0 {
             return items[0];
         }

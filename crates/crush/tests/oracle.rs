@@ -17,7 +17,7 @@ use cairn_crush::CrushMap;
 use common::*;
 use std::time::Instant;
 
-const ORACLE_MAPS: u64 = 60;
+const ORACLE_MAPS: u64 = 40;
 const SOAK_MAPS: u64 = 2000;
 
 struct Totals {

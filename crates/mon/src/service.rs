@@ -209,7 +209,8 @@ pub struct MonService {
     mon: Arc<RaftMon<ClusterMap>>,
     transport: Arc<MsgTransport>,
     peers: Mutex<BTreeMap<String, PeerSeen>>,
-    started: Instant,
+    /// (term, leader) last seen and since when: the quorum's age.
+    quorum_since: Mutex<Option<(u64, Option<MonId>, Instant)>>,
 }
 
 impl MonService {
@@ -249,7 +250,7 @@ impl MonService {
             mon,
             transport,
             peers: Mutex::new(BTreeMap::new()),
-            started: Instant::now(),
+            quorum_since: Mutex::new(None),
         });
         Ok((svc, listener))
     }
@@ -410,6 +411,12 @@ impl MonService {
     /// Is this mon part of a working quorum right now? (monotonic clock)
     fn quorum_ok(&self, view: &RaftView) -> Result<(), String> {
         let max_ms = self.cfg.timing.election_timeout_max_ms * 3;
+        if !view.voters.contains_key(&self.mon.id) {
+            return Err(format!(
+                "mon.{} is not a voting member of the monitor group (joining, or removed: then stop it with 'cairn daemon stop')",
+                self.cfg.name
+            ));
+        }
         match &view.leader {
             None => Err(format!(
                 "mon.{} knows no leader (election in progress or no majority of mons reachable)",
@@ -427,6 +434,21 @@ impl MonService {
                 )),
             },
             Some(_) => Ok(()),
+        }
+    }
+
+    /// Time since this mon first saw the current (term, leader).
+    fn quorum_age(&self, view: &RaftView) -> Duration {
+        let leader = view.leader.as_ref().map(|(id, _)| *id);
+        let Ok(mut q) = self.quorum_since.lock() else {
+            return Duration::ZERO;
+        };
+        match *q {
+            Some((term, l, since)) if term == view.term && l == leader => since.elapsed(),
+            _ => {
+                *q = Some((view.term, leader, Instant::now()));
+                Duration::ZERO
+            }
         }
     }
 
@@ -477,7 +499,7 @@ impl MonService {
                 insecure_key_files,
             },
             leader: leader_name,
-            quorum_age_secs: self.started.elapsed().as_secs(),
+            quorum_age_secs: self.quorum_age(view).as_secs(),
         }
     }
 
@@ -661,9 +683,22 @@ impl MonService {
 
     async fn ping_loop(self: Arc<Self>) {
         let mut tick = tokio::time::interval(MON_PING_INTERVAL);
+        let mut warned_removed: u64 = 0;
         loop {
             tick.tick().await;
             let view = self.mon.view();
+            self.quorum_age(&view);
+            let member =
+                view.voters.contains_key(&self.mon.id) || view.learners.contains_key(&self.mon.id);
+            if !member && !view.voters.is_empty() {
+                warned_removed += 1;
+                if warned_removed % 60 == 1 {
+                    tracing::warn!(
+                        "mon.{} is not in the monitor group any more (removed); stop this daemon with 'cairn daemon stop'",
+                        self.cfg.name
+                    );
+                }
+            }
             let peers: Vec<MonPeer> = view
                 .voters
                 .values()

@@ -780,6 +780,25 @@ mod tests {
         assert_eq!((e.line, e.column), (4, 12));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 500, failure_persistence: None, ..Default::default() })]
+
+        /// Arbitrary token soup never panics the parser; whatever parses prints
+        /// text that parses again.
+        #[test]
+        fn parser_never_panics(words in proptest::collection::vec(proptest::sample::select(vec![
+            "device", "type", "rule", "host", "root", "osd", "osd.0", "osd.1", "{", "}", "id", "-1", "-2",
+            "-2147483648", "0", "1", "7", "class", "hdd", "alg", "straw2", "straw", "hash", "item", "weight",
+            "1.5", "step", "take", "default", "a", "choose", "chooseleaf", "firstn", "indep", "emit",
+            "tunable", "choose_total_tries", "\n", "#", "min_size", "max_size", "set_choose_tries",
+        ]), 0..60)) {
+            let text = words.join(" ");
+            if let Ok(m) = CrushMap::parse_text(&text) {
+                proptest::prop_assert!(CrushMap::parse_text(&m.to_text()).is_ok());
+            }
+        }
+    }
+
     #[test]
     fn weights_print_like_crushtool() {
         assert_eq!(fmt_weight(0x10000), "1.000");

@@ -8,7 +8,8 @@
 //! must also equal our `to_text()` (shadow ids, order, weights).
 //!
 //! CI runs `ORACLE_MAPS` maps; `CAIRN_SOAK=1` runs `SOAK_MAPS`. A failure
-//! prints the seed and the map text; `CAIRN_ORACLE_SEED=N` replays one seed.
+//! prints the seed and the map text; `CAIRN_ORACLE_SEED=N` replays one seed,
+//! `CAIRN_ORACLE_MAPS=N` runs seeds 0..N.
 
 mod common;
 
@@ -160,11 +161,11 @@ fn mappings_equal_crushtool_on_random_maps() {
     let seeds: Vec<u64> = match std::env::var("CAIRN_ORACLE_SEED") {
         Ok(s) => vec![s.parse().expect("CAIRN_ORACLE_SEED must be a number")],
         Err(_) => {
-            let n = if std::env::var("CAIRN_SOAK").as_deref() == Ok("1") {
-                SOAK_MAPS
-            } else {
-                ORACLE_MAPS
-            };
+            let soak = std::env::var("CAIRN_SOAK").as_deref() == Ok("1");
+            let n = std::env::var("CAIRN_ORACLE_MAPS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(if soak { SOAK_MAPS } else { ORACLE_MAPS });
             (0..n).collect()
         }
     };

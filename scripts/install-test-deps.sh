@@ -10,6 +10,8 @@ want() { # want COMMAND DEBIAN_PACKAGE
 want crushtool ceph-base    # the CRUSH oracle (Ceph's own crushtool)
 want fio fio                # raw-disk baselines in bench/
 want faketime faketime      # clock-skew tests
+want qemu-io qemu-utils      # NBD tests with a real client (qemu-io, qemu-img)
+want nbdinfo libnbd-bin     # NBD tests with a real client (nbdinfo)
 
 if ((${#need_apt[@]})); then
   SUDO=""

@@ -715,9 +715,20 @@ pub(crate) fn extents_overlapping<T: ReadableTable<&'static [u8], &'static [u8]>
     if b0 >= b1 {
         return Ok(out);
     }
-    let lo = ext_key(id, b0.saturating_sub(max_run_blocks - 1));
+    debug_assert!(max_run_blocks > 0);
+    // The only extent starting before b0 that can overlap is the last one before it.
+    let first = ext_key(id, 0);
+    let at = ext_key(id, b0);
+    let before = t
+        .range(first.as_slice()..at.as_slice())?
+        .next_back()
+        .transpose()?;
     let hi = ext_key(id, b1);
-    for r in t.range(lo.as_slice()..hi.as_slice())? {
+    let before = before.map(|(k, v)| Ok::<_, redb::StorageError>((k, v)));
+    for r in before
+        .into_iter()
+        .chain(t.range(at.as_slice()..hi.as_slice())?)
+    {
         let (k, v) = r?;
         let (_, lb) =
             ext_key_parse(k.value()).ok_or_else(|| StoreError::Corrupt("bad extent key".into()))?;

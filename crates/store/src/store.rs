@@ -185,12 +185,12 @@ impl Inner {
     }
 
     /// Writes every block-aligned `Write` of `txn` into new blocks from the
-    /// calling thread and fdatasyncs them, so many submitters overlap their
-    /// data I/O and the committer only commits metadata.
+    /// calling thread (O_DIRECT), so many submitters overlap their data I/O;
+    /// the committer then syncs the data file once per group and commits metadata.
     fn prewrite(&self, txn: &Transaction) -> Result<Vec<Option<Prewrite>>> {
         let bs = self.block_size;
         let mut pre: Vec<Option<Prewrite>> = Vec::with_capacity(txn.ops.len());
-        let mut res = Ok(());
+        let mut res: Result<()> = Ok(());
         for op in &txn.ops {
             let pw = match op {
                 crate::txn::Op::Write { offset, data, .. }
@@ -210,12 +210,6 @@ impl Inner {
                 _ => None,
             };
             pre.push(pw);
-        }
-        if res.is_ok() && pre.iter().any(|p| p.is_some()) {
-            res = self
-                .data
-                .sync_data()
-                .map_err(|e| StoreError::io("data file fdatasync", e));
         }
         if let Err(e) = res {
             if let Ok(mut a) = self.alloc.lock() {
@@ -1046,7 +1040,14 @@ fn try_batch(
         b.t.sup
             .insert(b"next_id".as_slice(), b.next_id.to_be_bytes().as_slice())?;
     }
-    let (freed, data_dirty, next_id) = (std::mem::take(&mut b.freed), b.data_dirty, b.next_id);
+    // Data written by submitters (O_DIRECT) still needs one fdatasync for the
+    // device cache and file metadata: one per group, not one per writer.
+    let prewritten = batch
+        .iter()
+        .enumerate()
+        .any(|(i, p)| results[i].is_none() && p.pre.iter().any(Option::is_some));
+    let data_dirty = b.data_dirty || prewritten;
+    let (freed, next_id) = (std::mem::take(&mut b.freed), b.next_id);
     drop(b);
     // fsync discipline: data blocks first, then the metadata commit that references them.
     if data_dirty {

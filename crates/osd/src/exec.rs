@@ -566,3 +566,42 @@ pub fn put_object_state(
         txn.omap_set(coll, o, st.omap.clone());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_object_state_replaces_an_existing_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = cairn_store::StoreConfig::new(dir.path());
+        cfg.data_bytes = 64 << 20;
+        cfg.meta_reserve_bytes = 1 << 20;
+        let store = Store::create(cfg).unwrap();
+        let coll = CollectionId::pg(1, 0);
+        let name = ObjectName::new("", "o");
+        let mut t = Transaction::new();
+        t.create_collection(coll);
+        put_object_state(
+            &mut t,
+            coll,
+            &name,
+            false,
+            Some(&ObjectState {
+                data: Bytes::from(vec![1u8; 40960]),
+                attrs: vec![("_v".into(), encode_version(Version { epoch: 1, seq: 1 }))],
+                omap: vec![],
+            }),
+        );
+        store.commit(t).unwrap();
+        let new = ObjectState {
+            data: Bytes::from(vec![2u8; 32768]),
+            attrs: vec![("_v".into(), encode_version(Version { epoch: 2, seq: 5 }))],
+            omap: vec![(Bytes::from_static(b"k"), Bytes::from_static(b"v"))],
+        };
+        let mut t = Transaction::new();
+        put_object_state(&mut t, coll, &name, true, Some(&new));
+        store.commit(t).unwrap();
+        assert_eq!(get_object_state(&store, coll, &name).unwrap(), Some(new));
+    }
+}

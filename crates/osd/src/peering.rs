@@ -173,6 +173,10 @@ impl PeeringJob {
     /// Runs activation; Ok = the new info and log (already on disk here and
     /// on every acting member); Err = why the PG cannot activate now.
     pub async fn run(self) -> Result<(PgInfo, Vec<LogEntry>), String> {
+        // Our own log may hold entries submitted but not yet durable.
+        let mut t = Transaction::new();
+        t.meta_set(self.coll, META_INFO, encode(&self.my_info));
+        commit(&self.shared.store, t).await?;
         self.ensure_up_thru().await?;
         let map = self.shared.map_rx.borrow().clone();
         let me = self.me();
@@ -209,11 +213,23 @@ impl PeeringJob {
             .ok_or("no copy of the PG answered")?;
         let responders: Vec<i32> = notes.keys().copied().collect();
         check_can_activate(&self.past, auth_info.last_epoch_started, &responders)?;
+        tracing::debug!(
+            "pg {} e{}: authoritative copy on osd.{auth_id} (les {}, last_update {}, tail {}); responders {responders:?}",
+            self.pgid,
+            self.epoch.0,
+            auth_info.last_epoch_started.0,
+            auth_info.last_update,
+            auth_info.log_tail
+        );
         if auth_id != me {
             let plan = plan_recovery(
                 &auth_info,
                 &auth_log,
                 Some((&self.my_info, &self.my_log[..])),
+            );
+            tracing::debug!(
+                "pg {}: recovering osd.{me} from osd.{auth_id}: {plan:?}",
+                self.pgid
             );
             self.recover_self(auth_id, plan).await?;
         }
@@ -230,6 +246,7 @@ impl PeeringJob {
             }
             let member = notes.get(&m).map(|(i, l)| (i, &l[..]));
             let plan = plan_recovery(&auth_info, &auth_log, member);
+            tracing::debug!("pg {}: bringing osd.{m} up to date: {plan:?}", self.pgid);
             self.push_to(m, plan, &new_info, &auth_log).await?;
         }
         let mut txn = Transaction::new();

@@ -399,6 +399,28 @@ impl Pg {
         self.placement = Some(p);
     }
 
+    /// A new activation attempt for a primary whose PG is down (an acting
+    /// member did not answer, or the monitors were slow): the runtime calls
+    /// this on its tick when no activation is running.
+    pub fn retry_peering(&mut self) -> Vec<PgAction> {
+        let Some(p) = self.placement.clone() else {
+            return Vec::new();
+        };
+        if self.role != Role::Primary || !self.state.down {
+            return Vec::new();
+        }
+        self.state.down = false;
+        self.state.down_reason = None;
+        self.state.peering = true;
+        vec![PgAction::Peer {
+            interval_since: self.info.same_interval_since,
+            epoch: p.epoch,
+            acting: p.acting.clone(),
+            probe: self.probe_set(&p),
+            past: self.past.clone(),
+        }]
+    }
+
     /// Acting members plus every OSD of a past interval since the last one
     /// this OSD knows went active that is up now (the runtime drops down ones).
     fn probe_set(&self, p: &Placement) -> Vec<i32> {

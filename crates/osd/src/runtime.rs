@@ -134,16 +134,17 @@ pub struct PgStat {
 struct Tasks(Mutex<Vec<AbortHandle>>);
 
 impl Tasks {
-    fn spawn<F>(&self, fut: F)
+    fn spawn<F>(&self, fut: F) -> AbortHandle
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let h = tokio::spawn(fut);
+        let h = tokio::spawn(fut).abort_handle();
         let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if v.len() > 1024 {
             v.retain(|a| !a.is_finished());
         }
-        v.push(h.abort_handle());
+        v.push(h.clone());
+        h
     }
     fn abort_all(&self) {
         let v = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
@@ -402,7 +403,7 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
         repops: BTreeMap::new(),
         sent_gen: HashMap::new(),
         held: Vec::new(),
-        peering: false,
+        peering: None,
     };
     shared.tasks.spawn(actor.run());
     let map = shared.map_rx.borrow().clone();
@@ -647,7 +648,9 @@ struct PgActor {
     sent_gen: HashMap<i32, u64>,
     /// RepOps from a newer epoch than our map, held until the map arrives.
     held: Vec<(Connection, RepOp)>,
-    peering: bool,
+    /// The activation job running for this interval, if any (aborted when
+    /// the interval changes, so a stale job never pushes old state).
+    peering: Option<(Epoch, AbortHandle)>,
 }
 
 impl PgActor {
@@ -728,7 +731,13 @@ impl PgActor {
                 interval_since,
                 result,
             } => {
-                self.peering = false;
+                if self
+                    .peering
+                    .as_ref()
+                    .is_some_and(|(e, _)| *e == interval_since)
+                {
+                    self.peering = None;
+                }
                 if let Err(e) = &result {
                     tracing::info!("pg {}: not activating: {e}", self.pgid);
                 }
@@ -739,6 +748,26 @@ impl PgActor {
                 self.run_actions(acts).await;
             }
             PgMsg::Query { conn, msg } => {
+                // Catch up with the querier's map first, so that sub-ops of
+                // the interval it closed are refused from now on.
+                if let Ok(q) = decode::<PgQuery>("pg query", &msg.payload) {
+                    if q.epoch > self.pg.epoch() {
+                        let mut rx = self.shared.map_rx.clone();
+                        let wait = rx.wait_for(|m| m.epoch >= q.epoch);
+                        let _ = tokio::time::timeout(self.shared.cfg.map_wait, wait).await;
+                        let map = self.shared.map_rx.borrow().clone();
+                        self.on_map(map).await;
+                    }
+                }
+                // Answer with durable state only: replicated entries are
+                // recorded in memory when submitted, before they commit.
+                if let Err(e) = self.flush().await {
+                    tracing::warn!(
+                        "pg {}: flush before answering a query failed: {e}",
+                        self.pgid
+                    );
+                    return;
+                }
                 let n = PgNotify {
                     pgid: self.pgid,
                     from: self.me(),
@@ -749,11 +778,21 @@ impl PgActor {
                 let _ = conn.reply(&msg, msg_type::PG_NOTIFY, encode(&n)).await;
             }
             PgMsg::Pull { conn, msg, pull } => {
-                let r = peering::serve_pull(&self.shared.store, self.coll, &pull.what);
+                let r = match self.flush().await {
+                    Ok(()) => peering::serve_pull(&self.shared.store, self.coll, &pull.what),
+                    Err(e) => PullReply::Refused(format!("flushing the store: {e}")),
+                };
                 let _ = conn.reply(&msg, msg_type::PG_PULL_REPLY, encode(&r)).await;
             }
             PgMsg::Push { conn, msg, push } => {
-                let result = peering::install_push(&self.shared.store, self.coll, &push).await;
+                let result = if push.epoch < self.pg.info.same_interval_since {
+                    Err(format!(
+                        "push from osd.{} for epoch {} is older than this OSD's interval (since {})",
+                        push.from, push.epoch.0, self.pg.info.same_interval_since.0
+                    ))
+                } else {
+                    peering::install_push(&self.shared.store, self.coll, &push).await
+                };
                 if result.is_ok() {
                     if let Some((info, log)) = push.finish {
                         self.pg.reload(info, log);
@@ -800,6 +839,9 @@ impl PgActor {
         if self.pg.info.same_interval_since != before {
             self.repops.clear();
             self.sent_gen.clear();
+            if let Some((_, job)) = self.peering.take() {
+                job.abort();
+            }
         }
         self.run_actions(acts).await;
         let held = std::mem::take(&mut self.held);
@@ -822,19 +864,9 @@ impl PgActor {
             }
         }
         // Retry activation of a PG that could not reach everyone.
-        if self.pg.role == Role::Primary && self.pg.state.down && !self.peering {
-            if let Some(p) = self.pg.placement().cloned() {
-                self.pg.state.down = false;
-                self.pg.state.peering = true;
-                let acts = vec![PgAction::Peer {
-                    interval_since: self.pg.info.same_interval_since,
-                    epoch: p.epoch,
-                    acting: p.acting.clone(),
-                    probe: p.acting.clone(),
-                    past: self.pg.past.clone(),
-                }];
-                self.run_actions(acts).await;
-            }
+        if self.peering.is_none() {
+            let acts = self.pg.retry_peering();
+            self.run_actions(acts).await;
         }
     }
 
@@ -1120,7 +1152,9 @@ impl PgActor {
         probe: Vec<i32>,
         past: Vec<PastInterval>,
     ) {
-        self.peering = true;
+        if let Some((_, old)) = self.peering.take() {
+            old.abort();
+        }
         let job = peering::PeeringJob {
             shared: self.shared.clone(),
             pgid: self.pgid,
@@ -1134,7 +1168,7 @@ impl PgActor {
             my_log: self.pg.log().cloned().collect(),
         };
         let tx = self.tx.clone();
-        self.shared.tasks.spawn(async move {
+        let h = self.shared.tasks.spawn(async move {
             let result = job.run().await;
             let _ = tx
                 .send(PgMsg::PeeringDone {
@@ -1143,6 +1177,20 @@ impl PgActor {
                 })
                 .await;
         });
+        self.peering = Some((interval_since, h));
+    }
+
+    /// Returns once everything submitted for this PG so far is durable
+    /// (group commits complete in submission order).
+    async fn flush(&self) -> Result<(), String> {
+        let mut t = Transaction::new();
+        t.meta_set(self.coll, META_INFO, encode(&self.pg.info));
+        self.shared
+            .store
+            .submit(t)
+            .map_err(|e| e.to_string())?
+            .await
+            .map_err(|e| e.to_string())
     }
 
     fn persist_meta(&self) {

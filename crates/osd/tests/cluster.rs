@@ -382,10 +382,86 @@ impl Load {
     }
 }
 
-async fn verify_acked(io: &cairn_client::IoCtx, acked: &BTreeMap<String, u64>) {
+/// Stops every OSD and prints what each store holds about `name` (debugging aid).
+async fn dump_object(c: &mut Cluster, name: &str) {
+    let map = c.current();
+    let pool = map.pools.values().next().unwrap();
+    let on = ObjectName::new("", name);
+    let seed = cairn_map::stable_mod(on.hash(), pool.pg_num, pool.pg_num.next_power_of_two() - 1);
+    eprintln!(
+        "{name} is in pg {}.{seed:x}, up {:?}",
+        pool.id,
+        map.pg_to_up(pool.id, seed).unwrap().up
+    );
+    for osd in c.osds.values().flatten() {
+        for s in osd.pg_stats() {
+            if s.pgid == format!("{}.{seed:x}", pool.id) {
+                eprintln!("  osd.{}: {:?}", osd.id(), s);
+            }
+        }
+    }
+    let ids: Vec<i32> = c.osds.keys().copied().collect();
+    for id in ids {
+        if let Some(Some(o)) = c.osds.insert(id, None) {
+            o.stop();
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for id in c.osds.keys().copied().collect::<Vec<_>>() {
+        let Ok(store) = cairn_store::Store::open(c.store_cfg(id)) else {
+            eprintln!("  osd.{id}: store busy");
+            continue;
+        };
+        let coll = cairn_store::CollectionId::pg(pool.id, seed);
+        let oid = cairn_osd::exec::store_oid(&on);
+        let v = store
+            .getattr(&coll, &oid, "_v")
+            .ok()
+            .flatten()
+            .map(|b| cairn_osd::exec::decode_version(&b));
+        let size = store.stat(&coll, &oid).map(|s| s.size).ok();
+        eprintln!("  osd.{id} store: version {v:?} size {size:?}");
+        if let Ok(log) = store.log_range(&coll, 0, 100_000) {
+            for (_, b) in log {
+                let e: cairn_ops::LogEntry = cairn_ops::decode("e", &b).unwrap();
+                if e.oid.name == name {
+                    eprintln!(
+                        "    log {} prior {} {:?} {:?}",
+                        e.version,
+                        e.prior_version,
+                        e.reqid.map(|r| r.tid),
+                        e.op
+                    );
+                }
+            }
+        }
+    }
+}
+
+async fn verify_acked(c: &mut Cluster, io: &cairn_client::IoCtx, acked: &BTreeMap<String, u64>) {
     for (name, seed) in acked {
         let want = pattern(*seed, load_size(seed % 1_000_000));
-        assert!(io.read(name, 0, 0).await.expect("read") == want, "{name}");
+        let got = match io.read(name, 0, 0).await {
+            Ok(g) => g,
+            Err(e) => {
+                dump_object(c, name).await;
+                panic!("{name}: {e}");
+            }
+        };
+        if got != want {
+            // Name the write whose content we found instead.
+            let found = (1..200u64)
+                .filter_map(|k| seed.checked_sub(40 * k))
+                .find(|s| pattern(*s, load_size(s % 1_000_000)) == got);
+            dump_object(c, name).await;
+            panic!(
+                "{name}: acknowledged write seed {seed} lost; found {} ({} bytes)",
+                found
+                    .map(|s| format!("older write seed {s}"))
+                    .unwrap_or_else(|| "unknown content".into()),
+                got.len()
+            );
+        }
     }
 }
 
@@ -435,7 +511,7 @@ async fn killing_an_osd_during_writes_loses_nothing_acknowledged() {
         "the load did not continue with osd.{victim} down"
     );
     c.wait_clean(Duration::from_secs(60)).await;
-    verify_acked(&io, &acked).await;
+    verify_acked(&mut c, &io, &acked).await;
     assert_caught_up(&c, victim);
 }
 
@@ -464,7 +540,7 @@ async fn io_waits_below_min_size_and_resumes_without_loss() {
     eprintln!("writes: {writes}; PGs inactive with two OSDs down: {stalled}");
     assert!(stalled > 0, "expected some PGs below min_size");
     c.wait_clean(Duration::from_secs(60)).await;
-    verify_acked(&io, &acked).await;
+    verify_acked(&mut c, &io, &acked).await;
     assert_caught_up(&c, 0);
     assert_caught_up(&c, 2);
 }

@@ -48,6 +48,10 @@ impl Cluster {
     /// `hosts` x `per_host` OSDs, one replicated pool `rbd` (size 3,
     /// min_size 2, `pg_num` PGs), every PG active.
     pub async fn start(hosts: usize, per_host: usize, pg_num: u32, data_bytes: u64) -> Cluster {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let map = ClusterMap::new_cluster(
             "5afc28eb-61b3-45f1-b441-6f913fd70505",
             MonInfo {

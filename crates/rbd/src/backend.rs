@@ -1,0 +1,71 @@
+//! [`BlockBackend`] for an open [`Image`], so cairn-nbd can export it.
+//! Cairn writes are durable on every acting replica when acknowledged and
+//! nothing is cached here, so FLUSH and FUA have nothing to wait for, and
+//! several connections see one coherent image (CAN_MULTI_CONN is safe).
+
+use crate::error::RbdError;
+use crate::image::Image;
+use bytes::Bytes;
+use cairn_client::ClientError;
+use cairn_nbd::{BlockBackend, BlockError, BlockResult, BoxFuture};
+use cairn_ops::OpError;
+
+fn to_block(e: RbdError) -> BlockError {
+    match e {
+        RbdError::Invalid(m) => BlockError::Invalid(m),
+        RbdError::Client(ClientError::Op {
+            error: OpError::NoSpace(m),
+            ..
+        }) => BlockError::NoSpace(m),
+        RbdError::Client(ClientError::Op {
+            error: OpError::Access(m),
+            ..
+        }) => BlockError::NotPermitted(m),
+        RbdError::Unsupported(m) => BlockError::NotSupported(m),
+        other => BlockError::Io(other.to_string()),
+    }
+}
+
+impl BlockBackend for Image {
+    fn size_bytes(&self) -> u64 {
+        Image::size_bytes(self)
+    }
+    fn preferred_block_bytes(&self) -> u32 {
+        4096
+    }
+    fn multi_conn_safe(&self) -> bool {
+        true
+    }
+    fn read(&self, offset: u64, len: u32) -> BoxFuture<'_, BlockResult<Bytes>> {
+        Box::pin(async move {
+            Image::read(self, offset, len as u64)
+                .await
+                .map_err(to_block)
+        })
+    }
+    fn write(&self, offset: u64, data: Bytes, _fua: bool) -> BoxFuture<'_, BlockResult<()>> {
+        Box::pin(async move { Image::write(self, offset, data).await.map_err(to_block) })
+    }
+    fn flush(&self) -> BoxFuture<'_, BlockResult<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn trim(&self, offset: u64, len: u32, _fua: bool) -> BoxFuture<'_, BlockResult<()>> {
+        Box::pin(async move { self.discard(offset, len as u64).await.map_err(to_block) })
+    }
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        may_punch: bool,
+        _fua: bool,
+    ) -> BoxFuture<'_, BlockResult<()>> {
+        Box::pin(async move {
+            if may_punch {
+                self.discard(offset, len as u64).await
+            } else {
+                self.write_zeroes_allocated(offset, len as u64).await
+            }
+            .map_err(to_block)
+        })
+    }
+}

@@ -1,0 +1,29 @@
+//! The image layer's error type: each variant names the image and says
+//! what to do next.
+
+use cairn_client::ClientError;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RbdError {
+    #[error("image '{0}' does not exist; list images with 'cairn rbd ls'")]
+    NotFound(String),
+    #[error("image '{0}' already exists; pick another name or remove it with 'cairn rbd rm'")]
+    Exists(String),
+    #[error("image '{image}' is locked by {owner} (cookie {cookie}); another client has it open. If that client is dead, open with break_lock (cairn rbd lock break)")]
+    Locked {
+        image: String,
+        owner: String,
+        cookie: String,
+    },
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("image '{image}': header is damaged or from a newer version: {reason}")]
+    BadHeader { image: String, reason: String },
+    #[error("not supported yet: {0}")]
+    Unsupported(String),
+    #[error("lost the exclusive lock on image '{0}' (it was broken by another client); reopen the image")]
+    LockLost(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}

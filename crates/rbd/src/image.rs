@@ -1,0 +1,590 @@
+//! Images: create/list/info/remove/du over the object client, and an open
+//! [`Image`] (holding the exclusive lock) that reads, writes, discards and
+//! resizes. Owns the object layout; does not own the NBD protocol.
+//!
+//! Layout in the metadata pool (replicated): `rbd_id.<name>` (data = image
+//! id; created exclusively, so a name is reserved atomically),
+//! `rbd_header.<id>` (omap header = versioned [`ImageHeader`]),
+//! `rbd_lock.<id>` (exists while an opener holds the lock; data = versioned
+//! [`LockRecord`]), `rbd_directory` (omap `name_<name>` -> id, for listing).
+//! Data objects `rbd_data.<id>.<objno as 16 hex>` live in the data pool and
+//! exist only where something was written (thin provisioning).
+
+use crate::error::RbdError;
+use crate::header::*;
+use bytes::{Bytes, BytesMut};
+use cairn_client::{ClientError, IoCtx, Rados};
+use cairn_ops::{OpError, SubOp};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+/// Object ops one image operation (du, remove, a large I/O) runs at once.
+pub const MAX_PARALLEL_OBJECT_OPS: usize = 32;
+/// Longest image name.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// Options for [`Rbd::create`].
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    pub size_bytes: u64,
+    /// Power of two between 4 KiB and 32 MiB; default 4 MiB.
+    pub object_size_bytes: Option<u64>,
+    /// Pool for data objects; default: the metadata pool.
+    pub data_pool: Option<String>,
+}
+
+/// Space an image uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskUsage {
+    pub provisioned_bytes: u64,
+    pub used_bytes: u64,
+    pub objects: u64,
+}
+
+/// Images in one metadata pool.
+#[derive(Clone)]
+pub struct Rbd {
+    rados: Rados,
+    meta: IoCtx,
+}
+
+fn id_object(name: &str) -> String {
+    format!("rbd_id.{name}")
+}
+
+fn is_noent(e: &ClientError) -> bool {
+    e.is_not_found()
+}
+
+fn validate_name(name: &str) -> Result<(), RbdError> {
+    if name.is_empty() || name.len() > MAX_NAME_BYTES || name.contains('/') || name.contains('@') {
+        return Err(RbdError::Invalid(format!(
+            "image name '{name}' must be 1..={MAX_NAME_BYTES} bytes without '/' or '@'"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `f(i)` for i in 0..n with at most MAX_PARALLEL_OBJECT_OPS at once,
+/// returning the results in index order.
+async fn for_each_bounded<T, F, Fut>(n: u64, f: F) -> Result<Vec<T>, RbdError>
+where
+    T: Send + 'static,
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = Result<T, RbdError>> + Send + 'static,
+{
+    let sem = Arc::new(Semaphore::new(MAX_PARALLEL_OBJECT_OPS));
+    let mut set = JoinSet::new();
+    let mut out: Vec<Option<T>> = Vec::new();
+    for i in 0..n {
+        let permit = sem
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| RbdError::Invalid(e.to_string()))?;
+        let fut = f(i);
+        set.spawn(async move {
+            let r = fut.await;
+            drop(permit);
+            (i, r)
+        });
+        out.push(None);
+        while let Some(done) = set.try_join_next() {
+            let (j, r) = done.map_err(|e| RbdError::Invalid(format!("task failed: {e}")))?;
+            out[j as usize] = Some(r?);
+        }
+    }
+    while let Some(done) = set.join_next().await {
+        let (j, r) = done.map_err(|e| RbdError::Invalid(format!("task failed: {e}")))?;
+        out[j as usize] = Some(r?);
+    }
+    out.into_iter()
+        .map(|o| o.ok_or_else(|| RbdError::Invalid("missing result".into())))
+        .collect()
+}
+
+impl Rbd {
+    /// Images whose headers live in `pool` (a replicated pool).
+    pub fn new(rados: &Rados, pool: &str) -> Result<Rbd, RbdError> {
+        Ok(Rbd {
+            rados: rados.clone(),
+            meta: rados.ioctx(pool)?,
+        })
+    }
+
+    pub async fn create(&self, name: &str, opts: &CreateOptions) -> Result<ImageHeader, RbdError> {
+        validate_name(name)?;
+        let os = opts.object_size_bytes.unwrap_or(DEFAULT_OBJECT_BYTES);
+        if !os.is_power_of_two() || !(MIN_OBJECT_BYTES..=MAX_OBJECT_BYTES).contains(&os) {
+            return Err(RbdError::Invalid(format!(
+                "object size {os} must be a power of two between {MIN_OBJECT_BYTES} and {MAX_OBJECT_BYTES} bytes"
+            )));
+        }
+        if opts.size_bytes == 0 {
+            return Err(RbdError::Invalid(
+                "image size must be greater than 0".into(),
+            ));
+        }
+        let data_pool = opts
+            .data_pool
+            .clone()
+            .unwrap_or_else(|| self.meta.pool_name().to_string());
+        // Fails early with a clear error if the data pool does not exist.
+        self.rados.ioctx(&data_pool)?;
+        let id = format!("{:016x}", rand::random::<u64>());
+        let header = ImageHeader {
+            name: name.to_string(),
+            id: id.clone(),
+            size_bytes: opts.size_bytes,
+            object_size_bytes: os,
+            features: FEATURE_EXCLUSIVE_LOCK,
+            data_pool,
+            snapshots: Vec::new(),
+        };
+        let reserve = vec![
+            SubOp::Create { exclusive: true },
+            SubOp::WriteFull {
+                data: Bytes::from(id.clone().into_bytes()),
+            },
+        ];
+        match self.meta.operate(&id_object(name), reserve).await {
+            Ok(_) => {}
+            Err(e) if matches!(e.op_error(), Some(OpError::Exists)) => {
+                return Err(RbdError::Exists(name.to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let write_header = vec![
+            SubOp::Create { exclusive: true },
+            SubOp::OmapSetHeader {
+                header: Bytes::from(header.encode()),
+            },
+        ];
+        self.meta.operate(&header_object(&id), write_header).await?;
+        self.meta
+            .omap_set(
+                DIRECTORY_OBJECT,
+                vec![
+                    (format!("name_{name}").into_bytes(), id.clone().into_bytes()),
+                    (format!("id_{id}").into_bytes(), name.as_bytes().to_vec()),
+                ],
+            )
+            .await?;
+        Ok(header)
+    }
+
+    async fn image_id(&self, name: &str) -> Result<String, RbdError> {
+        validate_name(name)?;
+        match self.meta.read(&id_object(name), 0, 0).await {
+            Ok(d) => String::from_utf8(d).map_err(|_| RbdError::BadHeader {
+                image: name.to_string(),
+                reason: "id object is not UTF-8".into(),
+            }),
+            Err(e) if is_noent(&e) => Err(RbdError::NotFound(name.to_string())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn info(&self, name: &str) -> Result<ImageHeader, RbdError> {
+        let id = self.image_id(name).await?;
+        self.read_header(name, &id).await
+    }
+
+    async fn read_header(&self, name: &str, id: &str) -> Result<ImageHeader, RbdError> {
+        let raw = match self.meta.omap_get_header(&header_object(id)).await {
+            Ok(r) => r,
+            Err(e) if is_noent(&e) => return Err(RbdError::NotFound(name.to_string())),
+            Err(e) => return Err(e.into()),
+        };
+        ImageHeader::decode(&raw).map_err(|reason| RbdError::BadHeader {
+            image: name.to_string(),
+            reason,
+        })
+    }
+
+    /// Image names, sorted.
+    pub async fn list(&self) -> Result<Vec<String>, RbdError> {
+        let mut names = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let (entries, more) = match self
+                .meta
+                .omap_list(DIRECTORY_OBJECT, after.as_deref(), 1000)
+                .await
+            {
+                Ok(r) => r,
+                Err(e) if is_noent(&e) => return Ok(names),
+                Err(e) => return Err(e.into()),
+            };
+            for (k, _) in &entries {
+                if let Some(n) = k.strip_prefix(b"name_") {
+                    names.push(String::from_utf8_lossy(n).to_string());
+                }
+            }
+            after = entries.last().map(|(k, _)| k.clone());
+            if !more || after.is_none() {
+                names.sort();
+                return Ok(names);
+            }
+        }
+    }
+
+    /// Who holds the image's lock, if anyone.
+    pub async fn lock_status(&self, name: &str) -> Result<Option<LockRecord>, RbdError> {
+        let id = self.image_id(name).await?;
+        self.read_lock(name, &id).await
+    }
+
+    async fn read_lock(&self, name: &str, id: &str) -> Result<Option<LockRecord>, RbdError> {
+        match self.meta.read(&lock_object(id), 0, 0).await {
+            Ok(d) => LockRecord::decode(&d)
+                .map(Some)
+                .map_err(|reason| RbdError::BadHeader {
+                    image: name.to_string(),
+                    reason,
+                }),
+            Err(e) if is_noent(&e) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Breaks the lock whoever holds it. The old holder is not fenced (no
+    /// blocklist yet): only do this when it is known to be dead.
+    pub async fn break_lock(&self, name: &str) -> Result<(), RbdError> {
+        let id = self.image_id(name).await?;
+        match self.meta.remove(&lock_object(&id)).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_noent(&e) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Space used: stats every data object of the image.
+    pub async fn du(&self, name: &str) -> Result<DiskUsage, RbdError> {
+        let header = self.info(name).await?;
+        let data = self.rados.ioctx(&header.data_pool)?;
+        let id = header.id.clone();
+        let sizes = for_each_bounded(header.object_count(), |objno| {
+            let data = data.clone();
+            let oid = data_object(&id, objno);
+            async move {
+                match data.stat(&oid).await {
+                    Ok(s) => Ok(Some(s.size)),
+                    Err(e) if is_noent(&e) => Ok(None),
+                    Err(e) => Err(RbdError::from(e)),
+                }
+            }
+        })
+        .await?;
+        Ok(DiskUsage {
+            provisioned_bytes: header.size_bytes,
+            used_bytes: sizes.iter().flatten().sum(),
+            objects: sizes.iter().flatten().count() as u64,
+        })
+    }
+
+    /// Removes an image and all its data. Refused while it is locked.
+    pub async fn remove(&self, name: &str) -> Result<(), RbdError> {
+        let id = self.image_id(name).await?;
+        if let Some(l) = self.read_lock(name, &id).await? {
+            return Err(RbdError::Locked {
+                image: name.to_string(),
+                owner: l.owner,
+                cookie: l.cookie,
+            });
+        }
+        let header = self.read_header(name, &id).await?;
+        let data = self.rados.ioctx(&header.data_pool)?;
+        remove_objects(&data, &id, 0, header.object_count()).await?;
+        ignore_noent(self.meta.remove(&header_object(&id)).await)?;
+        self.meta
+            .omap_rm_keys(
+                DIRECTORY_OBJECT,
+                vec![
+                    format!("name_{name}").into_bytes(),
+                    format!("id_{id}").into_bytes(),
+                ],
+            )
+            .await?;
+        ignore_noent(self.meta.remove(&id_object(name)).await)?;
+        Ok(())
+    }
+
+    /// Opens an image for I/O, taking its exclusive lock as `owner`. If
+    /// someone else holds it, fails with [`RbdError::Locked`] unless
+    /// `break_lock` (then the old holder is not fenced: it must be dead).
+    pub async fn open(&self, name: &str, owner: &str, break_lock: bool) -> Result<Image, RbdError> {
+        let id = self.image_id(name).await?;
+        let header = self.read_header(name, &id).await?;
+        if !header.snapshots.is_empty() {
+            return Err(RbdError::Unsupported(format!(
+                "image '{name}' has snapshots, which this version cannot serve"
+            )));
+        }
+        let record = LockRecord {
+            owner: owner.to_string(),
+            cookie: format!("{:016x}", rand::random::<u64>()),
+        };
+        let take = || {
+            vec![
+                SubOp::Create { exclusive: true },
+                SubOp::WriteFull {
+                    data: Bytes::from(record.encode()),
+                },
+            ]
+        };
+        match self.meta.operate(&lock_object(&id), take()).await {
+            Ok(_) => {}
+            Err(e) if matches!(e.op_error(), Some(OpError::Exists)) => {
+                let holder = self.read_lock(name, &id).await?;
+                if !break_lock {
+                    let h = holder.unwrap_or(LockRecord {
+                        owner: "an unknown client".into(),
+                        cookie: "?".into(),
+                    });
+                    return Err(RbdError::Locked {
+                        image: name.to_string(),
+                        owner: h.owner,
+                        cookie: h.cookie,
+                    });
+                }
+                tracing::warn!(image = name, holder = ?holder, "breaking the exclusive lock");
+                ignore_noent(self.meta.remove(&lock_object(&id)).await)?;
+                self.meta
+                    .operate(&lock_object(&id), take())
+                    .await
+                    .map_err(|e| {
+                        if matches!(e.op_error(), Some(OpError::Exists)) {
+                            RbdError::Locked {
+                                image: name.to_string(),
+                                owner: "a client that took it while we broke it".into(),
+                                cookie: "?".into(),
+                            }
+                        } else {
+                            e.into()
+                        }
+                    })?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let data = self.rados.ioctx(&header.data_pool)?;
+        Ok(Image {
+            name: name.to_string(),
+            id,
+            object_bytes: header.object_size_bytes,
+            size_bytes: AtomicU64::new(header.size_bytes),
+            header: tokio::sync::Mutex::new(header),
+            meta: self.meta.clone(),
+            data,
+            lock: record,
+        })
+    }
+}
+
+fn ignore_noent<T>(r: Result<T, ClientError>) -> Result<(), RbdError> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if is_noent(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn remove_objects(data: &IoCtx, id: &str, from: u64, to: u64) -> Result<(), RbdError> {
+    for_each_bounded(to.saturating_sub(from), |i| {
+        let data = data.clone();
+        let oid = data_object(id, from + i);
+        async move { ignore_noent(data.remove(&oid).await) }
+    })
+    .await?;
+    Ok(())
+}
+
+/// An open image holding the exclusive lock. Call [`Image::close`] to
+/// release the lock; dropping without closing leaves it held (like a crash).
+pub struct Image {
+    name: String,
+    id: String,
+    object_bytes: u64,
+    size_bytes: AtomicU64,
+    header: tokio::sync::Mutex<ImageHeader>,
+    meta: IoCtx,
+    data: IoCtx,
+    lock: LockRecord,
+}
+
+impl Image {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes.load(Ordering::Acquire)
+    }
+    pub fn object_size_bytes(&self) -> u64 {
+        self.object_bytes
+    }
+    pub fn lock_record(&self) -> &LockRecord {
+        &self.lock
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<(), RbdError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size_bytes() => Ok(()),
+            _ => Err(RbdError::Invalid(format!(
+                "range {offset}+{len} is beyond the end of image '{}' ({} bytes)",
+                self.name,
+                self.size_bytes()
+            ))),
+        }
+    }
+
+    /// Reads; unwritten ranges read as zeros.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, RbdError> {
+        self.check_range(offset, len)?;
+        let mut buf = BytesMut::zeroed(len as usize);
+        let mut set = JoinSet::new();
+        for e in split(self.object_bytes, offset, len) {
+            let data = self.data.clone();
+            let oid = data_object(&self.id, e.objno);
+            set.spawn(async move {
+                match data.read(&oid, e.offset, e.len).await {
+                    Ok(d) => Ok((e, d)),
+                    Err(err) if is_noent(&err) => Ok((e, Vec::new())),
+                    Err(err) => Err(err),
+                }
+            });
+        }
+        while let Some(done) = set.join_next().await {
+            let (e, d) = done.map_err(|e| RbdError::Invalid(format!("task failed: {e}")))??;
+            let n = d.len().min(e.len as usize);
+            let at = e.buf_offset as usize;
+            buf[at..at + n].copy_from_slice(&d[..n]);
+        }
+        Ok(buf.freeze())
+    }
+
+    /// Writes; durable on every acting replica when this returns.
+    pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), RbdError> {
+        self.check_range(offset, data.len() as u64)?;
+        let mut set = JoinSet::new();
+        for e in split(self.object_bytes, offset, data.len() as u64) {
+            let io = self.data.clone();
+            let oid = data_object(&self.id, e.objno);
+            let piece = data.slice(e.buf_offset as usize..(e.buf_offset + e.len) as usize);
+            set.spawn(async move { io.write(&oid, e.offset, piece).await.map(|_| ()) });
+        }
+        join_all(set).await
+    }
+
+    /// Discards a range, freeing space: whole objects are removed, a range
+    /// reaching an object's end truncates it, others are zeroed in place.
+    /// Afterwards the range reads as zeros.
+    pub async fn discard(&self, offset: u64, len: u64) -> Result<(), RbdError> {
+        self.check_range(offset, len)?;
+        let size = self.size_bytes();
+        let mut set = JoinSet::new();
+        for e in split(self.object_bytes, offset, len) {
+            let io = self.data.clone();
+            let oid = data_object(&self.id, e.objno);
+            let obj_start = e.objno * self.object_bytes;
+            let obj_end = (obj_start + self.object_bytes).min(size);
+            let reaches_end = obj_start + e.offset + e.len >= obj_end;
+            set.spawn(async move {
+                let ops = if e.offset == 0 && reaches_end {
+                    vec![SubOp::Remove]
+                } else if reaches_end {
+                    vec![SubOp::AssertExists, SubOp::Truncate { size: e.offset }]
+                } else {
+                    vec![
+                        SubOp::AssertExists,
+                        SubOp::Zero {
+                            offset: e.offset,
+                            len: e.len,
+                        },
+                    ]
+                };
+                match io.operate(&oid, ops).await {
+                    Ok(_) => Ok(()),
+                    Err(err) if is_noent(&err) => Ok(()),
+                    Err(err) => Err(err),
+                }
+            });
+        }
+        join_all(set).await
+    }
+
+    /// Writes zeros that stay allocated (NBD's NO_HOLE).
+    pub async fn write_zeroes_allocated(&self, offset: u64, len: u64) -> Result<(), RbdError> {
+        self.check_range(offset, len)?;
+        let mut set = JoinSet::new();
+        for e in split(self.object_bytes, offset, len) {
+            let io = self.data.clone();
+            let oid = data_object(&self.id, e.objno);
+            let zeros = Bytes::from(vec![0u8; e.len as usize]);
+            set.spawn(async move { io.write(&oid, e.offset, zeros).await.map(|_| ()) });
+        }
+        join_all(set).await
+    }
+
+    /// Changes the size; shrinking frees the objects past the new end.
+    pub async fn resize(&self, new_size_bytes: u64) -> Result<(), RbdError> {
+        if new_size_bytes == 0 {
+            return Err(RbdError::Invalid(
+                "image size must be greater than 0".into(),
+            ));
+        }
+        let mut header = self.header.lock().await;
+        let old = header.size_bytes;
+        if new_size_bytes < old {
+            // Stop I/O past the new end first, then free the space.
+            self.size_bytes.store(new_size_bytes, Ordering::Release);
+            let keep = new_size_bytes.div_ceil(self.object_bytes);
+            remove_objects(&self.data, &self.id, keep, header.object_count()).await?;
+            let tail = new_size_bytes % self.object_bytes;
+            if tail != 0 {
+                let oid = data_object(&self.id, keep - 1);
+                let ops = vec![SubOp::AssertExists, SubOp::Truncate { size: tail }];
+                ignore_noent(self.data.operate(&oid, ops).await)?;
+            }
+        }
+        let mut next = header.clone();
+        next.size_bytes = new_size_bytes;
+        self.meta
+            .omap_set_header(&header_object(&self.id), Bytes::from(next.encode()))
+            .await?;
+        *header = next;
+        self.size_bytes.store(new_size_bytes, Ordering::Release);
+        Ok(())
+    }
+
+    /// Releases the lock (only if it is still ours).
+    pub async fn close(self) -> Result<(), RbdError> {
+        let ops = vec![
+            SubOp::CmpExt {
+                offset: 0,
+                expected: Bytes::from(self.lock.encode()),
+            },
+            SubOp::Remove,
+        ];
+        match self.meta.operate(&lock_object(&self.id), ops).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_noent(&e) || matches!(e.op_error(), Some(OpError::CmpMismatch { .. })) => {
+                Err(RbdError::LockLost(self.name.clone()))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+async fn join_all(mut set: JoinSet<Result<(), ClientError>>) -> Result<(), RbdError> {
+    let mut first_err = None;
+    while let Some(done) = set.join_next().await {
+        let r = done.map_err(|e| RbdError::Invalid(format!("task failed: {e}")))?;
+        if let Err(e) = r {
+            first_err.get_or_insert(RbdError::from(e));
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}

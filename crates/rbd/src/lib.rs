@@ -1,0 +1,17 @@
+//! cairn-rbd: block images over the Cairn object client (RBD-like). An
+//! image is a header in a replicated pool and thin-provisioned data objects
+//! `rbd_data.<id>.<objno:016x>` in a data pool; an exclusive lock keeps one
+//! writer at a time. [`Image`] implements cairn-nbd's `BlockBackend`.
+//!
+//! Not here yet: snapshots and clones (they need clone-on-write in the
+//! OSD), lock fencing (blocklisting a broken lock's old holder), `cp`,
+//! `export`/`import` and `map` (CLI work).
+
+mod backend;
+pub mod error;
+pub mod header;
+pub mod image;
+
+pub use error::RbdError;
+pub use header::{ImageHeader, LockRecord};
+pub use image::{CreateOptions, DiskUsage, Image, Rbd};

@@ -1,0 +1,229 @@
+//! Image layer on a real in-process cluster (3 OSDs on loopback): lifecycle,
+//! exclusive lock, thin provisioning, I/O across objects, discard freeing
+//! space, resize; then qemu-io through cairn-nbd on top of an image.
+
+mod common;
+
+use cairn_nbd::{Export, NbdServer, ServerConfig};
+use cairn_rbd::{CreateOptions, Rbd, RbdError};
+use common::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * 1024;
+
+fn opts(size: u64, object: u64) -> CreateOptions {
+    CreateOptions {
+        size_bytes: size,
+        object_size_bytes: Some(object),
+        data_pool: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_lifecycle_lock_thin_discard_resize() {
+    let cluster = Cluster::start(3, 1, 8, 256 * MIB).await;
+    let rados = cluster.client();
+    let rbd = Rbd::new(&rados, "rbd").unwrap();
+
+    assert!(rbd.list().await.unwrap().is_empty());
+    let h = rbd.create("vm1", &opts(4 * MIB, 64 * KIB)).await.unwrap();
+    assert_eq!(h.object_count(), 64);
+    assert!(matches!(
+        rbd.create("vm1", &opts(MIB, 64 * KIB)).await,
+        Err(RbdError::Exists(_))
+    ));
+    assert!(matches!(
+        rbd.create("bad/name", &opts(MIB, 64 * KIB)).await,
+        Err(RbdError::Invalid(_))
+    ));
+    assert!(matches!(
+        rbd.create("x", &opts(MIB, 3000)).await,
+        Err(RbdError::Invalid(_))
+    ));
+    rbd.create("vm2", &opts(MIB, 64 * KIB)).await.unwrap();
+    assert_eq!(rbd.list().await.unwrap(), ["vm1", "vm2"]);
+    assert_eq!(rbd.info("vm1").await.unwrap(), h);
+    assert!(matches!(rbd.info("nope").await, Err(RbdError::NotFound(_))));
+
+    // Thin: nothing written, nothing used, reads zeros.
+    assert_eq!(rbd.du("vm1").await.unwrap().used_bytes, 0);
+    let img = rbd.open("vm1", "client.test1", false).await.unwrap();
+    assert!(img.read(0, 4 * MIB).await.unwrap().iter().all(|b| *b == 0));
+
+    // Exclusive lock: a second opener gets a clear error.
+    match rbd.open("vm1", "client.test2", false).await {
+        Err(RbdError::Locked { owner, .. }) => assert_eq!(owner, "client.test1"),
+        other => panic!("expected Locked, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(
+        rbd.lock_status("vm1").await.unwrap().unwrap().owner,
+        "client.test1"
+    );
+    assert!(matches!(
+        rbd.remove("vm1").await,
+        Err(RbdError::Locked { .. })
+    ));
+
+    // I/O across object boundaries, unaligned.
+    let data = pattern(1, 200 * KIB as usize + 123);
+    img.write(60 * KIB + 7, data.clone().into()).await.unwrap();
+    let back = img.read(60 * KIB + 7, data.len() as u64).await.unwrap();
+    assert_eq!(&back[..], &data[..]);
+    let around = img.read(0, 512 * KIB).await.unwrap();
+    assert!(around[..60 * KIB as usize + 7].iter().all(|b| *b == 0));
+    assert!(around[60 * KIB as usize + 7 + data.len()..]
+        .iter()
+        .all(|b| *b == 0));
+    let du = rbd.du("vm1").await.unwrap();
+    assert_eq!(du.objects, 5, "{du:?}");
+    // Beyond the end is refused.
+    assert!(matches!(
+        img.read(4 * MIB - 1, 2).await,
+        Err(RbdError::Invalid(_))
+    ));
+
+    // Discard: whole objects removed, partial ones zeroed/truncated.
+    img.discard(64 * KIB, 128 * KIB).await.unwrap();
+    let du2 = rbd.du("vm1").await.unwrap();
+    assert_eq!(du2.objects, 3, "{du2:?}");
+    assert!(du2.used_bytes < du.used_bytes);
+    let r = img.read(60 * KIB, 256 * KIB).await.unwrap();
+    assert_eq!(&r[7..4 * KIB as usize], &data[..4 * KIB as usize - 7]);
+    assert!(r[4 * KIB as usize..132 * KIB as usize]
+        .iter()
+        .all(|b| *b == 0));
+    img.discard(200 * KIB, 10 * KIB).await.unwrap(); // partial, middle of an object
+    assert!(img
+        .read(200 * KIB, 10 * KIB)
+        .await
+        .unwrap()
+        .iter()
+        .all(|b| *b == 0));
+    img.write_zeroes_allocated(0, 8 * KIB).await.unwrap();
+    assert!(img.read(0, 8 * KIB).await.unwrap().iter().all(|b| *b == 0));
+
+    // Resize: shrink frees objects past the end, grow reads zeros.
+    img.write(3 * MIB, pattern(2, 64 * KIB as usize).into())
+        .await
+        .unwrap();
+    img.resize(MIB + 100).await.unwrap();
+    assert_eq!(rbd.info("vm1").await.unwrap().size_bytes, MIB + 100);
+    img.resize(4 * MIB).await.unwrap();
+    assert!(img
+        .read(3 * MIB, 64 * KIB)
+        .await
+        .unwrap()
+        .iter()
+        .all(|b| *b == 0));
+
+    // Close releases the lock; break_lock takes a dead holder's lock.
+    img.close().await.unwrap();
+    assert!(rbd.lock_status("vm1").await.unwrap().is_none());
+    let dead = rbd.open("vm1", "client.dead", false).await.unwrap();
+    drop(dead); // "crashes" holding the lock
+    let img = rbd.open("vm1", "client.new", true).await.unwrap();
+    assert_eq!(img.lock_record().owner, "client.new");
+    img.close().await.unwrap();
+
+    rbd.remove("vm1").await.unwrap();
+    assert_eq!(rbd.list().await.unwrap(), ["vm2"]);
+    assert!(matches!(rbd.info("vm1").await, Err(RbdError::NotFound(_))));
+}
+
+fn have_qemu_io() -> bool {
+    let found = std::process::Command::new("qemu-io")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !found {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("qemu-io is required in CI (install qemu-utils)");
+        }
+        eprintln!("SKIPPING: qemu-io not installed");
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qemu_io_through_nbd_on_an_image() {
+    if !have_qemu_io() {
+        return;
+    }
+    let cluster = Cluster::start(3, 1, 8, 256 * MIB).await;
+    let rados = cluster.client();
+    let rbd = Rbd::new(&rados, "rbd").unwrap();
+    rbd.create("disk", &opts(16 * MIB, 256 * KIB))
+        .await
+        .unwrap();
+    let img = Arc::new(rbd.open("disk", "client.nbd", false).await.unwrap());
+    let server = NbdServer::new(
+        ServerConfig::default(),
+        vec![Export {
+            name: "disk".into(),
+            description: "cairn image rbd/disk".into(),
+            backend: img.clone(),
+        }],
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let srv = tokio::spawn(async move {
+        server
+            .serve_tcp(listener, async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let url = format!("nbd://127.0.0.1:{port}/disk");
+    let cmds = [
+        "write -P 0xab 0 64k",
+        "read -P 0xab 0 64k",
+        "write -P 0x11 250k 20000", // across an object boundary, unaligned
+        "read -P 0x11 250k 20000",
+        "write -P 0x5a 1M 4M",
+        "read -P 0x5a 1M 4M",
+        "aio_write -P 0x21 8M 64k",
+        "aio_write -P 0x22 9M 64k",
+        "aio_flush",
+        "read -P 0x21 8M 64k",
+        "read -P 0x22 9M 64k",
+        "flush",
+        "discard 1M 2M",
+        "read -P 0 1M 2M",
+        "read -P 0x5a 3M 2M",
+        "write -z 4M 256k",
+        "read -P 0 4M 256k",
+        "read -P 0 12M 4M",
+    ];
+    let mut args = vec!["-f", "raw"];
+    for c in &cmds {
+        args.push("-c");
+        args.push(c);
+    }
+    args.push(&url);
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new("qemu-io").args(&args).output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    let lower = text.to_lowercase();
+    assert!(
+        !lower.contains("fail") && !lower.contains("error"),
+        "{text}"
+    );
+    let du = rbd.du("disk").await.unwrap();
+    // 0..64k, 250k..270k, 3M..5M minus the zeroed 4M..4.25M, 8M, 9M
+    assert!(du.used_bytes <= 3 * MIB, "{du:?}");
+    let _ = stop.send(());
+    srv.await.unwrap().unwrap();
+    let img = Arc::try_unwrap(img).unwrap_or_else(|_| panic!("image still shared"));
+    img.close().await.unwrap();
+}

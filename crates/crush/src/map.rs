@@ -948,7 +948,8 @@ impl CrushMap {
     }
 
     /// Ceph's erasure rule: `set_chooseleaf_tries 5; set_choose_tries 100;
-    /// take root [class]; chooseleaf indep 0 type fd; emit` (min 3, max `size`).
+    /// take root [class]; chooseleaf indep 0 type fd; emit` (min_size 3 or
+    /// `size` if smaller, max_size `size`).
     pub fn add_erasure_rule(
         &mut self,
         name: &str,
@@ -959,7 +960,7 @@ impl CrushMap {
     ) -> Result<i32, CrushError> {
         let max = i32::try_from(size)
             .map_err(|_| CrushError::Invalid(format!("rule size {size} too large")))?;
-        self.add_simple_rule(name, root, failure_domain, class, true, 3, max)
+        self.add_simple_rule(name, root, failure_domain, class, true, max.min(3), max)
     }
 
     /// Removes a rule by name.

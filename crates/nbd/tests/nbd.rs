@@ -529,3 +529,50 @@ async fn inflight_budget_bounds_requests_without_deadlock() {
             .all(|b| *b == i as u8));
     }
 }
+
+/// `qemu-img bench` through NBD on a file export (CAIRN_BENCH=1; prints figures).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_qemu_img_file_export() {
+    if std::env::var("CAIRN_BENCH").as_deref() != Ok("1") || !have_tool("qemu-img") {
+        return;
+    }
+    let fx = Fixture::start(&[("bench", 1024 * MIB)], ServerConfig::default()).await;
+    let url = fx.url("bench");
+    for (label, args, bytes) in [
+        (
+            "4k write qd32",
+            vec!["-w", "-c", "50000", "-d", "32", "-s", "4k", "-S", "64k"],
+            50000 * 4096u64,
+        ),
+        (
+            "4k read qd32",
+            vec!["-c", "50000", "-d", "32", "-s", "4k", "-S", "64k"],
+            50000 * 4096,
+        ),
+        (
+            "1M write qd8",
+            vec!["-w", "-c", "1000", "-d", "8", "-s", "1M"],
+            1000 * MIB,
+        ),
+        (
+            "1M read qd8",
+            vec!["-c", "1000", "-d", "8", "-s", "1M"],
+            1000 * MIB,
+        ),
+    ] {
+        let mut a = vec!["bench", "-f", "raw", "-t", "none"];
+        a.extend(args.iter());
+        a.push(&url);
+        let t0 = std::time::Instant::now();
+        run("qemu-img", &a).await;
+        let secs = t0.elapsed().as_secs_f64();
+        let ops: f64 = a[a.iter().position(|x| *x == "-c").unwrap() + 1]
+            .parse()
+            .unwrap();
+        eprintln!(
+            "BENCH file-over-nbd {label}: {:.0} IOPS, {:.1} MiB/s ({secs:.2} s)",
+            ops / secs,
+            bytes as f64 / MIB as f64 / secs
+        );
+    }
+}

@@ -222,8 +222,113 @@ async fn qemu_io_through_nbd_on_an_image() {
     let du = rbd.du("disk").await.unwrap();
     // 0..64k, 250k..270k, 3M..5M minus the zeroed 4M..4.25M, 8M, 9M
     assert!(du.used_bytes <= 3 * MIB, "{du:?}");
+    // The server goes away without closing the image (a crash): the lock
+    // stays, a new opener must break it, and everything acknowledged is there.
     let _ = stop.send(());
     srv.await.unwrap().unwrap();
-    let img = Arc::try_unwrap(img).unwrap_or_else(|_| panic!("image still shared"));
+    drop(img);
+    assert!(matches!(
+        rbd.open("disk", "client.nbd2", false).await,
+        Err(RbdError::Locked { .. })
+    ));
+    let img = rbd.open("disk", "client.nbd2", true).await.unwrap();
+    assert!(img
+        .read(0, 64 * KIB)
+        .await
+        .unwrap()
+        .iter()
+        .all(|b| *b == 0xab));
+    assert!(img
+        .read(250 * KIB, 20000)
+        .await
+        .unwrap()
+        .iter()
+        .all(|b| *b == 0x11));
+    assert!(img
+        .read(8 * MIB, 64 * KIB)
+        .await
+        .unwrap()
+        .iter()
+        .all(|b| *b == 0x21));
+    assert!(img
+        .read(3 * MIB, MIB)
+        .await
+        .unwrap()
+        .iter()
+        .all(|b| *b == 0x5a));
     img.close().await.unwrap();
+}
+
+/// `qemu-img bench` through NBD on an image (CAIRN_BENCH=1; prints figures).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_qemu_img_through_nbd() {
+    if std::env::var("CAIRN_BENCH").as_deref() != Ok("1") || !have_qemu_io() {
+        return;
+    }
+    let cluster = Cluster::start(3, 1, 32, 1024 * MIB).await;
+    let rados = cluster.client();
+    let rbd = Rbd::new(&rados, "rbd").unwrap();
+    rbd.create("bench", &opts(512 * MIB, 4 * MIB))
+        .await
+        .unwrap();
+    let img = Arc::new(rbd.open("bench", "client.bench", false).await.unwrap());
+    let server = NbdServer::new(
+        ServerConfig::default(),
+        vec![Export {
+            name: "bench".into(),
+            description: String::new(),
+            backend: img.clone(),
+        }],
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { server.serve_tcp(listener, std::future::pending()).await });
+    let url = format!("nbd://127.0.0.1:{port}/bench");
+    for (label, args, bytes) in [
+        (
+            "4k write qd32",
+            vec!["-w", "-c", "20000", "-d", "32", "-s", "4k", "-S", "1M"],
+            20000 * 4 * KIB,
+        ),
+        (
+            "4k read qd32",
+            vec!["-c", "20000", "-d", "32", "-s", "4k", "-S", "1M"],
+            20000 * 4 * KIB,
+        ),
+        (
+            "1M write qd8",
+            vec!["-w", "-c", "400", "-d", "8", "-s", "1M"],
+            400 * MIB,
+        ),
+        (
+            "1M read qd8",
+            vec!["-c", "400", "-d", "8", "-s", "1M"],
+            400 * MIB,
+        ),
+    ] {
+        let mut a = vec!["bench", "-f", "raw", "-t", "none"];
+        a.extend(args.iter());
+        a.push(&url);
+        let t0 = std::time::Instant::now();
+        let out = tokio::process::Command::new("qemu-img")
+            .args(&a)
+            .output()
+            .await
+            .unwrap();
+        let secs = t0.elapsed().as_secs_f64();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ops: f64 = a[a.iter().position(|x| *x == "-c").unwrap() + 1]
+            .parse()
+            .unwrap();
+        eprintln!(
+            "BENCH rbd-over-nbd {label}: {:.0} IOPS, {:.1} MiB/s ({secs:.2} s)",
+            ops / secs,
+            bytes as f64 / MIB as f64 / secs
+        );
+    }
 }

@@ -576,3 +576,38 @@ async fn bench_qemu_img_file_export() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_export_refuses_writes() {
+    let fx = Fixture::start_with(&[("ro", MIB)], ServerConfig::default(), |b| {
+        b.read_only = true
+    })
+    .await;
+    let mut s = connect(fx.port).await;
+    s.write_u32(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+        .await
+        .unwrap();
+    send_option(&mut s, OPT_GO, &go_payload("ro")).await;
+    let (_, k, d) = read_option_reply(&mut s).await;
+    assert_eq!(k, REP_INFO);
+    let flags = u16::from_be_bytes([d[10], d[11]]);
+    assert_eq!(flags & TFLAG_READ_ONLY, TFLAG_READ_ONLY);
+    assert_eq!(flags & (TFLAG_SEND_TRIM | TFLAG_SEND_WRITE_ZEROES), 0);
+    loop {
+        if read_option_reply(&mut s).await.1 == REP_ACK {
+            break;
+        }
+    }
+    request(&mut s, CMD_WRITE, 0, 1, 0, 4).await;
+    s.write_all(&[1, 2, 3, 4]).await.unwrap();
+    assert_eq!(read_simple_reply(&mut s).await, (EPERM, 1));
+    request(&mut s, CMD_TRIM, 0, 2, 0, 4096).await;
+    assert_eq!(read_simple_reply(&mut s).await, (EPERM, 2));
+    request(&mut s, CMD_READ, 0, 3, 0, 4).await;
+    assert_eq!(read_simple_reply(&mut s).await, (0, 3));
+    let mut d = [9u8; 4];
+    s.read_exact(&mut d).await.unwrap();
+    assert_eq!(d, [0; 4]);
+    request(&mut s, CMD_DISC, 0, 4, 0, 0).await;
+    expect_closed(&mut s).await;
+}

@@ -19,6 +19,8 @@ pub struct FileBackend {
     size: u64,
     /// Delay applied to reads at offset 0 (to force out-of-order completion).
     pub slow_first_read: Option<Duration>,
+    /// Export the file read-only.
+    pub read_only: bool,
 }
 
 impl FileBackend {
@@ -35,6 +37,7 @@ impl FileBackend {
             file: Arc::new(file),
             size,
             slow_first_read: None,
+            read_only: false,
         }
     }
 
@@ -70,6 +73,9 @@ fn fallocate(f: &File, mode: libc::c_int, offset: u64, len: u64) -> std::io::Res
 impl BlockBackend for FileBackend {
     fn size_bytes(&self) -> u64 {
         self.size
+    }
+    fn read_only(&self) -> bool {
+        self.read_only
     }
     fn multi_conn_safe(&self) -> bool {
         // One file, one page cache: fsync covers every connection's writes.

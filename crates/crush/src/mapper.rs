@@ -112,9 +112,11 @@ fn hash_items_avx2(x: u32, items: &[i32], r: u32, out: &mut [u32]) {
 /// The 16-bit straw2 hash of every item (vectorised; AVX-512 or AVX2 when
 /// the CPU has them).
 #[inline]
-fn hash_items(x: u32, items: &[i32], r: u32, out: &mut Vec<u32>) {
-    out.clear();
-    out.resize(items.len(), 0);
+fn hash_items<'a>(x: u32, items: &[i32], r: u32, buf: &'a mut Vec<u32>) -> &'a [u32] {
+    if buf.len() < items.len() {
+        buf.resize(items.len(), 0);
+    }
+    let out = &mut buf[..items.len()];
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f")
@@ -123,15 +125,16 @@ fn hash_items(x: u32, items: &[i32], r: u32, out: &mut Vec<u32>) {
         {
             // SAFETY: the CPU supports these AVX-512 subsets (checked just above).
             unsafe { hash_items_avx512(x, items, r, out) };
-            return;
+            return out;
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above).
             unsafe { hash_items_avx2(x, items, r, out) };
-            return;
+            return out;
         }
     }
-    hash_items_body(x, items, r, out)
+    hash_items_body(x, items, r, out);
+    out
 }
 
 /// `crush_ln(u) - 2^48`: the (non-positive) straw2 numerator.
@@ -151,7 +154,7 @@ fn ln_draw(u: u32) -> i64 {
 fn straw2_choose(b: &Bucket, x: u32, r: u32, hashes: &mut Vec<u32>) -> i32 {
     let items = &b.items;
     let weights = &b.weights;
-    hash_items(x, items, r, hashes);
+    let hashes = hash_items(x, items, r, hashes);
     let w0 = weights[0];
     // A fold rather than `all` so the comparison vectorises (no early exit).
     if weights.iter().fold(true, |same, &w| same & (w == w0)) {

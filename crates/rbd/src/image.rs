@@ -115,6 +115,11 @@ impl Rbd {
         })
     }
 
+    /// The metadata pool's name.
+    pub fn pool_name(&self) -> &str {
+        self.meta.pool_name()
+    }
+
     pub async fn create(&self, name: &str, opts: &CreateOptions) -> Result<ImageHeader, RbdError> {
         validate_name(name)?;
         let os = opts.object_size_bytes.unwrap_or(DEFAULT_OBJECT_BYTES);

@@ -11,7 +11,9 @@ mod backend;
 pub mod error;
 pub mod header;
 pub mod image;
+pub mod serve;
 
 pub use error::RbdError;
 pub use header::{ImageHeader, LockRecord};
 pub use image::{CreateOptions, DiskUsage, Image, Rbd};
+pub use serve::{serve_images, Listener, ServeOptions};

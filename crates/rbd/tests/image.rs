@@ -5,7 +5,7 @@
 mod common;
 
 use cairn_nbd::{Export, NbdServer, ServerConfig};
-use cairn_rbd::{CreateOptions, Rbd, RbdError};
+use cairn_rbd::{serve_images, CreateOptions, Listener, Rbd, RbdError, ServeOptions};
 use common::*;
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,26 +157,33 @@ async fn qemu_io_through_nbd_on_an_image() {
     rbd.create("disk", &opts(16 * MIB, 256 * KIB))
         .await
         .unwrap();
-    let img = Arc::new(rbd.open("disk", "client.nbd", false).await.unwrap());
-    let server = NbdServer::new(
-        ServerConfig::default(),
-        vec![Export {
-            name: "disk".into(),
-            description: "cairn image rbd/disk".into(),
-            backend: img.clone(),
-        }],
-    )
-    .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serve_opts = ServeOptions {
+        owner: "client.nbd".into(),
+        break_lock: false,
+        server: ServerConfig::default(),
+    };
+    let rbd2 = rbd.clone();
     let srv = tokio::spawn(async move {
-        server
-            .serve_tcp(listener, async {
+        serve_images(
+            &rbd2,
+            &["disk".to_string()],
+            Listener::Tcp(listener),
+            &serve_opts,
+            async {
                 let _ = stopped.await;
-            })
-            .await
+            },
+        )
+        .await
     });
+    // Serving holds the lock.
+    let t0 = std::time::Instant::now();
+    while rbd.lock_status("disk").await.unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let url = format!("nbd://127.0.0.1:{port}/disk");
     let cmds = [
         "write -P 0xab 0 64k",
@@ -222,11 +229,13 @@ async fn qemu_io_through_nbd_on_an_image() {
     let du = rbd.du("disk").await.unwrap();
     // 0..64k, 250k..270k, 3M..5M minus the zeroed 4M..4.25M, 8M, 9M
     assert!(du.used_bytes <= 3 * MIB, "{du:?}");
-    // The server goes away without closing the image (a crash): the lock
-    // stays, a new opener must break it, and everything acknowledged is there.
+    // Shutdown closes the image and gives the lock back.
     let _ = stop.send(());
     srv.await.unwrap().unwrap();
-    drop(img);
+    assert!(rbd.lock_status("disk").await.unwrap().is_none());
+    // A holder that goes away without closing (a crash) leaves the lock:
+    // a new opener must break it, and everything acknowledged is there.
+    drop(rbd.open("disk", "client.crashed", false).await.unwrap());
     assert!(matches!(
         rbd.open("disk", "client.nbd2", false).await,
         Err(RbdError::Locked { .. })

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn objects_of_random_sizes_round_trip() {
     let count = if soak() { 1000 } else { 60 };
-    let data_bytes = if soak() { 16 << 30 } else { 1 << 30 };
+    let data_bytes = if soak() { 5 << 30 } else { 1 << 30 };
     let c = Cluster::start(3, 2, 32, data_bytes).await;
     let io = c.client().ioctx("rbd").expect("pool");
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);

@@ -22,6 +22,7 @@ fn to_block(e: RbdError) -> BlockError {
             ..
         }) => BlockError::NotPermitted(m),
         RbdError::Unsupported(m) => BlockError::NotSupported(m),
+        RbdError::ReadOnly(m) => BlockError::NotPermitted(m),
         other => BlockError::Io(other.to_string()),
     }
 }
@@ -35,6 +36,9 @@ impl BlockBackend for Image {
     }
     fn multi_conn_safe(&self) -> bool {
         true
+    }
+    fn read_only(&self) -> bool {
+        self.is_read_only()
     }
     fn read(&self, offset: u64, len: u32) -> BoxFuture<'_, BlockResult<Bytes>> {
         Box::pin(async move {

@@ -24,6 +24,10 @@ pub enum RbdError {
     Unsupported(String),
     #[error("lost the exclusive lock on image '{0}' (it was broken by another client); reopen the image")]
     LockLost(String),
+    #[error("image '{0}' is open read-only; open it with the lock to write")]
+    ReadOnly(String),
+    #[error("{0}")]
+    Stream(String),
     #[error(transparent)]
     Client(#[from] ClientError),
 }

@@ -115,6 +115,11 @@ impl Rbd {
         })
     }
 
+    /// The object client this handle uses.
+    pub fn rados(&self) -> &Rados {
+        &self.rados
+    }
+
     /// The metadata pool's name.
     pub fn pool_name(&self) -> &str {
         self.meta.pool_name()
@@ -375,6 +380,25 @@ impl Rbd {
             }
             Err(e) => return Err(e.into()),
         }
+        self.make_image(name, id, header, Some(record))
+    }
+
+    /// Opens an image for reading only, without taking the lock (writes
+    /// fail with [`RbdError::ReadOnly`]). If another client writes at the
+    /// same time, reads see its writes as they land.
+    pub async fn open_read_only(&self, name: &str) -> Result<Image, RbdError> {
+        let id = self.image_id(name).await?;
+        let header = self.read_header(name, &id).await?;
+        self.make_image(name, id, header, None)
+    }
+
+    fn make_image(
+        &self,
+        name: &str,
+        id: String,
+        header: ImageHeader,
+        lock: Option<LockRecord>,
+    ) -> Result<Image, RbdError> {
         let data = self.rados.ioctx(&header.data_pool)?;
         Ok(Image {
             name: name.to_string(),
@@ -384,7 +408,7 @@ impl Rbd {
             header: tokio::sync::Mutex::new(header),
             meta: self.meta.clone(),
             data,
-            lock: record,
+            lock,
         })
     }
 }
@@ -417,7 +441,8 @@ pub struct Image {
     header: tokio::sync::Mutex<ImageHeader>,
     meta: IoCtx,
     data: IoCtx,
-    lock: LockRecord,
+    /// `None` for a read-only handle.
+    lock: Option<LockRecord>,
 }
 
 impl Image {
@@ -430,8 +455,20 @@ impl Image {
     pub fn object_size_bytes(&self) -> u64 {
         self.object_bytes
     }
-    pub fn lock_record(&self) -> &LockRecord {
-        &self.lock
+    /// The lock this handle holds (`None` when opened read-only).
+    pub fn lock_record(&self) -> Option<&LockRecord> {
+        self.lock.as_ref()
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.lock.is_none()
+    }
+
+    fn check_writable(&self) -> Result<(), RbdError> {
+        if self.lock.is_none() {
+            return Err(RbdError::ReadOnly(self.name.clone()));
+        }
+        Ok(())
     }
 
     fn check_range(&self, offset: u64, len: u64) -> Result<(), RbdError> {
@@ -472,6 +509,7 @@ impl Image {
 
     /// Writes; durable on every acting replica when this returns.
     pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), RbdError> {
+        self.check_writable()?;
         self.check_range(offset, data.len() as u64)?;
         let mut set = JoinSet::new();
         for e in split(self.object_bytes, offset, data.len() as u64) {
@@ -487,6 +525,7 @@ impl Image {
     /// reaching an object's end truncates it, others are zeroed in place.
     /// Afterwards the range reads as zeros.
     pub async fn discard(&self, offset: u64, len: u64) -> Result<(), RbdError> {
+        self.check_writable()?;
         self.check_range(offset, len)?;
         let size = self.size_bytes();
         let mut set = JoinSet::new();
@@ -522,6 +561,7 @@ impl Image {
 
     /// Writes zeros that stay allocated (NBD's NO_HOLE).
     pub async fn write_zeroes_allocated(&self, offset: u64, len: u64) -> Result<(), RbdError> {
+        self.check_writable()?;
         self.check_range(offset, len)?;
         let mut set = JoinSet::new();
         for e in split(self.object_bytes, offset, len) {
@@ -535,6 +575,7 @@ impl Image {
 
     /// Changes the size; shrinking frees the objects past the new end.
     pub async fn resize(&self, new_size_bytes: u64) -> Result<(), RbdError> {
+        self.check_writable()?;
         if new_size_bytes == 0 {
             return Err(RbdError::Invalid(
                 "image size must be greater than 0".into(),
@@ -566,10 +607,13 @@ impl Image {
 
     /// Releases the lock (only if it is still ours).
     pub async fn close(self) -> Result<(), RbdError> {
+        let Some(lock) = &self.lock else {
+            return Ok(());
+        };
         let ops = vec![
             SubOp::CmpExt {
                 offset: 0,
-                expected: Bytes::from(self.lock.encode()),
+                expected: Bytes::from(lock.encode()),
             },
             SubOp::Remove,
         ];

@@ -4,14 +4,15 @@
 //! writer at a time. [`Image`] implements cairn-nbd's `BlockBackend`.
 //!
 //! Not here yet: snapshots and clones (they need clone-on-write in the
-//! OSD), lock fencing (blocklisting a broken lock's old holder), `cp`,
-//! `export`/`import` and `map` (CLI work).
+//! OSD), lock fencing (blocklisting a broken lock's old holder), and
+//! `map`/`unmap` (nbd-client or FUSE+loop).
 
 mod backend;
 pub mod error;
 pub mod header;
 pub mod image;
 pub mod serve;
+pub mod transfer;
 
 pub use error::RbdError;
 pub use header::{ImageHeader, LockRecord};

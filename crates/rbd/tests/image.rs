@@ -124,8 +124,47 @@ async fn image_lifecycle_lock_thin_discard_resize() {
     let dead = rbd.open("vm1", "client.dead", false).await.unwrap();
     drop(dead); // "crashes" holding the lock
     let img = rbd.open("vm1", "client.new", true).await.unwrap();
-    assert_eq!(img.lock_record().owner, "client.new");
+    assert_eq!(img.lock_record().unwrap().owner, "client.new");
     img.close().await.unwrap();
+
+    // Read-only handles read without the lock and refuse writes.
+    let ro = rbd.open_read_only("vm1").await.unwrap();
+    assert!(matches!(
+        ro.write(0, vec![1u8].into()).await,
+        Err(RbdError::ReadOnly(_))
+    ));
+    assert_eq!(&ro.read(60 * KIB + 7, 100).await.unwrap()[..], &data[..100]);
+    ro.close().await.unwrap();
+
+    // export -> import -> copy round trip, thin on the way.
+    let mut exported = Vec::new();
+    let mut steps = 0;
+    let n = rbd
+        .export("vm1", &mut exported, &mut |_, _| steps += 1)
+        .await
+        .unwrap();
+    assert_eq!(n, 4 * MIB);
+    assert_eq!(exported.len() as u64, 4 * MIB);
+    assert_eq!(steps, 64);
+    let mut input = &exported[..];
+    rbd.import("vm3", &opts(4 * MIB, 64 * KIB), &mut input, &mut |_, _| {})
+        .await
+        .unwrap();
+    rbd.copy("vm3", "vm4", None, &mut |_, _| {}).await.unwrap();
+    let mut again = Vec::new();
+    rbd.export("vm4", &mut again, &mut |_, _| {}).await.unwrap();
+    assert!(again == exported, "copy of import differs from export");
+    let (du1, du4) = (rbd.du("vm1").await.unwrap(), rbd.du("vm4").await.unwrap());
+    assert!(du4.objects <= du1.objects, "{du1:?} {du4:?}");
+    let mut too_long = &vec![1u8; 2 * MIB as usize][..];
+    assert!(matches!(
+        rbd.import("vm5", &opts(MIB, 64 * KIB), &mut too_long, &mut |_, _| {})
+            .await,
+        Err(RbdError::Invalid(_))
+    ));
+    for n in ["vm3", "vm4", "vm5"] {
+        rbd.remove(n).await.unwrap();
+    }
 
     rbd.remove("vm1").await.unwrap();
     assert_eq!(rbd.list().await.unwrap(), ["vm2"]);

@@ -268,6 +268,39 @@ async fn qemu_io_through_nbd_on_an_image() {
     let du = rbd.du("disk").await.unwrap();
     // 0..64k, 250k..270k, 3M..5M minus the zeroed 4M..4.25M, 8M, 9M
     assert!(du.used_bytes <= 3 * MIB, "{du:?}");
+    // fio's NBD engine: random 4 KiB writes at queue depth 32, verified.
+    if std::process::Command::new("fio")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let uri = format!("--uri={url}");
+        let out = tokio::process::Command::new("fio")
+            .args([
+                "--name=cairn",
+                "--ioengine=nbd",
+                &uri,
+                "--rw=randwrite",
+                "--bs=4k",
+                "--iodepth=32",
+                "--size=2M",
+                "--offset=10M",
+                "--verify=crc32c",
+                "--do_verify=1",
+                "--verify_fatal=1",
+            ])
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("fio is required in CI");
+    }
     // Shutdown closes the image and gives the lock back.
     let _ = stop.send(());
     srv.await.unwrap().unwrap();
@@ -377,6 +410,54 @@ async fn bench_qemu_img_through_nbd() {
             "BENCH rbd-over-nbd {label}: {:.0} IOPS, {:.1} MiB/s ({secs:.2} s)",
             ops / secs,
             bytes as f64 / MIB as f64 / secs
+        );
+    }
+    let uri = format!("--uri={url}");
+    for (label, job) in [
+        (
+            "fio 4k randwrite qd32",
+            ["--rw=randwrite", "--bs=4k", "--iodepth=32", "--size=64M"],
+        ),
+        (
+            "fio 1M write qd8",
+            ["--rw=write", "--bs=1M", "--iodepth=8", "--size=256M"],
+        ),
+        (
+            "fio 1M read qd8",
+            ["--rw=read", "--bs=1M", "--iodepth=8", "--size=256M"],
+        ),
+    ] {
+        let mut args = vec![
+            "--name=b",
+            "--ioengine=nbd",
+            &uri,
+            "--runtime=20",
+            "--time_based=0",
+            "--output-format=terse",
+        ];
+        args.extend(job);
+        let out = tokio::process::Command::new("fio")
+            .args(&args)
+            .output()
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let f: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with("3;"))
+            .unwrap_or("")
+            .split(';')
+            .collect();
+        // terse v3: read bw KiB/s = 6, read iops = 7, write bw = 47, write iops = 48
+        let (bw, iops) = if job[0].contains("read") {
+            (f.get(6), f.get(7))
+        } else {
+            (f.get(47), f.get(48))
+        };
+        eprintln!(
+            "BENCH rbd-over-nbd {label}: {} IOPS, {} KiB/s",
+            iops.unwrap_or(&"?"),
+            bw.unwrap_or(&"?")
         );
     }
 }

@@ -7,7 +7,7 @@
 //! `-k/--keyring FILE`, `--connect-timeout SECS`.
 
 use anyhow::{anyhow, bail, Context, Result};
-use cairn_mon::{find_conf, MonClient, DEFAULT_CLIENT_TIMEOUT};
+use cairn_mon::{MonClient, DEFAULT_CLIENT_TIMEOUT};
 use cairn_msg::{Credentials, Keyring};
 use cairn_types::EntityName;
 use std::path::PathBuf;
@@ -24,6 +24,7 @@ pub const ADMIN_VERBS: &[&str] = &[
     "auth",
     "config",
     "tell",
+    "pg",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +121,7 @@ pub fn run(args: &[String]) -> Result<()> {
     };
     let cmd = cairn_map::parse_command_with_input(&o.words, input.as_deref())
         .map_err(|e| anyhow!("{e}"))?;
-    let conf = find_conf(o.conf.as_deref()).map_err(|e| anyhow!("{e}"))?;
+    let conf = crate::conn::find_conf(o.conf.as_deref())?;
     let client = match &o.keyring {
         None => MonClient::from_conf(&conf, &o.name, o.timeout).map_err(|e| anyhow!("{e}"))?,
         Some(k) => {

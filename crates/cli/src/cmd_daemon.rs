@@ -102,7 +102,7 @@ pub fn parse_mon_ip(text: &str) -> Result<SocketAddr> {
     Ok(SocketAddr::new(ip, DEFAULT_MON_PORT))
 }
 
-fn new_fsid() -> String {
+pub fn new_fsid() -> String {
     let b: [u8; 16] = rand::random();
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
     format!(
@@ -135,7 +135,7 @@ fn save_keyring(
         .with_context(|| format!("writing keyring {}", path.display()))
 }
 
-fn prepare_dir(dir: &Path) -> Result<PathBuf> {
+pub fn prepare_dir(dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
     let dir = dir
         .canonicalize()
@@ -173,10 +173,14 @@ fn write_node_conf(
     Ok(path)
 }
 
-/// `cairn bootstrap`.
-pub fn bootstrap(args: BootstrapArgs, _global: &GlobalArgs) -> Result<()> {
-    let addr = parse_mon_ip(&args.mon_ip)?;
-    let dir = prepare_dir(&args.data)?;
+/// Writes a new cluster's conf, keyrings, genesis map (mon store) and join
+/// token into `dir`; returns (fsid, conf path, token). Starts nothing.
+pub fn create_cluster(
+    dir: &Path,
+    name: &str,
+    addr: SocketAddr,
+    failure_domain: &str,
+) -> Result<(String, PathBuf, String)> {
     let fsid = new_fsid();
     let admin_secret = Secret::generate();
     let mon_secret = Secret::generate();
@@ -186,15 +190,17 @@ pub fn bootstrap(args: BootstrapArgs, _global: &GlobalArgs) -> Result<()> {
         ("mds", "allow *"),
         ("mgr", "allow *"),
     ];
-    let map = ClusterMap::new_cluster(
+    let map = ClusterMap::new_cluster_with_failure_domain(
         &fsid,
         MonInfo {
-            name: args.name.clone(),
+            name: name.to_string(),
             addr: addr.to_string(),
             rank: 0,
         },
         AuthEntity::new(admin_secret.as_bytes(), &admin_caps),
-    );
+        failure_domain,
+    )
+    .map_err(|e| anyhow!("creating the first map: {e}"))?;
     save_keyring(
         &dir.join(ADMIN_KEYRING),
         EntityName::client("admin"),
@@ -203,25 +209,25 @@ pub fn bootstrap(args: BootstrapArgs, _global: &GlobalArgs) -> Result<()> {
     )?;
     save_keyring(
         &dir.join(MON_KEYRING),
-        EntityName::mon(&args.name),
+        EntityName::mon(name),
         &mon_secret,
         &[("mon", "allow *")],
     )?;
-    let conf_path = write_node_conf(&dir, &fsid, &[addr.to_string()], &args.name, addr, true)?;
+    let conf_path = write_node_conf(dir, &fsid, &[addr.to_string()], name, addr, true)?;
     // Commit the genesis map before any daemon runs.
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let transport = Arc::new(MsgTransport::new(&args.name, mon_secret.clone()));
+        let transport = Arc::new(MsgTransport::new(name, mon_secret.clone()));
         let mon = RaftMon::<ClusterMap>::open(
             &dir.join("mon"),
-            mon_id_for(&args.name),
+            mon_id_for(&name),
             transport,
             RaftTiming::default(),
         )
         .await
         .map_err(|e| anyhow!("opening the mon store: {e}"))?;
         let peer = MonPeer {
-            name: args.name.clone(),
+            name: name.to_string(),
             addr: addr.to_string(),
         };
         let r = mon
@@ -246,6 +252,14 @@ pub fn bootstrap(args: BootstrapArgs, _global: &GlobalArgs) -> Result<()> {
         format!("{token}\n").as_bytes(),
         0o600,
     )?;
+    Ok((fsid, conf_path, token))
+}
+
+/// `cairn bootstrap`.
+pub fn bootstrap(args: BootstrapArgs, _global: &GlobalArgs) -> Result<()> {
+    let addr = parse_mon_ip(&args.mon_ip)?;
+    let dir = prepare_dir(&args.data)?;
+    let (fsid, conf_path, token) = create_cluster(&dir, &args.name, addr, "host")?;
     println!("Created cluster {fsid} with mon.{} at {addr}.", args.name);
     println!("  config:         {}", conf_path.display());
     println!(
@@ -347,7 +361,7 @@ pub fn run(args: DaemonArgs, global: &GlobalArgs) -> Result<()> {
 }
 
 fn conf_path(global: &GlobalArgs) -> Result<PathBuf> {
-    let p = cairn_mon::find_conf(global.conf.as_deref()).map_err(|e| anyhow!("{e}"))?;
+    let p = crate::conn::find_conf(global.conf.as_deref())?;
     p.canonicalize()
         .with_context(|| format!("config file {}", p.display()))
 }
@@ -358,7 +372,7 @@ fn conf_dir(conf: &Path) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-fn pid_alive(pid: u32) -> bool {
+pub fn pid_alive(pid: u32) -> bool {
     // A zombie still has /proc/PID; treat it as gone.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => !s
@@ -369,13 +383,13 @@ fn pid_alive(pid: u32) -> bool {
     }
 }
 
-fn read_pid(dir: &Path) -> Option<u32> {
+pub fn read_pid(dir: &Path) -> Option<u32> {
     std::fs::read_to_string(dir.join(PID_FILE))
         .ok()
         .and_then(|s| s.trim().parse().ok())
 }
 
-fn stop(dir: &Path) -> Result<()> {
+pub fn stop(dir: &Path) -> Result<()> {
     let Some(pid) = read_pid(dir) else {
         bail!(
             "no cairn daemon is running from {} (no {PID_FILE})",
@@ -414,7 +428,7 @@ fn stop(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn start_background(conf: &Path) -> Result<u32> {
+pub fn start_background(conf: &Path) -> Result<u32> {
     use std::os::unix::process::CommandExt;
     let dir = conf_dir(conf);
     if let Some(pid) = read_pid(&dir) {
@@ -446,7 +460,7 @@ fn start_background(conf: &Path) -> Result<u32> {
 }
 
 /// Waits until the node's mon answers `mon stat` as `who`.
-fn wait_ready(conf: &Path, who: &EntityName) -> Result<()> {
+pub fn wait_ready(conf: &Path, who: &EntityName) -> Result<()> {
     let c = Conf::load(conf)?;
     let addr = c
         .get("mon", "mon_addr")
@@ -592,6 +606,15 @@ fn run_daemon_foreground(conf_path: &Path) -> Result<()> {
         format!("{}\n", std::process::id()).as_bytes(),
         0o644,
     )?;
+    let osd_ip = crate::osdhost::bind_ip(&conf);
+    let mon_client = Arc::new(MonClient::new(
+        cfg.join_via.iter().copied().chain([addr]).collect(),
+        Credentials::Key {
+            name: EntityName::mon(&cfg.name),
+            secret: cfg.mon_secret.clone(),
+        },
+        Duration::from_secs(10),
+    ));
     let rt = tokio::runtime::Runtime::new()?;
     let res = rt.block_on(async {
         let (svc, listener) = MonService::start(cfg).await?;
@@ -600,7 +623,26 @@ fn run_daemon_foreground(conf_path: &Path) -> Result<()> {
             std::process::id(),
             listener.local_addr()
         );
-        svc.run(listener, shutdown_signal()).await
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mon_addrs = conf
+            .get("global", "mon_host")
+            .and_then(|h| parse_mon_host(h).ok())
+            .unwrap_or_else(|| vec![addr]);
+        let osds = tokio::spawn(crate::osdhost::run(
+            dir.clone(),
+            osd_ip,
+            mon_addrs,
+            mon_client,
+            stop_rx,
+        ));
+        // OSDs stop (and are marked down) before the mon goes away.
+        let shutdown = async move {
+            shutdown_signal().await;
+            tracing::info!("stopping: OSDs first, then the mon");
+            let _ = stop_tx.send(true);
+            let _ = tokio::time::timeout(Duration::from_secs(20), osds).await;
+        };
+        svc.run(listener, shutdown).await
     });
     if read_pid(&dir) == Some(std::process::id()) {
         let _ = std::fs::remove_file(&pid_path);

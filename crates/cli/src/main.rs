@@ -9,7 +9,13 @@ use std::process::ExitCode;
 mod cmd_admin;
 mod cmd_crush;
 mod cmd_daemon;
+mod cmd_dev;
+mod cmd_disk;
+mod cmd_pg;
+mod cmd_rados;
 mod cmd_store;
+mod conn;
+mod osdhost;
 
 /// Output shape shared by every command: Ceph-like plain text or JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -61,6 +67,10 @@ enum Command {
     Join(cmd_daemon::JoinArgs),
     /// Run this node's daemon (its mon), or `daemon stop` it.
     Daemon(cmd_daemon::DaemonArgs),
+    /// This node's disks: `disk add PATH`, `disk ls`, `disk zap PATH`.
+    Disk(cmd_disk::DiskArgs),
+    /// A one-machine dev cluster: `dev up [--dir D] [--osds 3] [--osd-size 10G] [--detach]`, `dev down`.
+    Dev(cmd_dev::DevArgs),
 }
 
 /// Flags that take a value, so the verb detection can skip their values.
@@ -101,6 +111,8 @@ fn first_verb(args: &[String]) -> Option<&str> {
 fn main() -> ExitCode {
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let result = match first_verb(&raw) {
+        Some("rados") => cmd_rados::run(&raw),
+        Some("osd" | "pg") if cmd_pg::handles(&cmd_pg::words(&raw)) => cmd_pg::run(&raw),
         Some(v) if cmd_admin::ADMIN_VERBS.contains(&v) => cmd_admin::run(&raw),
         Some("help") if raw.len() == 1 => {
             cmd_admin::help();
@@ -114,6 +126,8 @@ fn main() -> ExitCode {
                 Command::Bootstrap(args) => cmd_daemon::bootstrap(args, &cli.global),
                 Command::Join(args) => cmd_daemon::join(args, &cli.global),
                 Command::Daemon(args) => cmd_daemon::run(args, &cli.global),
+                Command::Disk(args) => cmd_disk::run(args, &cli.global),
+                Command::Dev(args) => cmd_dev::run(args, &cli.global),
             }
         }
     };

@@ -1,0 +1,259 @@
+//! `cairn dev up|down`: a one-machine cluster for trying Cairn — one mon
+//! and N OSDs on files in one directory, failure domain `osd`, a
+//! replicated pool `rbd` — run by one background node daemon. `dev up` on
+//! an existing directory restarts it with its data.
+
+use crate::cmd_daemon;
+use crate::cmd_disk::{self, AddOpts};
+use crate::conn;
+use crate::osdhost::OsdStatus;
+use crate::GlobalArgs;
+use anyhow::{anyhow, bail, Context, Result};
+use cairn_map::{MonCommand, PoolKind};
+use cairn_mon::{MonClient, DEFAULT_CLIENT_TIMEOUT};
+use cairn_types::EntityName;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// PGs of the dev cluster's `rbd` pool.
+const DEV_PG_NUM: u32 = 32;
+/// How long `dev up` waits for every PG to be active+clean.
+const CLEAN_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    #[command(subcommand)]
+    pub action: DevAction,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum DevAction {
+    /// Start (or restart) a one-machine cluster in DIR.
+    Up {
+        /// Directory of the dev cluster (default $XDG_DATA_HOME/cairn/dev, else ~/.local/share/cairn/dev).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Number of OSDs (only when creating).
+        #[arg(long, default_value_t = 3)]
+        osds: u32,
+        /// Size of each OSD's data file (only when creating).
+        #[arg(long, default_value = "10G")]
+        osd_size: String,
+        /// Return once the cluster is up instead of showing a live status line.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Stop the dev cluster's daemon.
+    Down {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+pub fn run(args: DevArgs, _global: &GlobalArgs) -> Result<()> {
+    match args.action {
+        DevAction::Up {
+            dir,
+            osds,
+            osd_size,
+            detach,
+        } => up(
+            &dir.unwrap_or_else(conn::default_dev_dir),
+            osds,
+            &osd_size,
+            detach,
+        ),
+        DevAction::Down { dir } => {
+            let dir = dir.unwrap_or_else(conn::default_dev_dir);
+            cmd_daemon::stop(&dir)
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn admin(conf: &Path) -> Result<MonClient> {
+    let creds = conn::credentials(conf, &EntityName::client("admin"), None)?;
+    conn::mon_client(conf, creds, DEFAULT_CLIENT_TIMEOUT)
+}
+
+fn up(dir: &Path, osds: u32, osd_size: &str, detach: bool) -> Result<()> {
+    let t0 = Instant::now();
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))?;
+    let conf = dir.join("cairn.conf");
+    let fresh = !conf.exists();
+    if !fresh && cmd_disk::daemon_running(&dir) {
+        bail!(
+            "the dev cluster in {} is already running; 'cairn dev down --dir {}' stops it",
+            dir.display(),
+            dir.display()
+        );
+    }
+    let size = cmd_disk::parse_size(osd_size)?;
+    if fresh {
+        if !(1..=64).contains(&osds) {
+            bail!("--osds {osds}: use 1..64");
+        }
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        cmd_daemon::create_cluster(&dir, "a", addr, "osd")?;
+    }
+    let pid = cmd_daemon::start_background(&conf)?;
+    let stop_on_err = |e: anyhow::Error| {
+        let _ = cmd_daemon::stop(&dir);
+        e
+    };
+    cmd_daemon::wait_ready(&conf, &EntityName::client("admin")).map_err(stop_on_err)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    if fresh {
+        rt.block_on(create_osds_and_pools(&conf, &dir, osds, size))
+            .map_err(stop_on_err)?;
+    }
+    let clean = rt.block_on(wait_clean(&conf, &dir, CLEAN_TIMEOUT));
+    let took = t0.elapsed().as_secs_f64();
+    match &clean {
+        Ok(n) => println!(
+            "dev cluster up: {n} PGs active+clean {took:.1}s after 'dev up' (daemon pid {pid})"
+        ),
+        Err(e) => {
+            println!("dev cluster started (daemon pid {pid}) but not clean after {took:.1}s: {e:#}")
+        }
+    }
+    println!("  data:    {}", dir.display());
+    println!("  log:     {}", dir.join("daemon.log").display());
+    println!("  talk to it:  export CAIRN_CONF={}", conf.display());
+    if dir == conn::default_dev_dir().canonicalize().unwrap_or_default() {
+        println!("               (without CAIRN_CONF the CLI finds this dev cluster by itself)");
+    }
+    println!("  try:     cairn -s; cairn rados -p rbd put hello /etc/hostname; cairn rados -p rbd bench 10 write");
+    if detach {
+        println!("  stop:    cairn dev down --dir {}", dir.display());
+        return Ok(());
+    }
+    println!("Ctrl-C stops the cluster.");
+    rt.block_on(status_loop(&conf, &dir));
+    println!();
+    cmd_daemon::stop(&dir)
+}
+
+async fn create_osds_and_pools(conf: &Path, dir: &Path, osds: u32, size: u64) -> Result<()> {
+    for i in 0..osds {
+        let opts = AddOpts {
+            path: dir.join(format!("osd-{i}.img")),
+            class: None,
+            weight: None,
+            size: Some(size),
+            host: cmd_disk::hostname(),
+            file: true,
+        };
+        let rec = cmd_disk::add(conf, dir, opts, true).await?;
+        println!("  osd.{} on {}", rec.id, rec.device.display());
+    }
+    let mon = admin(conf)?;
+    let size_n = osds.min(3);
+    mon.command(&MonCommand::PoolCreate {
+        name: "rbd".into(),
+        pg_num: Some(DEV_PG_NUM),
+        pgp_num: None,
+        kind: PoolKind::Replicated,
+        profile: None,
+        rule: None,
+    })
+    .await
+    .map_err(|e| anyhow!("creating pool rbd: {e}"))?;
+    for (k, v) in [("size", size_n), ("min_size", size_n.min(2))] {
+        mon.command(&MonCommand::PoolSet {
+            pool: "rbd".into(),
+            key: k.into(),
+            value: v.to_string(),
+            sure: true,
+        })
+        .await
+        .map_err(|e| anyhow!("pool rbd {k}: {e}"))?;
+    }
+    println!("  pool 'rbd': replicated size {size_n}, {DEV_PG_NUM} PGs");
+    println!("  pool 'ec21' not created: the OSDs do not serve erasure-coded pools yet");
+    Ok(())
+}
+
+/// One status line: epoch, OSDs up/in, PG states.
+async fn status_line(mon: &MonClient, dir: &Path) -> Result<(String, usize, usize)> {
+    let sub = mon.subscribe().await.map_err(|e| anyhow!("{e}"))?;
+    let map = sub.map;
+    let stats = OsdStatus::load_all(dir);
+    let (n, by) = crate::cmd_pg::pg_summary(&map, &stats);
+    let up = map.osds.values().filter(|o| o.up).count();
+    let inn = map.osds.values().filter(|o| o.is_in).count();
+    let clean = by.get("active+clean").copied().unwrap_or(0);
+    let parts: Vec<String> = by.iter().map(|(s, c)| format!("{c} {s}")).collect();
+    Ok((
+        format!(
+            "e{} osd: {}/{} up, {inn} in; pgs: {n}{}{}",
+            map.epoch.0,
+            up,
+            map.osds.len(),
+            if parts.is_empty() { "" } else { " " },
+            parts.join(", ")
+        ),
+        n,
+        clean,
+    ))
+}
+
+async fn wait_clean(conf: &Path, dir: &Path, timeout: Duration) -> Result<usize> {
+    let mon = admin(conf)?;
+    let start = Instant::now();
+    let mut last;
+    loop {
+        match status_line(&mon, dir).await {
+            Ok((_, n, clean)) if n > 0 && clean == n => return Ok(n),
+            Ok((line, _, _)) => last = line,
+            Err(e) => last = e.to_string(),
+        }
+        if start.elapsed() > timeout {
+            bail!("after {timeout:?}: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn status_loop(conf: &Path, dir: &Path) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    let Ok(mon) = admin(conf) else {
+        return;
+    };
+    loop {
+        let line = match status_line(&mon, dir).await {
+            Ok((l, _, _)) => l,
+            Err(e) => format!("status: {e}"),
+        };
+        print!("\r\x1b[2K[cairn dev] {line}");
+        let _ = std::io::stdout().flush();
+        if !cmd_disk::daemon_running(dir) {
+            println!(
+                "\nthe daemon stopped; see {}",
+                dir.join("daemon.log").display()
+            );
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = int.recv() => return,
+            _ = term.recv() => return,
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! `cairn disk add|ls|zap`: turning a directory or file into an OSD of this
+//! node (register with the monitors, create the store, record it so the
+//! node daemon runs it), listing them, and wiping one. The daemon side
+//! (running the recorded OSDs) is `osdhost`.
+
+use crate::conn;
+use crate::osdhost::{OsdRecord, OSDS_DIR};
+use crate::GlobalArgs;
+use anyhow::{anyhow, bail, Context, Result};
+use cairn_map::MonCommand;
+use cairn_mon::{MonClient, DEFAULT_CLIENT_TIMEOUT};
+use cairn_msg::Keyring;
+use cairn_store::Store;
+use cairn_types::EntityName;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Data size of a new directory or file OSD when `--size` is not given.
+pub const DEFAULT_OSD_BYTES: u64 = 10 << 30;
+const TIB: f64 = (1u64 << 40) as f64;
+/// How long `disk add` waits for a running daemon to bring the OSD up.
+const UP_WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, clap::Args)]
+pub struct DiskArgs {
+    #[command(subcommand)]
+    pub action: DiskAction,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum DiskAction {
+    /// Create an OSD on a directory or file and register it with the monitors.
+    Add {
+        /// A directory (created if missing), or a file (created with --size if missing).
+        path: PathBuf,
+        /// Device class; detected from the device under PATH when not given.
+        #[arg(long, value_parser = ["hdd", "ssd", "nvme"])]
+        class: Option<String>,
+        /// CRUSH weight in TiB (default: the data size in TiB).
+        #[arg(long)]
+        weight: Option<f64>,
+        /// Data size, e.g. 10G (default 10G; an existing non-empty file is refused).
+        #[arg(long)]
+        size: Option<String>,
+        /// CRUSH host of the OSD (default: this machine's host name).
+        #[arg(long)]
+        host: Option<String>,
+        /// Node data dir whose daemon runs the OSD (default: the config file's directory).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Make PATH a file of --size even when it does not exist yet.
+        #[arg(long)]
+        file: bool,
+    },
+    /// List this node's OSDs.
+    Ls {
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
+    /// Wipe the OSD on PATH (refused while its OSD is in the map, unless purged).
+    Zap {
+        path: PathBuf,
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
+}
+
+/// Parses `10G`, `512M`, `1T`, `4096` (binary units).
+pub fn parse_size(text: &str) -> Result<u64> {
+    let t = text.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                'B' => 1,
+                _ => bail!("size '{text}': unknown unit '{c}' (use K, M, G or T)"),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| anyhow!("size '{text}' is not a number with an optional K/M/G/T unit"))?;
+    if !(n.is_finite() && n > 0.0) {
+        bail!("size '{text}' must be positive");
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().split('.').next().unwrap_or("").to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Class of the device holding `path` (a block device or anything on a filesystem).
+pub fn detect_class(path: &Path) -> Option<String> {
+    let md = std::fs::metadata(path).ok()?;
+    let dev = if md.file_type().is_block_device() {
+        md.rdev()
+    } else {
+        md.dev()
+    };
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let link = std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}")).ok()?;
+    let name = link.file_name()?.to_str()?.to_string();
+    if name.starts_with("nvme") {
+        return Some("nvme".into());
+    }
+    for c in [
+        link.join("queue/rotational"),
+        link.join("../queue/rotational"),
+    ] {
+        if let Ok(t) = std::fs::read_to_string(&c) {
+            return Some(if t.trim() == "1" { "hdd" } else { "ssd" }.into());
+        }
+    }
+    None
+}
+
+fn node_dir(global: &GlobalArgs, data: Option<PathBuf>) -> Result<(PathBuf, PathBuf)> {
+    let conf = conn::find_conf(global.conf.as_deref())?;
+    let conf = conf
+        .canonicalize()
+        .with_context(|| format!("config file {}", conf.display()))?;
+    let dir = match data {
+        Some(d) => d
+            .canonicalize()
+            .with_context(|| format!("node data dir {}", d.display()))?,
+        None => conn::conf_dir(&conf),
+    };
+    Ok((conf, dir))
+}
+
+pub fn run(args: DiskArgs, global: &GlobalArgs) -> Result<()> {
+    match args.action {
+        DiskAction::Add {
+            path,
+            class,
+            weight,
+            size,
+            host,
+            data,
+            file,
+        } => {
+            let (conf, dir) = node_dir(global, data)?;
+            let size = size.as_deref().map(parse_size).transpose()?;
+            let opts = AddOpts {
+                path,
+                class,
+                weight,
+                size,
+                host: host.unwrap_or_else(hostname),
+                file,
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let rec = rt.block_on(add(&conf, &dir, opts, true))?;
+            println!(
+                "osd.{} created on {} ({}, {} class {}, weight {:.4})",
+                rec.id,
+                rec.device.display(),
+                rec.kind,
+                human_bytes(rec.data_bytes),
+                rec.class,
+                rec.weight
+            );
+            Ok(())
+        }
+        DiskAction::Ls { data } => {
+            let (_, dir) = node_dir(global, data)?;
+            ls(&dir, global.format != crate::OutputFormat::Plain)
+        }
+        DiskAction::Zap { path, data } => {
+            let (conf, dir) = node_dir(global, data)?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(zap(&conf, &dir, &path))
+        }
+    }
+}
+
+pub fn human_bytes(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+pub struct AddOpts {
+    pub path: PathBuf,
+    pub class: Option<String>,
+    pub weight: Option<f64>,
+    pub size: Option<u64>,
+    pub host: String,
+    pub file: bool,
+}
+
+/// What kind of disk PATH is, and its data size.
+fn classify(o: &AddOpts) -> Result<(String, u64)> {
+    match std::fs::metadata(&o.path) {
+        Ok(md) if md.is_dir() => {
+            if o.path.join(cairn_store::DATA_FILE).exists() {
+                bail!(
+                    "{} already holds a store; 'cairn disk zap {}' wipes it",
+                    o.path.display(),
+                    o.path.display()
+                );
+            }
+            Ok(("dir".into(), o.size.unwrap_or(DEFAULT_OSD_BYTES)))
+        }
+        Ok(md) if md.file_type().is_block_device() => bail!(
+            "{} is a block device: the store cannot run on a raw device yet (it creates its \
+             own data file); make a filesystem on it and 'cairn disk add' a directory there",
+            o.path.display()
+        ),
+        Ok(md) if md.is_file() => {
+            if md.len() > 0 {
+                bail!(
+                    "{} is a non-empty file; 'cairn disk zap {}' it first, or give a new path",
+                    o.path.display(),
+                    o.path.display()
+                );
+            }
+            Ok(("file".into(), o.size.unwrap_or(DEFAULT_OSD_BYTES)))
+        }
+        Ok(_) => bail!("{} is neither a directory nor a file", o.path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let kind = if o.file { "file" } else { "dir" };
+            Ok((kind.into(), o.size.unwrap_or(DEFAULT_OSD_BYTES)))
+        }
+        Err(e) => Err(e).with_context(|| format!("inspecting {}", o.path.display())),
+    }
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    if p.is_absolute() {
+        Ok(p.to_path_buf())
+    } else {
+        Ok(std::env::current_dir()?.join(p))
+    }
+}
+
+/// `disk add`: register, create the store, record it; with `wait`, wait for
+/// a running daemon to bring it up.
+pub async fn add(conf: &Path, node: &Path, o: AddOpts, wait: bool) -> Result<OsdRecord> {
+    let (kind, data_bytes) = classify(&o)?;
+    let device = absolute(&o.path)?;
+    let probe = if kind == "dir" {
+        std::fs::create_dir_all(&device)
+            .with_context(|| format!("creating {}", device.display()))?;
+        device.clone()
+    } else {
+        device
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/"))
+    };
+    let class = o
+        .class
+        .clone()
+        .or_else(|| detect_class(&probe))
+        .unwrap_or_else(|| "hdd".into());
+    let weight = o.weight.unwrap_or(data_bytes as f64 / TIB);
+    if !(weight.is_finite() && weight > 0.0) {
+        bail!("weight {weight} must be positive");
+    }
+    let admin = conn::credentials(conf, &EntityName::client("admin"), None)?;
+    let mon = MonClient::new(conn::mon_addrs(conf)?, admin, DEFAULT_CLIENT_TIMEOUT);
+    let uuid = crate::cmd_daemon::new_fsid();
+    let r = mon
+        .command(&MonCommand::OsdNew {
+            uuid: uuid.clone(),
+            id: None,
+            host: o.host.clone(),
+            weight,
+            class: Some(class.clone()),
+        })
+        .await
+        .map_err(|e| anyhow!("registering the OSD with the monitors: {e}"))?;
+    let id = r.json["osdid"]
+        .as_i64()
+        .ok_or_else(|| anyhow!("the monitors answered 'osd new' without an id: {}", r.json))?
+        as i32;
+    match create_store(
+        conf, node, &mon, id, &uuid, &kind, &device, data_bytes, &class, weight, &o.host,
+    )
+    .await
+    {
+        Ok(rec) => {
+            if wait && daemon_running(node) {
+                wait_up(&mon, id).await?;
+            } else if wait {
+                eprintln!(
+                    "osd.{id} will start with the node daemon ('cairn daemon -c {}')",
+                    conf.display()
+                );
+            }
+            Ok(rec)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(OsdRecord::dir(node, id));
+            let purge = MonCommand::OsdPurge { id, sure: true };
+            let undo = match mon.command(&purge).await {
+                Ok(_) => format!("osd.{id} was purged again"),
+                Err(pe) => format!(
+                    "purging osd.{id} failed too ({pe}); run 'cairn osd purge {id} --yes-i-really-mean-it'"
+                ),
+            };
+            Err(e.context(undo))
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn create_store(
+    _conf: &Path,
+    node: &Path,
+    mon: &MonClient,
+    id: i32,
+    uuid: &str,
+    kind: &str,
+    device: &Path,
+    data_bytes: u64,
+    class: &str,
+    weight: f64,
+    host: &str,
+) -> Result<OsdRecord> {
+    let r = mon
+        .command(&MonCommand::AuthGet {
+            entity: EntityName::osd(id),
+        })
+        .await
+        .map_err(|e| anyhow!("fetching the key of osd.{id}: {e}"))?;
+    let ring = Keyring::parse(&r.plain).map_err(|e| anyhow!("key of osd.{id}: {e}"))?;
+    let osd_dir = OsdRecord::dir(node, id);
+    std::fs::create_dir_all(&osd_dir).with_context(|| format!("creating {}", osd_dir.display()))?;
+    let store_path = if kind == "dir" {
+        device.to_path_buf()
+    } else {
+        let sp = osd_dir.join("store");
+        std::fs::create_dir_all(&sp)?;
+        if device.exists() {
+            std::fs::remove_file(device)
+                .with_context(|| format!("replacing empty file {}", device.display()))?;
+        }
+        std::os::unix::fs::symlink(device, sp.join(cairn_store::DATA_FILE))
+            .with_context(|| format!("linking {}", device.display()))?;
+        sp
+    };
+    let rec = OsdRecord {
+        id,
+        uuid: uuid.to_string(),
+        device: device.to_path_buf(),
+        kind: kind.to_string(),
+        store_path,
+        class: class.to_string(),
+        weight,
+        data_bytes,
+        host: host.to_string(),
+    };
+    let cfg = rec.store_config();
+    let store = tokio::task::spawn_blocking(move || Store::create(cfg))
+        .await
+        .map_err(|e| anyhow!("store task: {e}"))?
+        .with_context(|| format!("creating the store of osd.{id} on {}", device.display()))?;
+    drop(store);
+    ring.save(&rec.keyring_path(node))
+        .map_err(|e| anyhow!("saving the key of osd.{id}: {e}"))?;
+    rec.save(node)?;
+    Ok(rec)
+}
+
+pub fn daemon_running(node: &Path) -> bool {
+    std::fs::read_to_string(node.join("cairn.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .map(crate::cmd_daemon::pid_alive)
+        .unwrap_or(false)
+}
+
+async fn wait_up(mon: &MonClient, id: i32) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        if let Ok(r) = mon.command(&MonCommand::OsdDump).await {
+            let up = r.json["osds"]
+                .as_array()
+                .and_then(|a| a.iter().find(|o| o["id"].as_i64() == Some(id as i64)))
+                .map(|o| o["up"].as_i64() == Some(1) || o["up"].as_bool() == Some(true))
+                .unwrap_or(false);
+            if up {
+                return Ok(());
+            }
+        }
+        if start.elapsed() > UP_WAIT {
+            bail!(
+                "osd.{id} was created but is not up after {UP_WAIT:?}; see the node's daemon.log"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn ls(node: &Path, json: bool) -> Result<()> {
+    let recs = OsdRecord::load_all(node)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&recs.values().collect::<Vec<_>>())?
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<8} {:<6} {:<6} {:>10} {:>8}  {:<12} DEVICE",
+        "OSD", "KIND", "CLASS", "SIZE", "WEIGHT", "HOST"
+    );
+    for r in recs.values() {
+        println!(
+            "{:<8} {:<6} {:<6} {:>10} {:>8.4}  {:<12} {}",
+            format!("osd.{}", r.id),
+            r.kind,
+            r.class,
+            human_bytes(r.data_bytes),
+            r.weight,
+            r.host,
+            r.device.display()
+        );
+    }
+    if recs.is_empty() {
+        println!("(no disks under {}/{OSDS_DIR})", node.display());
+    }
+    Ok(())
+}
+
+async fn zap(conf: &Path, node: &Path, path: &Path) -> Result<()> {
+    let device = absolute(path)?;
+    let recs = OsdRecord::load_all(node)?;
+    let rec = recs.values().find(|r| r.device == device).cloned();
+    let admin = conn::credentials(conf, &EntityName::client("admin"), None)?;
+    let mon = MonClient::new(conn::mon_addrs(conf)?, admin, DEFAULT_CLIENT_TIMEOUT);
+    if let Some(r) = &rec {
+        let dump = mon
+            .command(&MonCommand::OsdDump)
+            .await
+            .map_err(|e| anyhow!("asking the monitors whether osd.{} still exists: {e}", r.id))?;
+        let exists = dump.json["osds"]
+            .as_array()
+            .map(|a| a.iter().any(|o| o["id"].as_i64() == Some(r.id as i64)))
+            .unwrap_or(true);
+        if exists {
+            bail!(
+                "{} belongs to osd.{}, which is still in the cluster map; run 'cairn osd out {0}', wait for its data to move, then 'cairn osd down {0}' after stopping it and 'cairn osd purge {0} --yes-i-really-mean-it'",
+                device.display(),
+                r.id
+            );
+        }
+    }
+    // Remove the record first so a running daemon stops the OSD.
+    if let Some(r) = &rec {
+        std::fs::remove_dir_all(OsdRecord::dir(node, r.id))
+            .with_context(|| format!("removing the record of osd.{}", r.id))?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let md = std::fs::metadata(&device).with_context(|| format!("{}", device.display()))?;
+    if md.is_dir() {
+        for f in [
+            cairn_store::DATA_FILE,
+            cairn_store::META_FILE,
+            "lock",
+            "LOCK",
+        ] {
+            let p = device.join(f);
+            if p.exists() {
+                std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+            }
+        }
+    } else if md.is_file() {
+        std::fs::File::options()
+            .write(true)
+            .open(&device)?
+            .set_len(0)
+            .with_context(|| format!("truncating {}", device.display()))?;
+    } else {
+        bail!(
+            "{} is not a directory or file this tool created",
+            device.display()
+        );
+    }
+    match rec {
+        Some(r) => println!("zapped {} (was osd.{})", device.display(), r.id),
+        None => println!("zapped {}", device.display()),
+    }
+    Ok(())
+}

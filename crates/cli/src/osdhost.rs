@@ -1,0 +1,457 @@
+//! The OSDs a node daemon hosts: each disk recorded under `<node>/osds/`
+//! runs as its own supervised task (own store, listener, id, key, map
+//! subscription); one that fails is restarted with a backoff and never
+//! takes the process down. Also a simple peer prober that reports OSDs of
+//! other nodes that stopped answering (the OSD runtime has no heartbeats
+//! yet). Owns no PG logic (cairn-osd) and no disk preparation (cmd_disk).
+
+use anyhow::{anyhow, Context, Result};
+use cairn_map::{MonCommand, OsdReported};
+use cairn_mon::MonClient;
+use cairn_msg::{Credentials, Keyring};
+use cairn_osd::{Osd, OsdConfig};
+use cairn_store::{Store, StoreConfig};
+use cairn_types::EntityName;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Directory of a node's OSD records.
+pub const OSDS_DIR: &str = "osds";
+/// How often the daemon looks for new or removed disks.
+const SCAN_INTERVAL: Duration = Duration::from_secs(1);
+/// Backoff after an OSD failed to start, doubling up to the max.
+const RESTART_BACKOFF_MIN: Duration = Duration::from_secs(2);
+const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// Period of PG stat snapshots and of the "am I still up in the map" check.
+const STATUS_INTERVAL: Duration = Duration::from_secs(1);
+/// A boot message is resent at most this often while the map shows us down.
+const REBOOT_INTERVAL: Duration = Duration::from_secs(3);
+/// Peer probe period, connect timeout, and failed probes before reporting.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+const PROBE_TIMEOUT: Duration = Duration::from_millis(700);
+const PROBE_FAILURES_TO_REPORT: u32 = 4;
+/// Bound on each command this daemon sends to the monitors.
+const MON_CMD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Store cache per OSD (part of the daemon's memory budget).
+pub const OSD_STORE_CACHE_BYTES: u64 = 64 << 20;
+
+/// One disk of this node, as `disk add` recorded it (`osds/osd.N/osd.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OsdRecord {
+    pub id: i32,
+    pub uuid: String,
+    /// What the user gave to `disk add`.
+    pub device: PathBuf,
+    /// `dir`, `file` or `block`.
+    pub kind: String,
+    /// The store directory (holds `block` or a symlink to the device, and the metadata).
+    pub store_path: PathBuf,
+    pub class: String,
+    pub weight: f64,
+    pub data_bytes: u64,
+    pub host: String,
+}
+
+impl OsdRecord {
+    pub fn dir(node: &Path, id: i32) -> PathBuf {
+        node.join(OSDS_DIR).join(format!("osd.{id}"))
+    }
+
+    pub fn store_config(&self) -> StoreConfig {
+        let mut cfg = StoreConfig::new(&self.store_path);
+        cfg.data_bytes = self.data_bytes;
+        cfg.cache_bytes = OSD_STORE_CACHE_BYTES;
+        cfg.meta_reserve_bytes = 16 << 20;
+        cfg
+    }
+
+    pub fn save(&self, node: &Path) -> Result<()> {
+        let dir = OsdRecord::dir(node, self.id);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let text = serde_json::to_vec_pretty(self)?;
+        cairn_mon::service::write_file_atomic(&dir.join("osd.json"), &text, 0o644)
+    }
+
+    /// Every recorded disk of a node, by id (unreadable records are reported).
+    pub fn load_all(node: &Path) -> Result<BTreeMap<i32, OsdRecord>> {
+        let mut out = BTreeMap::new();
+        let root = node.join(OSDS_DIR);
+        let rd = match std::fs::read_dir(&root) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(e).with_context(|| format!("listing {}", root.display())),
+        };
+        for e in rd.flatten() {
+            let p = e.path().join("osd.json");
+            let Ok(text) = std::fs::read(&p) else {
+                continue;
+            };
+            let rec: OsdRecord = serde_json::from_slice(&text)
+                .with_context(|| format!("parsing {}", p.display()))?;
+            out.insert(rec.id, rec);
+        }
+        Ok(out)
+    }
+
+    pub fn keyring_path(&self, node: &Path) -> PathBuf {
+        OsdRecord::dir(node, self.id).join("keyring")
+    }
+
+    pub fn stats_path(node: &Path, id: i32) -> PathBuf {
+        OsdRecord::dir(node, id).join("pgstats.json")
+    }
+}
+
+/// What a running OSD last reported about itself (`osds/osd.N/pgstats.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OsdStatus {
+    pub osd: i32,
+    pub addr: String,
+    /// Unix seconds of the snapshot.
+    pub stamp: u64,
+    pub total_bytes: u64,
+    /// Used bytes measured when the OSD started (the running store is owned
+    /// by the OSD runtime, which does not report usage yet).
+    pub used_bytes_at_start: u64,
+    pub pgs: Vec<PgSnap>,
+}
+
+/// One PG as an OSD reported it (a copy of `cairn_osd::PgStat` that reads back).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PgSnap {
+    pub pgid: String,
+    pub state: String,
+    pub role: String,
+    pub up: Vec<i32>,
+    pub acting: Vec<i32>,
+    pub primary: Option<i32>,
+    pub epoch: u64,
+    pub last_update: String,
+    pub log_tail: String,
+    pub log_entries: usize,
+    pub same_interval_since: u64,
+    pub last_epoch_started: u64,
+    pub down_reason: Option<String>,
+}
+
+impl From<cairn_osd::PgStat> for PgSnap {
+    fn from(p: cairn_osd::PgStat) -> PgSnap {
+        PgSnap {
+            pgid: p.pgid,
+            state: p.state,
+            role: format!("{:?}", p.role).to_lowercase(),
+            up: p.up,
+            acting: p.acting,
+            primary: p.primary,
+            epoch: p.epoch,
+            last_update: p.last_update,
+            log_tail: p.log_tail,
+            log_entries: p.log_entries,
+            same_interval_since: p.same_interval_since,
+            last_epoch_started: p.last_epoch_started,
+            down_reason: p.down_reason,
+        }
+    }
+}
+
+impl OsdStatus {
+    /// Every OSD status file under a node dir (stale files included; check `stamp`).
+    pub fn load_all(node: &Path) -> Vec<OsdStatus> {
+        let Ok(recs) = OsdRecord::load_all(node) else {
+            return Vec::new();
+        };
+        recs.keys()
+            .filter_map(|id| std::fs::read(OsdRecord::stats_path(node, *id)).ok())
+            .filter_map(|t| serde_json::from_slice(&t).ok())
+            .collect()
+    }
+}
+
+/// Where a node's OSDs listen: `[osd] public_addr`, else the mon's IP.
+pub fn bind_ip(conf: &cairn_types::Conf) -> IpAddr {
+    for (sec, key) in [("osd", "public_addr"), ("global", "public_addr")] {
+        if let Some(ip) = conf.get(sec, key).and_then(|v| v.parse::<IpAddr>().ok()) {
+            return ip;
+        }
+    }
+    conf.get("mon", "mon_addr")
+        .and_then(|a| a.parse::<SocketAddr>().ok())
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+/// Runs this node's OSDs until `stop` turns true; then marks them down
+/// (through `mon`, the daemon's own mon credentials) and stops them.
+pub async fn run(
+    node: PathBuf,
+    ip: IpAddr,
+    mon_addrs: Vec<SocketAddr>,
+    mon: Arc<MonClient>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut running: HashMap<i32, (watch::Sender<bool>, tokio::task::JoinHandle<()>)> =
+        HashMap::new();
+    let local: Arc<std::sync::Mutex<Vec<i32>>> = Arc::default();
+    tokio::spawn(probe_peers(mon.clone(), local.clone(), stop.clone()));
+    loop {
+        match OsdRecord::load_all(&node) {
+            Ok(recs) => {
+                for (id, rec) in &recs {
+                    if running
+                        .get(id)
+                        .map(|(_, h)| h.is_finished())
+                        .unwrap_or(true)
+                    {
+                        let (tx, rx) = watch::channel(false);
+                        let h = tokio::spawn(supervise(
+                            node.clone(),
+                            rec.clone(),
+                            ip,
+                            mon_addrs.clone(),
+                            rx,
+                        ));
+                        running.insert(*id, (tx, h));
+                    }
+                }
+                let gone: Vec<i32> = running
+                    .keys()
+                    .filter(|id| !recs.contains_key(id))
+                    .copied()
+                    .collect();
+                for id in gone {
+                    if let Some((tx, h)) = running.remove(&id) {
+                        tracing::info!("osd.{id}: its disk record was removed; stopping it");
+                        let _ = tx.send(true);
+                        let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
+                    }
+                }
+                *local.lock().unwrap_or_else(|p| p.into_inner()) = recs.keys().copied().collect();
+            }
+            Err(e) => tracing::warn!("reading disk records under {}: {e:#}", node.display()),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SCAN_INTERVAL) => {}
+            _ = stop.changed() => break,
+        }
+    }
+    let ids: Vec<i32> = running.keys().copied().collect();
+    if !ids.is_empty() {
+        // Like an OSD's "mark me down": peers and clients stop waiting at once.
+        let cmd = MonCommand::OsdDown { ids: ids.clone() };
+        match tokio::time::timeout(Duration::from_secs(3), mon.command(&cmd)).await {
+            Ok(Ok(_)) => tracing::info!("marked {ids:?} down before stopping"),
+            Ok(Err(e)) => tracing::warn!("could not mark {ids:?} down: {e}"),
+            Err(_) => tracing::warn!("could not mark {ids:?} down: monitors did not answer"),
+        }
+    }
+    for (_, (tx, h)) in running {
+        let _ = tx.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
+    }
+}
+
+/// Keeps one OSD running: starts it, restarts it after a failure with a
+/// growing backoff, stops it when asked.
+async fn supervise(
+    node: PathBuf,
+    rec: OsdRecord,
+    ip: IpAddr,
+    mon_addrs: Vec<SocketAddr>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut backoff = RESTART_BACKOFF_MIN;
+    loop {
+        let started = Instant::now();
+        match run_one(&node, &rec, ip, &mon_addrs, &mut stop).await {
+            Ok(()) => return,
+            Err(e) => tracing::error!("osd.{}: {e:#}; retrying in {backoff:?}", rec.id),
+        }
+        if started.elapsed() > RESTART_BACKOFF_MAX {
+            backoff = RESTART_BACKOFF_MIN;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.changed() => return,
+        }
+        backoff = (backoff * 2).min(RESTART_BACKOFF_MAX);
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Runs one OSD until stopped (Ok) or until it cannot continue (Err).
+async fn run_one(
+    node: &Path,
+    rec: &OsdRecord,
+    ip: IpAddr,
+    mon_addrs: &[SocketAddr],
+    stop: &mut watch::Receiver<bool>,
+) -> Result<()> {
+    let id = rec.id;
+    let ring = Keyring::load(&rec.keyring_path(node))?;
+    let me = EntityName::osd(id);
+    let secret = ring
+        .get(&me)
+        .map(|e| e.secret.clone())
+        .ok_or_else(|| anyhow!("{} has no key for {me}", rec.keyring_path(node).display()))?;
+    let cfg = rec.store_config();
+    let store = tokio::task::spawn_blocking(move || Store::open(cfg))
+        .await
+        .map_err(|e| anyhow!("store open task: {e}"))?
+        .with_context(|| {
+            format!(
+                "opening the store of osd.{id} at {}",
+                rec.store_path.display()
+            )
+        })?;
+    let statfs = store.statfs().ok();
+    let mon = Arc::new(MonClient::new(
+        mon_addrs.to_vec(),
+        Credentials::Key {
+            name: me.clone(),
+            secret: secret.clone(),
+        },
+        MON_CMD_TIMEOUT,
+    ));
+    let map_rx = crate::conn::follow_map(&mon).await?;
+    let (req_tx, mut req_rx) = tokio::sync::mpsc::channel::<MonCommand>(256);
+    let fwd_mon = mon.clone();
+    let fwd = tokio::spawn(async move {
+        while let Some(cmd) = req_rx.recv().await {
+            if let Err(e) = fwd_mon.command(&cmd).await {
+                tracing::warn!("osd.{id}: {}: {e}", cmd.verb());
+            }
+        }
+    });
+    let mut ocfg = OsdConfig::new(id, secret);
+    ocfg.bind_addr = SocketAddr::new(ip, 0);
+    let osd = Osd::start_with_mon(ocfg, store, map_rx.clone(), Some(req_tx))
+        .await
+        .map_err(|e| anyhow!("{e}"))?;
+    let addr = osd.addr().to_string();
+    let boot_id: u64 = rand::random();
+    let reported = OsdReported {
+        total_bytes: statfs
+            .as_ref()
+            .map(|s| s.total_bytes)
+            .unwrap_or(rec.data_bytes),
+        used_bytes: statfs.as_ref().map(|s| s.used_bytes).unwrap_or(0),
+        state: "active".into(),
+        boot_id,
+    };
+    let boot = MonCommand::OsdBoot {
+        id,
+        uuid: rec.uuid.clone(),
+        addrs: vec![addr.clone()],
+        reported: reported.clone(),
+    };
+    tracing::info!(
+        "osd.{id} listening on {addr}, store {}",
+        rec.store_path.display()
+    );
+    let mut last_boot: Option<Instant> = None;
+    let result = loop {
+        let map = map_rx.borrow().clone();
+        let needs_boot = match map.osds.get(&id) {
+            None => {
+                break Err(anyhow!(
+                    "osd.{id} is no longer in the cluster map (purged?)"
+                ))
+            }
+            Some(o) => !o.up || o.addrs.first() != Some(&addr),
+        };
+        if needs_boot
+            && last_boot
+                .map(|t| t.elapsed() >= REBOOT_INTERVAL)
+                .unwrap_or(true)
+        {
+            last_boot = Some(Instant::now());
+            match mon.command(&boot).await {
+                Ok(r) => tracing::info!("osd.{id}: {}", r.plain.trim()),
+                Err(e) => tracing::warn!("osd.{id}: boot: {e}"),
+            }
+        }
+        let status = OsdStatus {
+            osd: id,
+            addr: addr.clone(),
+            stamp: unix_now(),
+            total_bytes: reported.total_bytes,
+            used_bytes_at_start: reported.used_bytes,
+            pgs: osd.pg_stats().into_iter().map(PgSnap::from).collect(),
+        };
+        if let Ok(text) = serde_json::to_vec(&status) {
+            let _ = cairn_mon::service::write_file_atomic(
+                &OsdRecord::stats_path(node, id),
+                &text,
+                0o644,
+            );
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(STATUS_INTERVAL) => {}
+            _ = stop.changed() => break Ok(()),
+        }
+    };
+    osd.stop();
+    drop(osd);
+    fwd.abort();
+    let _ = std::fs::remove_file(OsdRecord::stats_path(node, id));
+    result
+}
+
+/// Reports OSDs of other nodes that the map shows up but that no longer
+/// accept connections (a crude stand-in for OSD heartbeats).
+async fn probe_peers(
+    mon: Arc<MonClient>,
+    local: Arc<std::sync::Mutex<Vec<i32>>>,
+    stop: watch::Receiver<bool>,
+) {
+    let map_rx = loop {
+        if *stop.borrow() {
+            return;
+        }
+        match crate::conn::follow_map(&mon).await {
+            Ok(rx) => break rx,
+            Err(e) => {
+                tracing::debug!("peer prober: {e:#}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    let mut failures: HashMap<i32, u32> = HashMap::new();
+    while !*stop.borrow() {
+        let map = map_rx.borrow().clone();
+        let mine = local.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let targets: Vec<(i32, SocketAddr)> = map
+            .osds
+            .values()
+            .filter(|o| o.up && !mine.contains(&o.id))
+            .filter_map(|o| Some((o.id, o.addrs.first()?.parse().ok()?)))
+            .collect();
+        failures.retain(|id, _| targets.iter().any(|(t, _)| t == id));
+        for (id, addr) in targets {
+            let ok = matches!(
+                tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr)).await,
+                Ok(Ok(_))
+            );
+            let n = failures.entry(id).or_insert(0);
+            *n = if ok { 0 } else { *n + 1 };
+            if *n == PROBE_FAILURES_TO_REPORT {
+                tracing::warn!("osd.{id} at {addr} does not answer; reporting it failed");
+                if let Err(e) = mon.command(&MonCommand::OsdFailed { id }).await {
+                    tracing::warn!("reporting osd.{id} failed: {e}");
+                }
+            }
+        }
+        tokio::time::sleep(PROBE_INTERVAL).await;
+    }
+}

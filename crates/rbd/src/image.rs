@@ -68,9 +68,15 @@ fn validate_name(name: &str) -> Result<(), RbdError> {
     Ok(())
 }
 
-/// Runs `f(i)` for i in 0..n with at most MAX_PARALLEL_OBJECT_OPS at once,
-/// returning the results in index order.
-async fn for_each_bounded<T, F, Fut>(n: u64, f: F) -> Result<Vec<T>, RbdError>
+/// Runs `f(i)` for i in 0..n with at most MAX_PARALLEL_OBJECT_OPS at once
+/// and folds the results into `acc` as they finish (memory stays bounded
+/// however many objects an image has).
+async fn for_each_bounded<T, A, F, Fut>(
+    n: u64,
+    f: F,
+    mut acc: A,
+    fold: impl Fn(&mut A, T),
+) -> Result<A, RbdError>
 where
     T: Send + 'static,
     F: Fn(u64) -> Fut,
@@ -78,7 +84,9 @@ where
 {
     let sem = Arc::new(Semaphore::new(MAX_PARALLEL_OBJECT_OPS));
     let mut set = JoinSet::new();
-    let mut out: Vec<Option<T>> = Vec::new();
+    let joined = |r: Result<Result<T, RbdError>, tokio::task::JoinError>| {
+        r.map_err(|e| RbdError::Invalid(format!("task failed: {e}")))?
+    };
     for i in 0..n {
         let permit = sem
             .clone()
@@ -89,21 +97,16 @@ where
         set.spawn(async move {
             let r = fut.await;
             drop(permit);
-            (i, r)
+            r
         });
-        out.push(None);
         while let Some(done) = set.try_join_next() {
-            let (j, r) = done.map_err(|e| RbdError::Invalid(format!("task failed: {e}")))?;
-            out[j as usize] = Some(r?);
+            fold(&mut acc, joined(done)?);
         }
     }
     while let Some(done) = set.join_next().await {
-        let (j, r) = done.map_err(|e| RbdError::Invalid(format!("task failed: {e}")))?;
-        out[j as usize] = Some(r?);
+        fold(&mut acc, joined(done)?);
     }
-    out.into_iter()
-        .map(|o| o.ok_or_else(|| RbdError::Invalid("missing result".into())))
-        .collect()
+    Ok(acc)
 }
 
 impl Rbd {
@@ -277,7 +280,12 @@ impl Rbd {
         let header = self.info(name).await?;
         let data = self.rados.ioctx(&header.data_pool)?;
         let id = header.id.clone();
-        let sizes = for_each_bounded(header.object_count(), |objno| {
+        let empty = DiskUsage {
+            provisioned_bytes: header.size_bytes,
+            used_bytes: 0,
+            objects: 0,
+        };
+        let stat = |objno| {
             let data = data.clone();
             let oid = data_object(&id, objno);
             async move {
@@ -287,13 +295,14 @@ impl Rbd {
                     Err(e) => Err(RbdError::from(e)),
                 }
             }
+        };
+        for_each_bounded(header.object_count(), stat, empty, |du, size| {
+            if let Some(size) = size {
+                du.used_bytes += size;
+                du.objects += 1;
+            }
         })
-        .await?;
-        Ok(DiskUsage {
-            provisioned_bytes: header.size_bytes,
-            used_bytes: sizes.iter().flatten().sum(),
-            objects: sizes.iter().flatten().count() as u64,
-        })
+        .await
     }
 
     /// Removes an image and all its data. Refused while it is locked.
@@ -306,10 +315,17 @@ impl Rbd {
                 cookie: l.cookie,
             });
         }
-        let header = self.read_header(name, &id).await?;
-        let data = self.rados.ioctx(&header.data_pool)?;
-        remove_objects(&data, &id, 0, header.object_count()).await?;
-        ignore_noent(self.meta.remove(&header_object(&id)).await)?;
+        // A create interrupted between reserving the name and writing the
+        // header leaves no header and no data: clean up the rest anyway.
+        match self.read_header(name, &id).await {
+            Ok(header) => {
+                let data = self.rados.ioctx(&header.data_pool)?;
+                remove_objects(&data, &id, 0, header.object_count()).await?;
+                ignore_noent(self.meta.remove(&header_object(&id)).await)?;
+            }
+            Err(RbdError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
         self.meta
             .omap_rm_keys(
                 DIRECTORY_OBJECT,
@@ -422,13 +438,12 @@ fn ignore_noent<T>(r: Result<T, ClientError>) -> Result<(), RbdError> {
 }
 
 async fn remove_objects(data: &IoCtx, id: &str, from: u64, to: u64) -> Result<(), RbdError> {
-    for_each_bounded(to.saturating_sub(from), |i| {
+    let remove = |i| {
         let data = data.clone();
         let oid = data_object(id, from + i);
         async move { ignore_noent(data.remove(&oid).await) }
-    })
-    .await?;
-    Ok(())
+    };
+    for_each_bounded(to.saturating_sub(from), remove, (), |_, ()| {}).await
 }
 
 /// An open image holding the exclusive lock. Call [`Image::close`] to

@@ -36,6 +36,7 @@ pub struct ServerConfig {
     /// Bound on the whole handshake.
     pub handshake_timeout: Duration,
     /// Connections served at once; further ones wait in the accept queue.
+    /// Worst-case request memory is `max_connections * max_inflight_bytes`.
     pub max_connections: usize,
 }
 
@@ -43,9 +44,9 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             max_request_bytes: 32 * 1024 * 1024,
-            max_inflight_bytes: 128 * 1024 * 1024,
+            max_inflight_bytes: 64 * 1024 * 1024,
             handshake_timeout: Duration::from_secs(30),
-            max_connections: 128,
+            max_connections: 64,
         }
     }
 }

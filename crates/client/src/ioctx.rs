@@ -268,7 +268,7 @@ impl IoCtx {
         limit: u32,
     ) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, bool), ClientError> {
         let op = SubOp::OmapList {
-            after: after.map(|a| Bytes::copy_from_slice(a)),
+            after: after.map(Bytes::copy_from_slice),
             limit,
             values: true,
         };

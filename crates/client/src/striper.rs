@@ -39,7 +39,7 @@ impl Striper {
         if stripe_unit == 0
             || stripe_count == 0
             || object_size == 0
-            || object_size % stripe_unit != 0
+            || !object_size.is_multiple_of(stripe_unit)
         {
             return Err(ClientError::Invalid(format!(
                 "striping needs stripe_unit > 0, stripe_count > 0 and object_size a multiple of stripe_unit (got object_size {object_size}, stripe_unit {stripe_unit}, stripe_count {stripe_count})"

@@ -636,6 +636,7 @@ async fn fio_nbd_engine_verified_writes() {
             "--ioengine=nbd",
             &uri,
             "--verify=crc32c",
+            "--verify_state_save=0",
             "--do_verify=1",
             "--verify_fatal=1",
             "--output-format=terse",

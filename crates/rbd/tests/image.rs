@@ -286,6 +286,7 @@ async fn qemu_io_through_nbd_on_an_image() {
                 "--size=2M",
                 "--offset=10M",
                 "--verify=crc32c",
+                "--verify_state_save=0",
                 "--do_verify=1",
                 "--verify_fatal=1",
             ])

@@ -159,6 +159,23 @@ async fn create_osds_and_pools(conf: &Path, dir: &Path, osds: u32, size: u64) ->
     }
     let mon = admin(conf)?;
     let size_n = osds.min(3);
+    // Set the defaults before creating the pool: changing size right after
+    // creation makes every PG re-peer at once.
+    if size_n < 3 {
+        for (k, v) in [
+            ("osd_pool_default_size", size_n),
+            ("osd_pool_default_min_size", size_n.min(2)),
+        ] {
+            mon.command(&MonCommand::ConfigSet {
+                who: "global".into(),
+                key: k.into(),
+                value: v.to_string(),
+                force: false,
+            })
+            .await
+            .map_err(|e| anyhow!("config set {k}: {e}"))?;
+        }
+    }
     mon.command(&MonCommand::PoolCreate {
         name: "rbd".into(),
         pg_num: Some(DEV_PG_NUM),
@@ -169,16 +186,6 @@ async fn create_osds_and_pools(conf: &Path, dir: &Path, osds: u32, size: u64) ->
     })
     .await
     .map_err(|e| anyhow!("creating pool rbd: {e}"))?;
-    for (k, v) in [("size", size_n), ("min_size", size_n.min(2))] {
-        mon.command(&MonCommand::PoolSet {
-            pool: "rbd".into(),
-            key: k.into(),
-            value: v.to_string(),
-            sure: true,
-        })
-        .await
-        .map_err(|e| anyhow!("pool rbd {k}: {e}"))?;
-    }
     println!("  pool 'rbd': replicated size {size_n}, {DEV_PG_NUM} PGs");
     println!("  pool 'ec21' not created: the OSDs do not serve erasure-coded pools yet");
     Ok(())

@@ -35,6 +35,8 @@ pub fn handles(words: &[String]) -> bool {
 struct Opts {
     conf: Option<PathBuf>,
     json: bool,
+    /// Node data dirs whose OSD status files to read (default: the conf's dir).
+    data: Vec<PathBuf>,
     words: Vec<String>,
 }
 
@@ -42,6 +44,7 @@ fn parse(args: &[String]) -> Result<Opts> {
     let mut o = Opts {
         conf: None,
         json: false,
+        data: Vec::new(),
         words: Vec::new(),
     };
     let mut it = args.iter();
@@ -52,6 +55,9 @@ fn parse(args: &[String]) -> Result<Opts> {
                     it.next().ok_or_else(|| anyhow!("{a} needs a value"))?,
                 ))
             }
+            "--data" => o.data.push(PathBuf::from(
+                it.next().ok_or_else(|| anyhow!("{a} needs a value"))?,
+            )),
             "-f" | "--format" => {
                 let v = it.next().ok_or_else(|| anyhow!("{a} needs a value"))?;
                 o.json = v.starts_with("json");
@@ -78,8 +84,12 @@ pub fn run(args: &[String]) -> Result<()> {
         let mon = conn::mon_client(&conf, creds, DEFAULT_CLIENT_TIMEOUT)?;
         let sub = mon.subscribe().await.map_err(|e| anyhow!("{e}"))?;
         let map = sub.map;
-        let node = conn::conf_dir(&conf.canonicalize().unwrap_or(conf.clone()));
-        let stats = OsdStatus::load_all(&node);
+        let nodes = if o.data.is_empty() {
+            vec![conn::conf_dir(&conf.canonicalize().unwrap_or(conf.clone()))]
+        } else {
+            o.data.clone()
+        };
+        let stats: Vec<OsdStatus> = nodes.iter().flat_map(|n| OsdStatus::load_all(n)).collect();
         let w: Vec<&str> = o.words.iter().map(String::as_str).collect();
         match w.as_slice() {
             ["osd", "map", pool, obj] => osd_map(&map, pool, obj, o.json),

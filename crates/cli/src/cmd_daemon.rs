@@ -220,7 +220,7 @@ pub fn create_cluster(
         let transport = Arc::new(MsgTransport::new(name, mon_secret.clone()));
         let mon = RaftMon::<ClusterMap>::open(
             &dir.join("mon"),
-            mon_id_for(&name),
+            mon_id_for(name),
             transport,
             RaftTiming::default(),
         )

@@ -157,12 +157,12 @@ fn fresh(stats: &[OsdStatus]) -> Vec<&OsdStatus> {
         .collect()
 }
 
+/// A PG's reported state (if known), up set and primary.
+pub type PgView = (Option<PgSnap>, Vec<i32>, Option<i32>);
+
 /// Every PG of every pool with the state its primary reports, or
 /// `unknown` when the primary's report is not available on this node.
-pub fn pg_states(
-    map: &ClusterMap,
-    stats: &[OsdStatus],
-) -> BTreeMap<String, (Option<PgSnap>, Vec<i32>, Option<i32>)> {
+pub fn pg_states(map: &ClusterMap, stats: &[OsdStatus]) -> BTreeMap<String, PgView> {
     let mut by_primary: BTreeMap<(i32, String), PgSnap> = BTreeMap::new();
     for s in fresh(stats) {
         for p in &s.pgs {

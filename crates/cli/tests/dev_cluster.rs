@@ -67,7 +67,7 @@ fn dev_up_rados_bench_down_restart() {
     let dev = Dev {
         tmp: tempfile::tempdir().unwrap(),
     };
-    let out = dev.ok(&["dev", "up", "--osd-size", "256M", "--detach"]);
+    let out = dev.ok(&["dev", "up", "--osd-size", "1G", "--detach"]);
     assert!(
         out.contains("active+clean") && out.contains("export CAIRN_CONF="),
         "{out}"

@@ -118,7 +118,8 @@ fn three_daemons_objects_and_kill9() {
     );
 
     // Write load from a thread; kill -9 node c (its mon and both OSDs) meanwhile.
-    let acked: Arc<Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+    type Acked = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+    let acked: Acked = Arc::default();
     let failed: Arc<Mutex<Vec<String>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let conf = c.nodes[0].conf();

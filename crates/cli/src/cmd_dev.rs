@@ -117,7 +117,29 @@ fn up(dir: &Path, osds: u32, osd_size: &str, detach: bool) -> Result<()> {
         rt.block_on(create_osds_and_pools(&conf, &dir, osds, size))
             .map_err(stop_on_err)?;
     }
-    let clean = rt.block_on(wait_clean(&conf, &dir, CLEAN_TIMEOUT));
+    let mut clean = rt.block_on(wait_clean(&conf, &dir, CLEAN_TIMEOUT));
+    if fresh && clean.is_ok() {
+        // Work around an OSD peering issue (PGs that report active+clean but
+        // do not serve ops after the epochs that follow pool creation): probe
+        // every PG once and restart the OSDs if some do not answer.
+        let stuck = rt.block_on(probe_pgs(&conf)).unwrap_or_default();
+        if !stuck.is_empty() {
+            println!(
+                "  {} PGs did not answer a probe write ({}…): a known OSD peering issue on new pools; restarting the daemon once",
+                stuck.len(),
+                stuck.iter().take(4).cloned().collect::<Vec<_>>().join(", ")
+            );
+            cmd_daemon::stop(&dir)?;
+            cmd_daemon::start_background(&conf)?;
+            cmd_daemon::wait_ready(&conf, &EntityName::client("admin")).map_err(stop_on_err)?;
+            clean = rt.block_on(wait_clean(&conf, &dir, CLEAN_TIMEOUT));
+            let still = rt.block_on(probe_pgs(&conf)).unwrap_or_default();
+            if !still.is_empty() {
+                println!("  still not answering: {}", still.join(", "));
+            }
+        }
+    }
+    let pid = cmd_disk::daemon_pid(&dir).unwrap_or(pid);
     let took = t0.elapsed().as_secs_f64();
     match &clean {
         Ok(n) => println!(
@@ -142,6 +164,56 @@ fn up(dir: &Path, osds: u32, osd_size: &str, detach: bool) -> Result<()> {
     rt.block_on(status_loop(&conf, &dir));
     println!();
     cmd_daemon::stop(&dir)
+}
+
+/// How long one PG may take to answer the probe write.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// Writes and removes one object in every PG of `rbd`; returns the PGs
+/// that did not answer within `PROBE_TIMEOUT`.
+async fn probe_pgs(conf: &Path) -> Result<Vec<String>> {
+    let s = conn::Session::connect(Some(conf), None).await?;
+    let io = s.rados.ioctx("rbd")?;
+    let map = s.rados.map();
+    let pool = map
+        .pools
+        .values()
+        .find(|p| p.name == "rbd")
+        .ok_or_else(|| anyhow!("no pool rbd"))?;
+    let (pg_num, pool_id) = (pool.pg_num, pool.id);
+    let mask = pg_num.next_power_of_two() - 1;
+    let mut names: Vec<Option<String>> = vec![None; pg_num as usize];
+    let mut i = 0u64;
+    while names.iter().any(Option::is_none) && i < 1_000_000 {
+        let n = format!("cairn-dev-probe.{i}");
+        let seed = cairn_map::stable_mod(cairn_ops::object_hash("", &n), pg_num, mask);
+        if let Some(slot) = names.get_mut(seed as usize) {
+            slot.get_or_insert(n);
+        }
+        i += 1;
+    }
+    let mut tasks = Vec::new();
+    for (seed, name) in names.into_iter().enumerate() {
+        let Some(name) = name else { continue };
+        let io = io.clone();
+        tasks.push(tokio::spawn(async move {
+            let ok = tokio::time::timeout(PROBE_TIMEOUT, async {
+                io.write_full(&name, b"probe".to_vec()).await?;
+                io.remove(&name).await
+            })
+            .await
+            .map(|r| r.is_ok())
+            .unwrap_or(false);
+            (seed, ok)
+        }));
+    }
+    let mut stuck = Vec::new();
+    for t in tasks {
+        if let Ok((seed, false)) = t.await {
+            stuck.push(format!("{pool_id}.{seed:x}"));
+        }
+    }
+    Ok(stuck)
 }
 
 async fn create_osds_and_pools(conf: &Path, dir: &Path, osds: u32, size: u64) -> Result<()> {

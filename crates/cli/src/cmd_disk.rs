@@ -389,6 +389,14 @@ async fn create_store(
     Ok(rec)
 }
 
+/// The pid of the node's daemon if it runs.
+pub fn daemon_pid(node: &Path) -> Option<u32> {
+    std::fs::read_to_string(node.join("cairn.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .filter(|p| crate::cmd_daemon::pid_alive(*p))
+}
+
 pub fn daemon_running(node: &Path) -> bool {
     std::fs::read_to_string(node.join("cairn.pid"))
         .ok()

@@ -68,6 +68,7 @@ fn dev_up_rados_bench_down_restart() {
         tmp: tempfile::tempdir().unwrap(),
     };
     let out = dev.ok(&["dev", "up", "--osd-size", "1G", "--detach"]);
+    eprintln!("{out}");
     assert!(
         out.contains("active+clean") && out.contains("export CAIRN_CONF="),
         "{out}"

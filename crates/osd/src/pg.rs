@@ -212,6 +212,11 @@ pub struct Pg {
     pub role: Role,
     pub state: PgState,
     went_active_this_interval: bool,
+    /// True while the current interval's start is only the first map epoch
+    /// this PG instance saw (it was created, or this OSD started, after the
+    /// interval began, or it skipped map epochs): the real start may be
+    /// earlier, and the current primary knows it.
+    interval_start_estimated: bool,
     inflight: BTreeMap<u64, InFlight>,
     /// Objects with a write in flight, and the ops queued behind it.
     busy: HashMap<ObjectName, VecDeque<(Token, OpRequest)>>,
@@ -254,6 +259,7 @@ impl Pg {
                 ..Default::default()
             },
             went_active_this_interval: false,
+            interval_start_estimated: false,
             inflight: BTreeMap::new(),
             busy: HashMap::new(),
             waiting_for_active: VecDeque::new(),
@@ -302,6 +308,28 @@ impl Pg {
         self.state.creating = false;
     }
 
+    /// Adopts the current primary's earlier start of the current interval
+    /// when this PG only knows an estimate (see `interval_start_estimated`),
+    /// so the primary's pushes and sub-ops of this very interval are not
+    /// refused as stale. Returns whether it changed anything.
+    pub fn adopt_primary_interval_start(&mut self, from: i32, since: Epoch) -> bool {
+        let from_current_primary = self
+            .placement
+            .as_ref()
+            .is_some_and(|p| p.primary == Some(from) && p.acting.contains(&self.whoami));
+        if !self.interval_start_estimated
+            || !from_current_primary
+            || since >= self.info.same_interval_since
+        {
+            return false;
+        }
+        // Stay an estimate: a later message of the primary may name an even
+        // earlier start (a push carries the epoch its job began at, a sub-op
+        // the interval start itself).
+        self.info.same_interval_since = since;
+        true
+    }
+
     pub fn handle(&mut self, ev: PgEvent) -> Vec<PgAction> {
         let mut out = Vec::new();
         match ev {
@@ -340,6 +368,7 @@ impl Pg {
             }
             return;
         }
+        self.interval_start_estimated = self.placement.is_none();
         if let Some(old) = self.placement.take() {
             let first = self.info.same_interval_since;
             let primary_alive = p.prev_primary_up_thru.is_none_or(|u| u >= first);

@@ -785,6 +785,7 @@ impl PgActor {
                 let _ = conn.reply(&msg, msg_type::PG_PULL_REPLY, encode(&r)).await;
             }
             PgMsg::Push { conn, msg, push } => {
+                self.pg.adopt_primary_interval_start(push.from, push.epoch);
                 let result = if push.epoch < self.pg.info.same_interval_since {
                     Err(format!(
                         "push from osd.{} for epoch {} is older than this OSD's interval (since {})",
@@ -1087,6 +1088,8 @@ impl PgActor {
             }
             return;
         }
+        self.pg
+            .adopt_primary_interval_start(rep.from, rep.interval_since);
         let ok_sender = self
             .pg
             .placement()

@@ -42,7 +42,11 @@ pub struct Conf {
 pub fn normalize_key(key: &str) -> String {
     let mut out = String::with_capacity(key.len());
     for c in key.trim().chars() {
-        let c = if c == ' ' || c == '-' || c == '\t' { '_' } else { c };
+        let c = if c == ' ' || c == '-' || c == '\t' {
+            '_'
+        } else {
+            c
+        };
         if c == '_' && out.ends_with('_') {
             continue;
         }
@@ -171,8 +175,12 @@ impl Conf {
     /// Renders the config back to INI text, `[global]` first.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        let order = std::iter::once("global")
-            .chain(self.sections.keys().map(String::as_str).filter(|s| *s != "global"));
+        let order = std::iter::once("global").chain(
+            self.sections
+                .keys()
+                .map(String::as_str)
+                .filter(|s| *s != "global"),
+        );
         for name in order {
             let Some(keys) = self.sections.get(name) else {
                 continue;

@@ -6,7 +6,9 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A cluster map epoch. Grows by exactly one per committed map change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 pub struct Epoch(pub u64);
 
 impl Epoch {
@@ -65,7 +67,10 @@ impl FromStr for PgId {
             .map_err(|_| format!("invalid pg id '{s}': pool '{pool}' is not a number"))?;
         let seed = u32::from_str_radix(seed, 16)
             .map_err(|_| format!("invalid pg id '{s}': seed '{seed}' is not hexadecimal"))?;
-        Ok(PgId { pool: PoolId(pool), seed })
+        Ok(PgId {
+            pool: PoolId(pool),
+            seed,
+        })
     }
 }
 
@@ -103,7 +108,10 @@ pub const ENTITY_ID_MAX_LEN: usize = 64;
 
 impl EntityName {
     pub fn new(kind: EntityKind, id: impl Into<String>) -> Self {
-        EntityName { kind, id: id.into() }
+        EntityName {
+            kind,
+            id: id.into(),
+        }
     }
     pub fn osd(id: i32) -> Self {
         EntityName::new(EntityKind::Osd, id.to_string())
@@ -166,7 +174,10 @@ mod tests {
 
     #[test]
     fn pgid_round_trips() {
-        let pg = PgId { pool: PoolId(3), seed: 0x1f };
+        let pg = PgId {
+            pool: PoolId(3),
+            seed: 0x1f,
+        };
         assert_eq!(pg.to_string(), "3.1f");
         assert_eq!("3.1f".parse::<PgId>().unwrap(), pg);
         assert!("3".parse::<PgId>().is_err());

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Runs every Cairn test: formatting, lints, unit/property/integration tests
-# (including the crushtool oracle and the store crash tests). Installs what
-# the tests need first. Long soak runs are off unless CAIRN_SOAK=1.
+# (including the crushtool oracle, the store crash tests and the real-process
+# cluster tests). Installs what the tests need first. Long soak runs are off
+# unless CAIRN_SOAK=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-test-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace --all-targets
-cargo test --workspace --doc
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --all-targets 2>&1 | tee "$log"
+cargo test --workspace --doc 2>&1 | tee -a "$log"
+
+# One closing line for the whole run (cargo prints one per test binary).
+grep -E '^test result:' "$log" | awk '
+  { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;/) p += $(i-1); if ($(i) ~ /^failed;/) f += $(i-1) } }
+  END { printf "summary: %d passed, %d failed\n", p, f }'

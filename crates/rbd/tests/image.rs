@@ -2,6 +2,8 @@
 //! exclusive lock, thin provisioning, I/O across objects, discard freeing
 //! space, resize; then qemu-io through cairn-nbd on top of an image.
 
+// The OSD tests' in-process cluster harness, shared rather than copied.
+#[path = "../../osd/tests/common/mod.rs"]
 mod common;
 
 use cairn_nbd::{Export, NbdServer, ServerConfig};

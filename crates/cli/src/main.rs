@@ -65,7 +65,7 @@ enum Command {
     Bootstrap(cmd_daemon::BootstrapArgs),
     /// Add this node as a monitor of an existing cluster, with a token from `cairn bootstrap`.
     Join(cmd_daemon::JoinArgs),
-    /// Run this node's daemon (its mon), or `daemon stop` it.
+    /// Run this node's daemon (its mon and OSDs), or `daemon stop` it.
     Daemon(cmd_daemon::DaemonArgs),
     /// This node's disks: `disk add PATH`, `disk ls`, `disk zap PATH`.
     Disk(cmd_disk::DiskArgs),

@@ -121,43 +121,8 @@ pub struct OsdStatus {
     pub pgs: Vec<PgSnap>,
 }
 
-/// One PG as an OSD reported it (a copy of `cairn_osd::PgStat` that reads back).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PgSnap {
-    pub pgid: String,
-    pub state: String,
-    pub role: String,
-    pub up: Vec<i32>,
-    pub acting: Vec<i32>,
-    pub primary: Option<i32>,
-    pub epoch: u64,
-    pub last_update: String,
-    pub log_tail: String,
-    pub log_entries: usize,
-    pub same_interval_since: u64,
-    pub last_epoch_started: u64,
-    pub down_reason: Option<String>,
-}
-
-impl From<cairn_osd::PgStat> for PgSnap {
-    fn from(p: cairn_osd::PgStat) -> PgSnap {
-        PgSnap {
-            pgid: p.pgid,
-            state: p.state,
-            role: format!("{:?}", p.role).to_lowercase(),
-            up: p.up,
-            acting: p.acting,
-            primary: p.primary,
-            epoch: p.epoch,
-            last_update: p.last_update,
-            log_tail: p.log_tail,
-            log_entries: p.log_entries,
-            same_interval_since: p.same_interval_since,
-            last_epoch_started: p.last_epoch_started,
-            down_reason: p.down_reason,
-        }
-    }
-}
+/// One PG as an OSD reported it.
+pub type PgSnap = cairn_osd::PgStat;
 
 impl OsdStatus {
     /// Every OSD status file under a node dir (stale files included; check `stamp`).
@@ -387,7 +352,7 @@ async fn run_one(
             stamp: unix_now(),
             total_bytes: reported.total_bytes,
             used_bytes_at_start: reported.used_bytes,
-            pgs: osd.pg_stats().into_iter().map(PgSnap::from).collect(),
+            pgs: osd.pg_stats(),
         };
         if let Ok(text) = serde_json::to_vec(&status) {
             let _ = cairn_mon::service::write_file_atomic(

@@ -80,6 +80,7 @@ pub struct PastInterval {
 
 /// This OSD's part in the PG.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     Primary,
     Replica,

@@ -18,7 +18,7 @@ use cairn_ops::{
 };
 use cairn_store::{CollectionId, Store, StoreError, Transaction};
 use cairn_types::{EntityName, Epoch, PgId, PoolId};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,7 +112,7 @@ pub enum OsdError {
 }
 
 /// One PG as `cairn pg dump` shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PgStat {
     pub pgid: String,
     pub state: String,

@@ -1,16 +1,50 @@
 //! Applies one group-commit batch of transactions inside a single redb write
 //! transaction: object data goes to freshly allocated blocks (copy-on-write,
-//! never overwriting committed blocks), metadata to the KV tables. Owns op
-//! semantics; the commit pipeline around it lives in `store.rs`.
+//! never overwriting committed blocks), metadata to the KV tables. Every
+//! metadata change and every block image written here is also recorded in the
+//! group's [`RedoLog`] (what the WAL record carries). Owns op semantics; the
+//! commit pipeline around it lives in `store.rs`.
 
 use crate::error::{Result, StoreError};
 use crate::ids::{CollectionId, ObjectId};
 use crate::meta::*;
 use crate::store::Inner;
 use crate::txn::{Op, Transaction};
+use crate::wal::SharedRedo;
 use redb::{ReadableTable, Table, WriteTransaction};
 
 type KvTable<'w> = Table<'w, &'static [u8], &'static [u8]>;
+type KvGuard<'a> = redb::AccessGuard<'a, &'static [u8]>;
+type KvRange<'a> = redb::Range<'a, &'static [u8], &'static [u8]>;
+
+/// A redb table whose every change is also written to the group's redo log.
+/// Reads go straight to the table (`raw` for the generic read helpers).
+pub(crate) struct LoggedTable<'w> {
+    pub raw: KvTable<'w>,
+    /// Table id in WAL records (index into `wal::TABLE_NAMES`).
+    id: u8,
+    redo: SharedRedo,
+}
+
+impl<'w> LoggedTable<'w> {
+    pub fn get(&self, key: &[u8]) -> Result<Option<KvGuard<'_>>> {
+        Ok(self.raw.get(key)?)
+    }
+    pub fn range<'a>(&self, r: std::ops::Range<&'a [u8]>) -> Result<KvRange<'_>> {
+        Ok(self.raw.range::<&'a [u8]>(r)?)
+    }
+    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.redo.borrow_mut().put(self.id, key, value);
+        self.raw.insert(key, value)?;
+        Ok(())
+    }
+    pub fn remove(&mut self, key: &[u8]) -> Result<()> {
+        if self.raw.remove(key)?.is_some() {
+            self.redo.borrow_mut().delete(self.id, key);
+        }
+        Ok(())
+    }
+}
 
 /// Longest run of blocks one extent record covers.
 pub(crate) const MAX_RUN_BYTES: u64 = 256 << 10;
@@ -22,25 +56,47 @@ const COPY_CHUNK_BYTES: u64 = 4 << 20;
 const DELETE_CHUNK_KEYS: usize = 4096;
 
 pub(crate) struct Tables<'w> {
-    pub sup: KvTable<'w>,
-    pub colls: KvTable<'w>,
-    pub objects: KvTable<'w>,
-    pub extents: KvTable<'w>,
-    pub omap: KvTable<'w>,
-    pub pgmeta: KvTable<'w>,
-    pub pglog: KvTable<'w>,
+    pub sup: LoggedTable<'w>,
+    pub colls: LoggedTable<'w>,
+    pub objects: LoggedTable<'w>,
+    pub extents: LoggedTable<'w>,
+    pub omap: LoggedTable<'w>,
+    pub pgmeta: LoggedTable<'w>,
+    pub pglog: LoggedTable<'w>,
 }
 
 impl<'w> Tables<'w> {
-    pub fn open(w: &'w WriteTransaction) -> Result<Tables<'w>> {
+    /// Opens every table of `w`, logging changes to `redo`.
+    pub fn open(w: &'w WriteTransaction, redo: &SharedRedo) -> Result<Tables<'w>> {
+        // WAL ids are the positions in `wal::TABLE_NAMES` (stable on disk).
+        let t = |def: Tbl, id: u8| -> Result<LoggedTable<'w>> {
+            Ok(LoggedTable {
+                raw: w.open_table(def)?,
+                id,
+                redo: redo.clone(),
+            })
+        };
         Ok(Tables {
-            sup: w.open_table(T_SUPER)?,
-            colls: w.open_table(T_COLLS)?,
-            objects: w.open_table(T_OBJECTS)?,
-            extents: w.open_table(T_EXTENTS)?,
-            omap: w.open_table(T_OMAP)?,
-            pgmeta: w.open_table(T_PGMETA)?,
-            pglog: w.open_table(T_PGLOG)?,
+            sup: t(T_SUPER, 0)?,
+            colls: t(T_COLLS, 1)?,
+            objects: t(T_OBJECTS, 2)?,
+            extents: t(T_EXTENTS, 3)?,
+            omap: t(T_OMAP, 4)?,
+            pgmeta: t(T_PGMETA, 5)?,
+            pglog: t(T_PGLOG, 6)?,
+        })
+    }
+    /// The table with WAL id `id`.
+    pub fn by_id(&mut self, id: u8) -> Option<&mut LoggedTable<'w>> {
+        Some(match id {
+            0 => &mut self.sup,
+            1 => &mut self.colls,
+            2 => &mut self.objects,
+            3 => &mut self.extents,
+            4 => &mut self.omap,
+            5 => &mut self.pgmeta,
+            6 => &mut self.pglog,
+            _ => return None,
         })
     }
 }
@@ -62,6 +118,8 @@ pub(crate) struct Batch<'a, 'w> {
     /// Blocks released by this attempt (reusable only after commit and readers drain).
     pub freed: Vec<(u64, u64)>,
     pub data_dirty: bool,
+    /// Where block images written by this attempt are recorded (the WAL record).
+    pub redo: SharedRedo,
     pub next_id: u64,
     pub next_id_dirty: bool,
     /// The metadata filesystem is below its reserve: refuse ops that grow anything.
@@ -357,7 +415,7 @@ impl<'a, 'w> Batch<'a, 'w> {
     /// Extents of object `id` overlapping logical blocks `[b0, b1)`.
     fn extents_overlapping(&self, id: u64, b0: u64, b1: u64) -> Result<Vec<(u64, ExtentRec)>> {
         extents_overlapping(
-            &self.t.extents,
+            &self.t.extents.raw,
             id,
             b0,
             b1,
@@ -402,7 +460,7 @@ impl<'a, 'w> Batch<'a, 'w> {
     fn read_block(&self, c: &CollectionId, o: &ObjectId, on: &Onode, b: u64) -> Result<Vec<u8>> {
         let bs = self.inner.block_size;
         let len = bs.min(on.size.saturating_sub(b * bs));
-        let mut v = read_range(self.inner, &self.t.extents, c, o, on, b * bs, len)?;
+        let mut v = read_range(self.inner, &self.t.extents.raw, c, o, on, b * bs, len)?;
         v.resize(bs as usize, 0);
         Ok(v)
     }
@@ -480,8 +538,12 @@ impl<'a, 'w> Batch<'a, 'w> {
         Ok(())
     }
 
+    /// Writes `buf` at fresh block `pblock` through the page cache (no sync):
+    /// the WAL record carries the same bytes, so the record's sync is what
+    /// makes them durable; the next checkpoint syncs the data file.
     fn write_phys(&mut self, pblock: u64, buf: &[u8]) -> Result<()> {
         self.data_dirty = true;
+        self.redo.borrow_mut().image(pblock, buf);
         self.inner
             .data
             .write_at(buf, pblock * self.inner.block_size)
@@ -662,7 +724,7 @@ impl<'a, 'w> Batch<'a, 'w> {
         while done < len {
             let n = COPY_CHUNK_BYTES.min(len - done);
             let s = self.onode_req(c, src)?; // re-read: src may equal dst
-            let buf = read_range(self.inner, &self.t.extents, c, src, &s, soff + done, n)?;
+            let buf = read_range(self.inner, &self.t.extents.raw, c, src, &s, soff + done, n)?;
             self.write_data(c, dst, &mut d, doff + done, &buf)?;
             self.put_onode(c, dst, &d)?;
             done += n;
@@ -781,7 +843,7 @@ pub(crate) fn read_range<T: ReadableTable<&'static [u8], &'static [u8]>>(
 }
 
 /// Deletes keys in `[lo, hi)` in bounded chunks.
-pub(crate) fn delete_range(t: &mut KvTable<'_>, lo: &[u8], hi: &[u8]) -> Result<()> {
+pub(crate) fn delete_range(t: &mut LoggedTable<'_>, lo: &[u8], hi: &[u8]) -> Result<()> {
     loop {
         let keys: Vec<Vec<u8>> = t
             .range(lo..hi)?

@@ -3,9 +3,10 @@
 //! Collections (one per PG shard) hold objects with sparse checksummed data,
 //! xattrs and an ordered omap, plus PG metadata and PG log entries.
 //! [`Transaction`]s apply atomically and are durable when
-//! [`Store::commit`] returns; concurrent submitters share one data sync and
-//! one metadata commit (group commit). Metadata lives in redb, data in one
-//! preallocated file with an extent allocator and a crc32c per block. See
+//! [`Store::commit`] returns; concurrent submitters share one write-ahead-log
+//! record and one sync (group commit). Metadata lives in redb, data in one
+//! preallocated file with an extent allocator and a crc32c per block; redb
+//! and the data file are brought up to date lazily and checkpointed. See
 //! `README.md` for the on-disk format and the fsync discipline.
 
 mod alloc;
@@ -19,6 +20,7 @@ mod meta;
 pub mod sim;
 mod store;
 mod txn;
+mod wal;
 
 pub use apply::MAX_ATTR_BYTES;
 pub use error::{Result, StoreError};
@@ -27,6 +29,6 @@ pub use ids::{CollectionId, ObjectId, NO_SHARD, OBJECT_NAME_MAX_BYTES, SNAP_HEAD
 pub use meta::FORMAT_VERSION;
 pub use store::{
     CommitHandle, FullState, ListStart, ObjectStat, StatFs, Store, StoreConfig, StoreFiles,
-    DATA_FILE, META_FILE,
+    DATA_FILE, META_FILE, WAL_FILE,
 };
 pub use txn::{Op, Transaction};

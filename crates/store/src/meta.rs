@@ -2,7 +2,8 @@
 //! formats of keys and values; knows nothing about transactions.
 //!
 //! Tables (all `&[u8] -> &[u8]`):
-//! - `super`:   "super" -> [`Superblock`], "next_id" -> u64 BE
+//! - `super`:   "super" -> [`Superblock`], "next_id" -> u64 BE,
+//!   "wal_applied" -> u64 BE (last WAL record whose effects this state holds)
 //! - `colls`:   coll(13) -> [`CollMeta`]
 //! - `objects`: coll(13) ++ object sort key -> [`Onode`]
 //! - `extents`: onode id BE ++ logical block BE -> [`ExtentRec`]
@@ -25,8 +26,11 @@ pub(crate) const T_OMAP: Tbl = TableDefinition::new("omap");
 pub(crate) const T_PGMETA: Tbl = TableDefinition::new("pgmeta");
 pub(crate) const T_PGLOG: Tbl = TableDefinition::new("pglog");
 
-/// On-disk format version of the store (label, superblock and records).
-pub const FORMAT_VERSION: u32 = 1;
+/// On-disk format version of the store (label, superblock, records, WAL).
+/// 2: adds the write-ahead log (`wal` file, `wal_applied` in `super`).
+pub const FORMAT_VERSION: u32 = 2;
+/// Key in `super` of the last WAL sequence number applied durably.
+pub(crate) const KEY_WAL_APPLIED: &[u8] = b"wal_applied";
 const REC_V1: u8 = 1;
 /// Largest metadata record we will decode.
 const REC_LIMIT_BYTES: usize = 64 << 20;

@@ -7,7 +7,7 @@ use crate::device::StoreFile;
 use rand::{Rng, SeedableRng};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard};
 
 /// Which failure to inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +24,10 @@ pub enum Fault {
 pub struct FaultPlan {
     ops: AtomicU64,
     fail_at: Mutex<Option<(u64, Fault)>>,
+    /// Held shared by every mutating op; [`FaultPlan::pause_io`] takes it
+    /// exclusively so that several files can be power-cut at one instant
+    /// while the store's background work (checkpoints) keeps running.
+    gate: RwLock<()>,
 }
 
 impl FaultPlan {
@@ -41,6 +45,10 @@ impl FaultPlan {
         if let Ok(mut g) = self.fail_at.lock() {
             *g = None;
         }
+    }
+    /// Blocks every mutating op on files of this plan until the guard drops.
+    pub fn pause_io(&self) -> Option<RwLockWriteGuard<'_, ()>> {
+        self.gate.write().ok()
     }
     pub fn ops(&self) -> u64 {
         self.ops.load(Ordering::SeqCst)
@@ -154,6 +162,7 @@ impl StoreFile for SimFile {
         Ok(())
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let _io = self.plan.gate.read();
         self.plan.tick(true)?;
         let mut st = self.lock()?;
         let o = usize::try_from(offset).map_err(io::Error::other)?;
@@ -167,6 +176,7 @@ impl StoreFile for SimFile {
         Ok(())
     }
     fn sync_data(&self) -> io::Result<()> {
+        let _io = self.plan.gate.read();
         self.plan.tick(false)?;
         let mut guard = self.lock()?;
         let st = &mut *guard;
@@ -183,6 +193,7 @@ impl StoreFile for SimFile {
         Ok(self.lock()?.live.len() as u64)
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
+        let _io = self.plan.gate.read();
         self.plan.tick(false)?;
         let mut st = self.lock()?;
         let n = usize::try_from(len).map_err(io::Error::other)?;

@@ -1,5 +1,7 @@
-//! The store handle: create/open, the group-commit pipeline and the read
-//! API. Op semantics live in `apply.rs`; integrity walks in `fsck.rs`.
+//! The store handle: create/open (with WAL replay), the group-commit
+//! pipeline (WAL append, lazy apply, checkpoints) and the read API. Op
+//! semantics live in `apply.rs`, the WAL record format in `wal.rs`, integrity
+//! walks in `fsck.rs`.
 
 use crate::alloc::Allocator;
 use crate::apply::{self, Batch, Prewrite, Tables, MAX_RUN_BYTES};
@@ -8,21 +10,29 @@ use crate::error::{Result, StoreError};
 use crate::ids::{CollectionId, ObjectId};
 use crate::meta::*;
 use crate::txn::Transaction;
-use redb::{Database, ReadTransaction, ReadableTable, ReadableTableMetadata};
+use crate::wal::{self, RedoLog, WalWriter, WAL_ALIGN};
+use redb::{Database, Durability, ReadTransaction, ReadableTable, ReadableTableMetadata};
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Name of the data file inside the store directory.
 pub const DATA_FILE: &str = "block";
 /// Name of the metadata (redb) file inside the store or meta directory.
 pub const META_FILE: &str = "meta.redb";
+/// Name of the write-ahead log inside the store or meta directory.
+pub const WAL_FILE: &str = "wal";
 const LOCK_FILE: &str = "LOCK";
+/// Smallest write-ahead log accepted.
+const MIN_WAL_BYTES: u64 = 256 << 10;
+/// Largest single WAL record (also bounded by a quarter of the log).
+const MAX_WAL_RECORD_BYTES: u64 = 16 << 20;
 
 /// Store configuration. `block_size` and `data_bytes` only matter at create.
 #[derive(Debug, Clone)]
@@ -49,6 +59,15 @@ pub struct StoreConfig {
     pub max_inflight_bytes: u64,
     /// Most transactions in one group commit.
     pub max_batch_txns: usize,
+    /// Size of the write-ahead log file (used at create; at open the file's length).
+    pub wal_bytes: u64,
+    /// Writes shorter than this are deferred: their data rides in the WAL
+    /// record and reaches the data file without a sync of its own. Longer
+    /// block-aligned writes go straight to new blocks (synced before the record).
+    pub deferred_write_below_bytes: u64,
+    /// Longest time acknowledged transactions stay only in the WAL before a
+    /// checkpoint makes them durable in the data file and metadata.
+    pub checkpoint_interval_ms: u64,
 }
 
 impl StoreConfig {
@@ -65,6 +84,9 @@ impl StoreConfig {
             meta_reserve_bytes: 256 << 20,
             max_inflight_bytes: 128 << 20,
             max_batch_txns: 512,
+            wal_bytes: 32 << 20,
+            deferred_write_below_bytes: 64 << 10,
+            checkpoint_interval_ms: 1000,
         }
     }
     fn validate(&self) -> Result<()> {
@@ -81,6 +103,12 @@ impl StoreConfig {
             return Err(StoreError::Invalid(format!(
                 "need 0 < nearfull_ratio ({}) <= full_ratio ({}) <= 1",
                 self.nearfull_ratio, self.full_ratio
+            )));
+        }
+        if self.wal_bytes < MIN_WAL_BYTES {
+            return Err(StoreError::Invalid(format!(
+                "wal_bytes {} is too small (at least {MIN_WAL_BYTES})",
+                self.wal_bytes
             )));
         }
         if self.max_batch_txns == 0 {
@@ -195,6 +223,7 @@ impl Inner {
             let pw = match op {
                 crate::txn::Op::Write { offset, data, .. }
                     if offset % bs == 0
+                        && data.len() as u64 >= self.cfg.deferred_write_below_bytes
                         && !data.is_empty()
                         && (data.len() as u64).is_multiple_of(bs)
                         && offset + data.len() as u64 <= self.cfg.max_object_size =>
@@ -251,6 +280,12 @@ impl Inner {
             crcs: apply::block_crcs(data, bs),
         })
     }
+}
+
+/// What the committer thread is asked to do.
+enum Msg {
+    Txn(Pending),
+    Checkpoint(Arc<Completion>),
 }
 
 struct Pending {
@@ -341,7 +376,7 @@ impl Future for CommitHandle {
 /// The per-disk object store. Cheap to share behind an `Arc`; all methods take `&self`.
 pub struct Store {
     inner: Arc<Inner>,
-    tx: Option<SyncSender<Pending>>,
+    tx: Option<SyncSender<Msg>>,
     committer: Option<JoinHandle<()>>,
     _lock: Option<std::fs::File>,
 }
@@ -350,6 +385,7 @@ pub struct Store {
 pub struct StoreFiles {
     pub data: Arc<dyn StoreFile>,
     pub meta: Arc<dyn StoreFile>,
+    pub wal: Arc<dyn StoreFile>,
 }
 
 impl Store {
@@ -362,6 +398,9 @@ impl Store {
         let lockf = take_lock(&cfg.path)?;
         let data_path = cfg.path.join(DATA_FILE);
         let meta_path = cfg.meta_dir().join(META_FILE);
+        // A WAL without its data and metadata is meaningless: create_on
+        // reformats it (a leftover of a removed store).
+        let wal_path = cfg.meta_dir().join(WAL_FILE);
         for p in [&data_path, &meta_path] {
             if p.exists() {
                 return Err(StoreError::Format {
@@ -373,12 +412,13 @@ impl Store {
         }
         check_fs_space(
             cfg.meta_dir(),
-            cfg.data_bytes + cfg.meta_reserve_bytes,
+            cfg.data_bytes + cfg.meta_reserve_bytes + cfg.wal_bytes,
             &cfg,
         )?;
         let data = Arc::new(OsFile::open(&data_path, true).map_err(|e| io("create data file", e))?);
         let meta = Arc::new(OsFile::open(&meta_path, true).map_err(|e| io("create meta file", e))?);
-        let mut s = Store::create_on(cfg, StoreFiles { data, meta })?;
+        let wal = Arc::new(OsFile::open(&wal_path, true).map_err(|e| io("create WAL file", e))?);
+        let mut s = Store::create_on(cfg, StoreFiles { data, meta, wal })?;
         s._lock = Some(lockf);
         Ok(s)
     }
@@ -390,7 +430,8 @@ impl Store {
         let io = |what: &str, e| StoreError::io(format!("{what} under {}", cfg.path.display()), e);
         let data_path = cfg.path.join(DATA_FILE);
         let meta_path = cfg.meta_dir().join(META_FILE);
-        for p in [&data_path, &meta_path] {
+        let wal_path = cfg.meta_dir().join(WAL_FILE);
+        for p in [&data_path, &meta_path, &wal_path] {
             if !p.exists() {
                 return Err(StoreError::Format {
                     path: p.display().to_string(),
@@ -400,7 +441,8 @@ impl Store {
         }
         let data = Arc::new(OsFile::open(&data_path, false).map_err(|e| io("open data file", e))?);
         let meta = Arc::new(OsFile::open(&meta_path, false).map_err(|e| io("open meta file", e))?);
-        let mut s = Store::open_on(cfg, StoreFiles { data, meta })?;
+        let wal = Arc::new(OsFile::open(&wal_path, false).map_err(|e| io("open WAL file", e))?);
+        let mut s = Store::open_on(cfg, StoreFiles { data, meta, wal })?;
         s._lock = Some(lockf);
         Ok(s)
     }
@@ -428,13 +470,17 @@ impl Store {
         files.data.preallocate(data_bytes).map_err(dio)?;
         files.data.write_at(&encode_label(&sb), 0).map_err(dio)?;
         files.data.sync_data().map_err(dio)?;
+        let wal_bytes = cfg.wal_bytes / WAL_ALIGN * WAL_ALIGN;
+        wal::format(&*files.wal, wal_bytes).map_err(|e| StoreError::io("WAL file", e))?;
         let db = open_db(&cfg, &files.meta)?;
         let w = db.begin_write()?;
         {
-            let mut t = Tables::open(&w)?;
+            let mut t = Tables::open(&w, &RedoLog::disabled())?;
             t.sup.insert(b"super".as_slice(), enc(&sb).as_slice())?;
             t.sup
                 .insert(b"next_id".as_slice(), 1u64.to_be_bytes().as_slice())?;
+            t.sup
+                .insert(KEY_WAL_APPLIED, 0u64.to_be_bytes().as_slice())?;
         }
         w.commit()?;
         drop(db);
@@ -475,19 +521,35 @@ impl Store {
                 "data file and metadata belong to different stores".into(),
             ));
         }
-        let next_id = match sup.get(b"next_id".as_slice())? {
-            Some(v) => u64::from_be_bytes(
-                v.value()
-                    .try_into()
-                    .map_err(|_| StoreError::Corrupt("next_id".into()))?,
-            ),
-            None => return Err(fmt_err("metadata has no next_id".into())),
-        };
+        let applied = sup_u64(&sup, KEY_WAL_APPLIED).map_err(fmt_err)?;
+        drop(sup);
+        drop(r);
         let bs = sb.block_size as u64;
         let first_block = (LABEL_BYTES as u64).div_ceil(bs);
         let total_blocks = sb.data_bytes / bs;
+        let wal_cap = files
+            .wal
+            .len()
+            .map_err(|e| StoreError::io("WAL file length", e))?
+            / WAL_ALIGN
+            * WAL_ALIGN;
+        if wal_cap < MIN_WAL_BYTES {
+            return Err(fmt_err(format!(
+                "WAL file holds {wal_cap} bytes, less than {MIN_WAL_BYTES}"
+            )));
+        }
+        let replay = Replay {
+            db: &db,
+            data: &*files.data,
+            wal: &*files.wal,
+            store_id: sb.store_id,
+            block_size: bs,
+            blocks: (first_block, total_blocks),
+        };
+        let last_seq = replay.run(applied, wal_cap)?;
+        let r = db.begin_read()?;
+        let next_id = sup_u64(&r.open_table(T_SUPER)?, b"next_id").map_err(fmt_err)?;
         let alloc = rebuild_allocator(&r, first_block, total_blocks)?;
-        drop(sup);
         drop(r);
         let mut cfg = cfg;
         cfg.block_size = sb.block_size;
@@ -508,11 +570,18 @@ impl Store {
             meta_dir_for_statvfs,
             cfg,
         });
-        let (tx, rx) = sync_channel::<Pending>(4096);
+        let max_record_bytes = (wal_cap / 4).min(MAX_WAL_RECORD_BYTES);
+        let log = LogState {
+            wal: WalWriter::new(files.wal, wal_cap, last_seq + 1, sb.store_id),
+            max_record_bytes: max_record_bytes as usize,
+            data_unsynced: false,
+            last_checkpoint: Instant::now(),
+        };
+        let (tx, rx) = sync_channel::<Msg>(4096);
         let inner2 = inner.clone();
         let committer = std::thread::Builder::new()
             .name("store-commit".into())
-            .spawn(move || committer_loop(&inner2, rx))
+            .spawn(move || committer_loop(&inner2, log, rx))
             .map_err(|e| StoreError::io("spawn committer thread", e))?;
         Ok(Store {
             inner,
@@ -549,16 +618,32 @@ impl Store {
         };
         let done = Arc::new(Completion::default());
         let tx = self.tx.as_ref().ok_or(StoreError::ShuttingDown)?;
-        if let Err(std::sync::mpsc::SendError(p)) = tx.send(Pending {
+        if let Err(std::sync::mpsc::SendError(m)) = tx.send(Msg::Txn(Pending {
             txn,
             pre,
             bytes,
             done: done.clone(),
-        }) {
-            p.release_prewrites(&self.inner);
+        })) {
+            if let Msg::Txn(p) = m {
+                p.release_prewrites(&self.inner);
+            }
             return Err(StoreError::ShuttingDown);
         }
         Ok(CommitHandle(done))
+    }
+
+    /// Makes everything acknowledged so far durable in the data file and the
+    /// metadata and empties the WAL (the committer also does this on its own:
+    /// every `checkpoint_interval_ms`, when the WAL is half full, and at close).
+    pub fn checkpoint(&self) -> Result<()> {
+        if let Some(p) = lock(&self.inner.poisoned)?.as_ref() {
+            return Err(StoreError::Poisoned(p.clone()));
+        }
+        let done = Arc::new(Completion::default());
+        let tx = self.tx.as_ref().ok_or(StoreError::ShuttingDown)?;
+        tx.send(Msg::Checkpoint(done.clone()))
+            .map_err(|_| StoreError::ShuttingDown)?;
+        CommitHandle(done).wait()
     }
 
     fn release_inflight(&self, bytes: u64) {
@@ -934,31 +1019,260 @@ fn rebuild_allocator(r: &ReadTransaction, first: u64, total: u64) -> Result<Allo
     Ok(a)
 }
 
-fn committer_loop(inner: &Inner, rx: Receiver<Pending>) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < inner.cfg.max_batch_txns {
+/// Reads a u64 BE value of the `super` table.
+fn sup_u64<T: ReadableTable<&'static [u8], &'static [u8]>>(
+    sup: &T,
+    key: &[u8],
+) -> std::result::Result<u64, String> {
+    let name = String::from_utf8_lossy(key).into_owned();
+    match sup.get(key) {
+        Ok(Some(v)) => v
+            .value()
+            .try_into()
+            .map(u64::from_be_bytes)
+            .map_err(|_| format!("metadata value '{name}' is malformed")),
+        Ok(None) => Err(format!("metadata has no '{name}'")),
+        Err(e) => Err(format!("reading '{name}': {e}")),
+    }
+}
+
+/// WAL replay at open: re-applies every valid record after `wal_applied`,
+/// then checkpoints (data fdatasync + durable metadata commit).
+struct Replay<'a> {
+    db: &'a Database,
+    data: &'a dyn StoreFile,
+    wal: &'a dyn StoreFile,
+    store_id: [u8; 16],
+    block_size: u64,
+    /// Usable data blocks `[first, end)`.
+    blocks: (u64, u64),
+}
+
+impl Replay<'_> {
+    /// Returns the sequence number of the last record now applied.
+    fn run(&self, applied: u64, wal_cap: u64) -> Result<u64> {
+        let wio = |e| StoreError::io("WAL read", e);
+        let recs = wal::scan(self.wal, wal_cap, &self.store_id, applied + 1).map_err(wio)?;
+        let Some(last) = recs.last().copied() else {
+            return Ok(applied);
+        };
+        tracing::info!(
+            records = recs.len(),
+            first = applied + 1,
+            last = last.seq,
+            "replaying the store's write-ahead log"
+        );
+        let w = self.db.begin_write()?; // Durability::Immediate
+        {
+            let mut t = Tables::open(&w, &RedoLog::disabled())?;
+            // Metadata: every change, in order (puts and deletes are idempotent).
+            for pos in &recs {
+                let payload = wal::read_payload(self.wal, pos).map_err(wio)?;
+                let v = self.decode(pos.seq, &payload)?;
+                for ch in v.kv {
+                    let (id, key) = match &ch {
+                        wal::KvChange::Put(id, k, _) | wal::KvChange::Delete(id, k) => (*id, *k),
+                    };
+                    let table = t.by_id(id).ok_or_else(|| {
+                        StoreError::Corrupt(format!("WAL record {} names table {id}", pos.seq))
+                    })?;
+                    match ch {
+                        wal::KvChange::Put(_, _, val) => table.insert(key, val)?,
+                        wal::KvChange::Delete(..) => table.remove(key)?,
+                    }
+                }
+            }
+            self.replay_images(&recs)?;
+            self.data
+                .sync_data()
+                .map_err(|e| StoreError::io("data file fdatasync (replay)", e))?;
+            t.sup
+                .insert(KEY_WAL_APPLIED, last.seq.to_be_bytes().as_slice())?;
+        }
+        w.commit()?;
+        Ok(last.seq)
+    }
+
+    fn decode<'p>(&self, seq: u64, payload: &'p [u8]) -> Result<wal::RecordView<'p>> {
+        wal::decode_payload(payload)
+            .map_err(|e| StoreError::Corrupt(format!("WAL record {seq}: {e}")))
+    }
+
+    /// Data: a block may be freed and reused between records, so only the
+    /// last writer of each block (a later image, or a later large write put
+    /// in place before its record) may leave its bytes: walk backwards.
+    fn replay_images(&self, recs: &[wal::RecordPos]) -> Result<()> {
+        let bs = self.block_size;
+        let mut claimed = wal::BlockSet::default();
+        for pos in recs.iter().rev() {
+            let payload =
+                wal::read_payload(self.wal, pos).map_err(|e| StoreError::io("WAL read", e))?;
+            let v = self.decode(pos.seq, &payload)?;
+            for &(s, l) in &v.runs {
+                claimed.insert(s, l);
+            }
+            for &(pblock, bytes) in v.images.iter().rev() {
+                let n = bytes.len() as u64 / bs;
+                if !(bytes.len() as u64).is_multiple_of(bs)
+                    || pblock < self.blocks.0
+                    || pblock + n > self.blocks.1
+                {
+                    return Err(StoreError::Corrupt(format!(
+                        "WAL record {} has a block image of {} bytes at block {pblock} outside the data file",
+                        pos.seq,
+                        bytes.len()
+                    )));
+                }
+                for i in 0..n {
+                    if !claimed.contains(pblock + i) {
+                        let blk = &bytes[(i * bs) as usize..((i + 1) * bs) as usize];
+                        self.data
+                            .write_at(blk, (pblock + i) * bs)
+                            .map_err(|e| StoreError::io("data file write (replay)", e))?;
+                    }
+                }
+                claimed.insert(pblock, n);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The committer's WAL state (owned by the committer thread).
+struct LogState {
+    wal: WalWriter,
+    max_record_bytes: usize,
+    /// Block images were written to the data file (buffered) since its last fdatasync.
+    data_unsynced: bool,
+    last_checkpoint: Instant,
+}
+
+impl LogState {
+    /// Something acknowledged is not yet durable outside the WAL.
+    fn dirty(&self) -> bool {
+        self.wal.used_bytes() > 0 || self.data_unsynced
+    }
+    fn checkpoint_due(&self, interval: Duration) -> bool {
+        self.wal.used_bytes() >= self.wal.capacity_bytes() / 2
+            || (self.dirty() && self.last_checkpoint.elapsed() >= interval)
+    }
+}
+
+fn poisoned_msg(inner: &Inner) -> Option<String> {
+    inner.poisoned.lock().ok().and_then(|g| g.clone())
+}
+
+fn poison(inner: &Inner, msg: &str) {
+    tracing::error!(error = %msg, "store commit failed; store poisoned until reopen");
+    if let Ok(mut p) = inner.poisoned.lock() {
+        *p = Some(msg.to_string());
+    }
+}
+
+/// Checkpoint: data fdatasync, then a durable metadata commit recording the
+/// last WAL record applied; then the WAL starts over at offset 0.
+fn checkpoint(inner: &Inner, log: &mut LogState) -> std::result::Result<(), String> {
+    if let Some(p) = poisoned_msg(inner) {
+        return Err(p);
+    }
+    if !log.dirty() {
+        log.last_checkpoint = Instant::now();
+        return Ok(());
+    }
+    let r = (|| -> Result<()> {
+        if log.data_unsynced {
+            inner
+                .data
+                .sync_data()
+                .map_err(|e| StoreError::io("data file fdatasync (checkpoint)", e))?;
+            log.data_unsynced = false;
+        }
+        let mut w = inner.db.begin_write()?;
+        w.set_durability(Durability::Immediate);
+        {
+            let mut sup = w.open_table(T_SUPER)?;
+            sup.insert(KEY_WAL_APPLIED, log.wal.last_seq().to_be_bytes().as_slice())?;
+        }
+        w.commit()?;
+        Ok(())
+    })();
+    match r {
+        Ok(()) => {
+            log.wal.reset();
+            log.last_checkpoint = Instant::now();
+            Ok(())
+        }
+        Err(e) => {
+            let msg = format!("checkpoint failed: {e}");
+            poison(inner, &msg);
+            Err(msg)
+        }
+    }
+}
+
+fn committer_loop(inner: &Inner, mut log: LogState, rx: Receiver<Msg>) {
+    let interval = Duration::from_millis(inner.cfg.checkpoint_interval_ms.max(1));
+    loop {
+        let wait = if log.dirty() {
+            interval.saturating_sub(log.last_checkpoint.elapsed())
+        } else {
+            Duration::from_secs(3600)
+        };
+        let first = match rx.recv_timeout(wait) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) => {
+                if log.checkpoint_due(interval) {
+                    let _ = checkpoint(inner, &mut log);
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let mut batch = Vec::new();
+        let mut waiters = Vec::new();
+        match first {
+            Msg::Txn(p) => batch.push(p),
+            Msg::Checkpoint(c) => waiters.push(c),
+        }
+        while waiters.is_empty() && batch.len() < inner.cfg.max_batch_txns {
             match rx.try_recv() {
-                Ok(p) => batch.push(p),
+                Ok(Msg::Txn(p)) => batch.push(p),
+                Ok(Msg::Checkpoint(c)) => waiters.push(c),
                 Err(_) => break,
             }
         }
-        let results = process_batch(inner, &batch);
-        let mut released = 0;
-        for (p, r) in batch.into_iter().zip(results) {
-            released += p.bytes;
-            // After a failed commit (poisoned) the blocks may be referenced by a
-            // commit that did reach the disk: keep them until reopen rebuilds the map.
-            if matches!(&r, Err(e) if !matches!(e, StoreError::Poisoned(_))) {
-                p.release_prewrites(inner);
+        if !batch.is_empty() {
+            commit_batch(inner, &mut log, batch);
+        }
+        if !waiters.is_empty() || log.checkpoint_due(interval) {
+            let r = checkpoint(inner, &mut log);
+            for c in waiters {
+                c.complete(r.clone().map_err(StoreError::Poisoned));
             }
-            p.done.complete(r);
         }
-        if let Ok(mut n) = inner.inflight.lock() {
-            *n = n.saturating_sub(released);
-        }
-        inner.inflight_cv.notify_all();
     }
+    // Clean close: checkpoint so that the next open has nothing to replay.
+    if poisoned_msg(inner).is_none() {
+        let _ = checkpoint(inner, &mut log);
+    }
+}
+
+fn commit_batch(inner: &Inner, log: &mut LogState, batch: Vec<Pending>) {
+    let results = process_batch(inner, log, &batch);
+    let mut released = 0;
+    for (p, r) in batch.into_iter().zip(results) {
+        released += p.bytes;
+        // After a failed commit (poisoned) the blocks may be referenced by a
+        // commit that did reach the disk: keep them until reopen rebuilds the map.
+        if matches!(&r, Err(e) if !matches!(e, StoreError::Poisoned(_))) {
+            p.release_prewrites(inner);
+        }
+        p.done.complete(r);
+    }
+    if let Ok(mut n) = inner.inflight.lock() {
+        *n = n.saturating_sub(released);
+    }
+    inner.inflight_cv.notify_all();
 }
 
 enum Attempt {
@@ -966,18 +1280,18 @@ enum Attempt {
     Committed(Vec<(u64, u64)>),
 }
 
-/// Commits a batch: one data sync plus one metadata commit for all of it.
+/// Commits a batch: one WAL record and one sync for all of it.
 /// A transaction that fails is reported alone and the rest retried.
-fn process_batch(inner: &Inner, batch: &[Pending]) -> Vec<Result<()>> {
+fn process_batch(inner: &Inner, log: &mut LogState, batch: &[Pending]) -> Vec<Result<()>> {
     let mut results: Vec<Option<Result<()>>> = batch.iter().map(|_| None).collect();
-    if let Ok(Some(p)) = inner.poisoned.lock().map(|g| g.clone()) {
+    if let Some(p) = poisoned_msg(inner) {
         return batch
             .iter()
             .map(|_| Err(StoreError::Poisoned(p.clone())))
             .collect();
     }
     loop {
-        match try_batch(inner, batch, &mut results) {
+        match try_batch(inner, log, batch, &mut results) {
             Ok(Attempt::Retry) => continue,
             Ok(Attempt::Committed(freed)) => {
                 release_after_commit(inner, freed);
@@ -985,10 +1299,7 @@ fn process_batch(inner: &Inner, batch: &[Pending]) -> Vec<Result<()>> {
             }
             Err(e) => {
                 let msg = e.to_string();
-                tracing::error!(error = %msg, "store commit failed; store poisoned until reopen");
-                if let Ok(mut p) = inner.poisoned.lock() {
-                    *p = Some(msg.clone());
-                }
+                poison(inner, &msg);
                 return results
                     .into_iter()
                     .map(|r| r.unwrap_or_else(|| Err(StoreError::Poisoned(msg.clone()))))
@@ -998,8 +1309,20 @@ fn process_batch(inner: &Inner, batch: &[Pending]) -> Vec<Result<()>> {
     }
 }
 
+/// One attempt at a group. The exact order (see README "fsync discipline"):
+/// 1. apply every transaction to one redb write transaction; small writes go
+///    to fresh blocks through the page cache, every change lands in the redo log;
+/// 2. if the group has large writes (already in place, O_DIRECT): fdatasync(data);
+/// 3. append the group's WAL record and fdatasync(WAL) — the durability point;
+/// 4. commit redb with `Durability::None` — the visibility point for readers;
+/// 5. the caller acknowledges.
+///
+/// A group whose record would not fit (too large, or the WAL is full) is made
+/// durable the old way instead: fdatasync(data), then a durable redb commit
+/// that also records the WAL as fully applied (a checkpoint).
 fn try_batch(
     inner: &Inner,
+    log: &mut LogState,
     batch: &[Pending],
     results: &mut [Option<Result<()>>],
 ) -> Result<Attempt> {
@@ -1008,14 +1331,17 @@ fn try_batch(
         .as_deref()
         .and_then(fs_available)
         .is_some_and(|a| a < inner.cfg.meta_reserve_bytes);
-    let w = inner.db.begin_write()?;
+    let mut w = inner.db.begin_write()?;
+    w.set_durability(Durability::None);
     let next_id = *lock(&inner.next_id)?;
+    let redo = RedoLog::new(log.max_record_bytes);
     let mut b = Batch {
         inner,
-        t: Tables::open(&w)?,
+        t: Tables::open(&w, &redo)?,
         allocated: Vec::new(),
         freed: Vec::new(),
         data_dirty: false,
+        redo: redo.clone(),
         next_id,
         next_id_dirty: false,
         meta_low,
@@ -1040,23 +1366,62 @@ fn try_batch(
         b.t.sup
             .insert(b"next_id".as_slice(), b.next_id.to_be_bytes().as_slice())?;
     }
-    // Data written by submitters (O_DIRECT) still needs one fdatasync for the
-    // device cache and file metadata: one per group, not one per writer.
-    let prewritten = batch
+    // Blocks that submitters wrote in place (large aligned writes).
+    let runs: Vec<(u64, u64)> = batch
         .iter()
         .enumerate()
-        .any(|(i, p)| results[i].is_none() && p.pre.iter().any(Option::is_some));
-    let data_dirty = b.data_dirty || prewritten;
+        .filter(|(i, _)| results[*i].is_none())
+        .flat_map(|(_, p)| p.pre.iter().flatten())
+        .flat_map(|pw| pw.runs.iter().copied())
+        .collect();
+    let record = {
+        let r = redo.borrow();
+        if r.overflowed() {
+            None
+        } else {
+            let rec = wal::encode_record(log.wal.next_seq(), log.wal.store_id(), &r, &runs);
+            (rec.len() as u64 <= log.wal.room_bytes()).then_some(rec)
+        }
+    };
+    if record.is_none() {
+        // Durable path: this commit holds every earlier record's effects too.
+        b.t.sup
+            .insert(KEY_WAL_APPLIED, log.wal.last_seq().to_be_bytes().as_slice())?;
+    }
+    let data_dirty = b.data_dirty;
     let (freed, next_id) = (std::mem::take(&mut b.freed), b.next_id);
     drop(b);
-    // fsync discipline: data blocks first, then the metadata commit that references them.
-    if data_dirty {
+    let sync_data = |log: &mut LogState| -> Result<()> {
         inner
             .data
             .sync_data()
             .map_err(|e| StoreError::io("data file fdatasync", e))?;
+        // Every buffered image written before this call is durable now.
+        log.data_unsynced = false;
+        Ok(())
+    };
+    match record {
+        Some(rec) => {
+            log.data_unsynced |= data_dirty;
+            if !runs.is_empty() {
+                // Large data must be durable before the record that maps it.
+                sync_data(log)?;
+            }
+            log.wal
+                .append(&rec)
+                .map_err(|e| StoreError::io("WAL append", e))?;
+            w.commit()?;
+        }
+        None => {
+            if data_dirty || !runs.is_empty() || log.data_unsynced {
+                sync_data(log)?;
+            }
+            w.set_durability(Durability::Immediate);
+            w.commit()?;
+            log.wal.reset();
+            log.last_checkpoint = Instant::now();
+        }
     }
-    w.commit()?;
     *lock(&inner.next_id)? = next_id;
     Ok(Attempt::Committed(freed))
 }

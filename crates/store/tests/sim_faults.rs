@@ -1,8 +1,10 @@
-//! Simulated-device faults: both the data file and the metadata engine run
-//! on `SimFile`s. We inject EIO / ENOSPC at a chosen operation and simulate
-//! power cuts (unsynced writes dropped, one torn at a random byte), then
-//! reopen from the durable image and check that every acknowledged
-//! transaction is present and none is partly visible.
+//! Simulated-device faults: the data file, the metadata engine and the WAL
+//! all run on `SimFile`s. We inject EIO / ENOSPC at a chosen operation and
+//! simulate power cuts (unsynced writes dropped, one torn at a random byte) —
+//! including a torn WAL record, a cut between the WAL sync and the next
+//! checkpoint, and a crash in the middle of a checkpoint — then reopen from
+//! the durable image and check that every acknowledged transaction is
+//! present and none is partly visible.
 
 mod common;
 
@@ -16,35 +18,128 @@ fn cfg() -> StoreConfig {
     let mut c = StoreConfig::new("/nonexistent-sim-store");
     c.data_bytes = 16 << 20;
     c.cache_bytes = 4 << 20;
+    // A small log: records over 64 KiB take the direct (checkpointing) path,
+    // and the half-full trigger checkpoints often.
+    c.wal_bytes = 256 << 10;
     c
 }
 
-fn files(d: &Arc<SimFile>, m: &Arc<SimFile>) -> StoreFiles {
-    StoreFiles {
-        data: d.clone(),
-        meta: m.clone(),
+/// The three simulated files of one store.
+struct SimDisk {
+    data: Arc<SimFile>,
+    meta: Arc<SimFile>,
+    wal: Arc<SimFile>,
+}
+
+impl SimDisk {
+    fn new(plan: &Arc<FaultPlan>) -> SimDisk {
+        SimDisk {
+            data: SimFile::new(plan.clone()),
+            meta: SimFile::new(plan.clone()),
+            wal: SimFile::new(plan.clone()),
+        }
+    }
+    fn files(&self) -> StoreFiles {
+        StoreFiles {
+            data: self.data.clone(),
+            meta: self.meta.clone(),
+            wal: self.wal.clone(),
+        }
+    }
+    /// Power cut on all three files at one instant (each keeps a random
+    /// subset of its unsynced writes).
+    fn power_cut(&self, rng: &mut impl Rng, plan: &Arc<FaultPlan>) -> SimDisk {
+        let _frozen = plan.pause_io();
+        SimDisk {
+            data: self
+                .data
+                .power_cut(rng.gen(), plan.clone())
+                .expect("cut data"),
+            meta: self
+                .meta
+                .power_cut(rng.gen(), plan.clone())
+                .expect("cut meta"),
+            wal: self
+                .wal
+                .power_cut(rng.gen(), plan.clone())
+                .expect("cut wal"),
+        }
     }
 }
 
-/// One scenario: run, inject a fault, keep going a little, cut power, reopen, verify.
-fn scenario(seed: u64) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let plan = FaultPlan::new();
-    let data = SimFile::new(plan.clone());
-    let meta = SimFile::new(plan.clone());
-    let s = Store::create_on(cfg(), files(&data, &meta)).expect("mkfs on sim");
+fn injected(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Io { .. }
+            | StoreError::StoreFull { .. }
+            | StoreError::Poisoned(_)
+            | StoreError::Kv(_)
+    )
+}
+
+/// Reopens a cut disk and checks: the store holds a transaction in
+/// `[acked, acked + maybe]`, exactly as the model says, deep fsck is clean,
+/// and it takes a new commit. Returns the store and its model.
+fn reopen_and_verify(
+    what: &str,
+    cfg: StoreConfig,
+    disk: &SimDisk,
+    seed: u64,
+    acked: u64,
+    maybe: u64,
+) -> (Store, Model) {
+    let s = Store::open_on(cfg, disk.files())
+        .unwrap_or_else(|e| panic!("{what} seed {seed}: reopen failed: {e}"));
+    let last = last_applied(&s, 0);
+    assert!(
+        last >= acked && last <= acked + maybe,
+        "{what} seed {seed}: store has txn {last}, acknowledged {acked}"
+    );
+    let mut model = Model::default();
+    advance(seed, 0, &mut model, last);
+    check(&s, 0, &model);
+    let rep = s.deep_fsck().expect("deep fsck");
+    assert!(rep.is_clean(), "{what} seed {seed}: {:?}", rep.issues);
+    let ops = gen(seed, 0, last + 1, &model);
+    s.commit(to_txn(coll(0), &ops))
+        .unwrap_or_else(|e| panic!("{what} seed {seed}: commit after reopen: {e}"));
+    apply(&mut model, &ops);
+    model.idx = last + 1;
+    (s, model)
+}
+
+/// A fresh simulated store with collection 0 and `n` committed workload transactions.
+fn store_with(
+    cfg: StoreConfig,
+    plan: &Arc<FaultPlan>,
+    seed: u64,
+    n: u64,
+) -> (SimDisk, Store, Model) {
+    let disk = SimDisk::new(plan);
+    let s = Store::create_on(cfg, disk.files()).expect("mkfs on sim");
     let mut t = Transaction::new();
     t.create_collection(coll(0));
     s.commit(t).expect("mkcoll");
     let mut m = Model::default();
-    let warmup = rng.gen_range(0..20);
-    for _ in 0..warmup {
+    for _ in 0..n {
         let ops = gen(seed, 0, m.idx + 1, &m);
         s.commit(to_txn(coll(0), &ops))
             .expect("commit before fault");
         apply(&mut m, &ops);
         m.idx += 1;
     }
+    (disk, s, m)
+}
+
+/// One scenario: run, inject a fault (maybe inside a checkpoint), keep going
+/// a little, cut power, reopen, verify.
+fn scenario(seed: u64) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let plan = FaultPlan::new();
+    let mut c = cfg();
+    // Sometimes checkpoint after nearly every group, sometimes never on a timer.
+    c.checkpoint_interval_ms = if rng.gen_bool(0.3) { 1 } else { 3_600_000 };
+    let (disk, s, mut m) = store_with(c.clone(), &plan, seed, rng.gen_range(0..20));
     let fault = match rng.gen_range(0..3) {
         0 => Some(Fault::Eio),
         1 => Some(Fault::Enospc),
@@ -56,6 +151,13 @@ fn scenario(seed: u64) {
     let mut acked = m.idx;
     let mut failed = 0;
     for _ in 0..rng.gen_range(1..15) {
+        if rng.gen_bool(0.15) {
+            // An explicit checkpoint; a fault inside it poisons the store.
+            if let Err(e) = s.checkpoint() {
+                assert!(injected(&e), "seed {seed}: unexpected checkpoint error {e}");
+                break;
+            }
+        }
         let ops = gen(seed, 0, m.idx + 1, &m);
         match s.commit(to_txn(coll(0), &ops)) {
             Ok(()) => {
@@ -66,42 +168,17 @@ fn scenario(seed: u64) {
             Err(e) => {
                 // The failure is reported, is one of the injected kinds, and we stop here
                 // (the in-flight transaction may or may not have reached the disk).
-                assert!(
-                    matches!(
-                        e,
-                        StoreError::Io { .. }
-                            | StoreError::StoreFull { .. }
-                            | StoreError::Poisoned(_)
-                            | StoreError::Kv(_)
-                    ),
-                    "seed {seed}: unexpected error {e}"
-                );
+                assert!(injected(&e), "seed {seed}: unexpected error {e}");
                 failed += 1;
                 break;
             }
         }
     }
     // Power cut while the store is still running (nothing flushed at close).
-    let d2 = data.power_cut(rng.gen(), plan.clone()).expect("cut data");
-    let m2 = meta.power_cut(rng.gen(), plan.clone()).expect("cut meta");
+    let cut = disk.power_cut(&mut rng, &plan);
     plan.clear();
     drop(s);
-    let s = Store::open_on(cfg(), files(&d2, &m2))
-        .unwrap_or_else(|e| panic!("seed {seed}: reopen failed: {e}"));
-    let last = last_applied(&s, 0);
-    assert!(
-        last >= acked && last <= acked + failed,
-        "seed {seed}: store has txn {last}, acknowledged {acked}"
-    );
-    let mut model = Model::default();
-    advance(seed, 0, &mut model, last);
-    check(&s, 0, &model);
-    let rep = s.deep_fsck().expect("deep fsck");
-    assert!(rep.is_clean(), "seed {seed}: {:?}", rep.issues);
-    // And it keeps working.
-    let ops = gen(seed, 0, last + 1, &model);
-    s.commit(to_txn(coll(0), &ops))
-        .unwrap_or_else(|e| panic!("seed {seed}: commit after reopen: {e}"));
+    reopen_and_verify("scenario", c, &cut, seed, acked, failed);
 }
 
 #[test]
@@ -114,6 +191,7 @@ fn faults_and_power_cuts_reopen_consistent() {
         .unwrap_or_else(rand::random);
     println!("sim fault base seed {base} (set CAIRN_STORE_SIM_SEED to replay)");
     for i in 0..n {
+        println!("scenario seed {}", base.wrapping_add(i));
         scenario(base.wrapping_add(i));
     }
 }
@@ -121,9 +199,8 @@ fn faults_and_power_cuts_reopen_consistent() {
 #[test]
 fn eio_on_data_write_fails_only_that_batch() {
     let plan = FaultPlan::new();
-    let data = SimFile::new(plan.clone());
-    let meta = SimFile::new(plan.clone());
-    let s = Store::create_on(cfg(), files(&data, &meta)).expect("mkfs");
+    let disk = SimDisk::new(&plan);
+    let s = Store::create_on(cfg(), disk.files()).expect("mkfs");
     let c = coll(0);
     let o = oid("x");
     let mut t = Transaction::new();
@@ -145,4 +222,82 @@ fn eio_on_data_write_fails_only_that_batch() {
     t.write(c, o.clone(), 0, vec![3u8; 100]);
     assert!(s.commit(t).expect_err("ENOSPC").is_full());
     assert!(s.deep_fsck().expect("fsck").is_clean());
+}
+
+/// Every acknowledged transaction sits only in the WAL (no checkpoint ran):
+/// a power cut drops the lazily applied metadata and data-file writes, and
+/// replay must bring every one of them back.
+#[test]
+fn power_cut_between_wal_sync_and_checkpoint_loses_nothing() {
+    let base: u64 = rand::random();
+    println!("base seed {base}");
+    for i in 0..6u64 {
+        let seed = base.wrapping_add(i);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let plan = FaultPlan::new();
+        let mut c = cfg();
+        c.wal_bytes = 8 << 20; // room for every record: no checkpoint at all
+        c.checkpoint_interval_ms = 3_600_000;
+        let (disk, s, m) = store_with(c.clone(), &plan, seed, 25);
+        let cut = disk.power_cut(&mut rng, &plan);
+        drop(s);
+        let (s, m2) = reopen_and_verify("wal-only", c.clone(), &cut, seed, m.idx, 0);
+        // Replay checkpointed: a second cut right away changes nothing.
+        let cut2 = cut.power_cut(&mut rng, &plan);
+        drop(s);
+        reopen_and_verify("after replay", c, &cut2, seed, m2.idx, 0);
+    }
+}
+
+/// The WAL append of a group fails (EIO at its write or its sync, or at the
+/// data write before it); the power cut then keeps, drops or tears that
+/// record. The transaction is either wholly there or wholly absent.
+#[test]
+fn torn_or_failed_wal_record_is_all_or_nothing() {
+    let base: u64 = rand::random();
+    println!("base seed {base}");
+    for k in 0..8u64 {
+        for cut_seed in 0..3u64 {
+            let seed = base.wrapping_add(k * 16 + cut_seed);
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let plan = FaultPlan::new();
+            let mut c = cfg();
+            c.wal_bytes = 8 << 20;
+            c.checkpoint_interval_ms = 3_600_000;
+            let (disk, s, m) = store_with(c.clone(), &plan, seed, 10);
+            plan.fail_after(k, Fault::Eio);
+            let ops = gen(seed, 0, m.idx + 1, &m);
+            let failed = u64::from(s.commit(to_txn(coll(0), &ops)).is_err());
+            let cut = disk.power_cut(&mut rng, &plan);
+            plan.clear();
+            drop(s);
+            reopen_and_verify("torn wal", c, &cut, seed, m.idx + 1 - failed, failed);
+        }
+    }
+}
+
+/// A fault at each step of a checkpoint (data sync, metadata commit), then a
+/// power cut: everything acknowledged before is still there after reopen.
+#[test]
+fn crash_during_checkpoint_loses_nothing() {
+    let base: u64 = rand::random();
+    println!("base seed {base}");
+    for k in 0..10u64 {
+        let seed = base.wrapping_add(k);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let plan = FaultPlan::new();
+        let mut c = cfg();
+        c.wal_bytes = 8 << 20;
+        c.checkpoint_interval_ms = 3_600_000;
+        let (disk, s, m) = store_with(c.clone(), &plan, seed, 15);
+        plan.fail_after(k, Fault::Eio);
+        let r = s.checkpoint();
+        if let Err(e) = &r {
+            assert!(injected(e), "seed {seed}: unexpected checkpoint error {e}");
+        }
+        let cut = disk.power_cut(&mut rng, &plan);
+        plan.clear();
+        drop(s);
+        reopen_and_verify("checkpoint crash", c, &cut, seed, m.idx, 0);
+    }
 }

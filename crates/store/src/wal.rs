@@ -1,0 +1,504 @@
+//! The store's write-ahead log (WAL): one checksummed record per commit group
+//! in a preallocated file, written with O_DIRECT and made durable with one
+//! fdatasync. Owns the record format, the redo log a group fills while it
+//! applies (metadata key/value changes + small-write block images), appending,
+//! and scanning/decoding for replay. It knows nothing about redb: the
+//! committer in `store.rs` decides when to append, apply and checkpoint.
+//!
+//! Record layout (little endian), padded with zeros to a multiple of 4 KiB:
+//!
+//! ```text
+//! header (48 B): magic "CWAL" | version u8 | 3 B zero | seq u64 | store id 16 B
+//!                | payload_len u32 | payload crc32c u32 | header crc32c u32 (of bytes 0..40) | 4 B zero
+//! payload:       kv_count u32 | kv_len u64 | kv entries
+//!                | image_count u32 | image_len u64 | images
+//!                | run_count u32 | runs (start u64, blocks u64)
+//! kv entry:      table u8 | op u8 (1 put, 0 delete) | key_len u32 | key | [value_len u32 | value]
+//! image:         physical block u64 | len u32 | bytes
+//! ```
+//!
+//! Records always start at offset 0 after a checkpoint and follow each other
+//! back to back; sequence numbers grow by one per record and are never reused,
+//! so a scan stops at the first record that is torn, fails its checksum, or
+//! carries an unexpected sequence number (a leftover of an earlier lap).
+
+use crate::device::StoreFile;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// WAL records are padded to (and O_DIRECT-written in) multiples of this.
+pub(crate) const WAL_ALIGN: u64 = 4096;
+const WAL_MAGIC: &[u8; 4] = b"CWAL";
+const WAL_RECORD_V1: u8 = 1;
+const HEADER_BYTES: usize = 48;
+/// Zero-fill chunk when laying out a new WAL file.
+const FILL_CHUNK_BYTES: usize = 1 << 20;
+
+/// Table ids used in kv entries (stable on disk).
+pub(crate) const TABLE_NAMES: [&str; 7] = [
+    "super", "colls", "objects", "extents", "omap", "pgmeta", "pglog",
+];
+
+/// What one commit group changed, collected while it applies. Once the
+/// encoded size passes `limit_bytes` it stops collecting (overflow): the
+/// group is then made durable by a direct metadata commit instead of a
+/// record, so memory stays bounded whatever the group does.
+#[derive(Debug)]
+pub(crate) struct RedoLog {
+    kv: Vec<u8>,
+    kv_count: u32,
+    images: Vec<u8>,
+    image_count: u32,
+    limit_bytes: usize,
+    overflow: bool,
+}
+
+pub(crate) type SharedRedo = Rc<RefCell<RedoLog>>;
+
+impl RedoLog {
+    pub fn new(limit_bytes: usize) -> SharedRedo {
+        Rc::new(RefCell::new(RedoLog {
+            kv: Vec::new(),
+            kv_count: 0,
+            images: Vec::new(),
+            image_count: 0,
+            limit_bytes,
+            overflow: limit_bytes == 0,
+        }))
+    }
+    /// A log that records nothing (replay, checkpoints, mkfs).
+    pub fn disabled() -> SharedRedo {
+        RedoLog::new(0)
+    }
+    pub fn overflowed(&self) -> bool {
+        self.overflow
+    }
+    fn room_for(&mut self, n: usize) -> bool {
+        if self.overflow {
+            return false;
+        }
+        if self.kv.len() + self.images.len() + n > self.limit_bytes {
+            self.overflow = true;
+            self.kv = Vec::new();
+            self.images = Vec::new();
+            return false;
+        }
+        true
+    }
+    pub fn put(&mut self, table: u8, key: &[u8], value: &[u8]) {
+        if self.room_for(10 + key.len() + value.len()) {
+            self.kv.push(table);
+            self.kv.push(1);
+            self.kv.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            self.kv.extend_from_slice(key);
+            self.kv
+                .extend_from_slice(&(value.len() as u32).to_le_bytes());
+            self.kv.extend_from_slice(value);
+            self.kv_count += 1;
+        }
+    }
+    pub fn delete(&mut self, table: u8, key: &[u8]) {
+        if self.room_for(6 + key.len()) {
+            self.kv.push(table);
+            self.kv.push(0);
+            self.kv.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            self.kv.extend_from_slice(key);
+            self.kv_count += 1;
+        }
+    }
+    /// `data` was written (buffered, not synced) at physical block `pblock`.
+    pub fn image(&mut self, pblock: u64, data: &[u8]) {
+        if self.room_for(12 + data.len()) {
+            self.images.extend_from_slice(&pblock.to_le_bytes());
+            self.images
+                .extend_from_slice(&(data.len() as u32).to_le_bytes());
+            self.images.extend_from_slice(data);
+            self.image_count += 1;
+        }
+    }
+}
+
+/// Encodes one record (padded to [`WAL_ALIGN`]); `runs` are the block runs
+/// the group's large writes put in place (synced before this record).
+pub(crate) fn encode_record(
+    seq: u64,
+    store_id: &[u8; 16],
+    redo: &RedoLog,
+    runs: &[(u64, u64)],
+) -> Vec<u8> {
+    debug_assert!(!redo.overflow);
+    let payload_len = 4 + 8 + redo.kv.len() + 4 + 8 + redo.images.len() + 4 + 16 * runs.len();
+    let total = (HEADER_BYTES + payload_len).next_multiple_of(WAL_ALIGN as usize);
+    let mut v = Vec::with_capacity(total);
+    v.resize(HEADER_BYTES, 0);
+    v.extend_from_slice(&redo.kv_count.to_le_bytes());
+    v.extend_from_slice(&(redo.kv.len() as u64).to_le_bytes());
+    v.extend_from_slice(&redo.kv);
+    v.extend_from_slice(&redo.image_count.to_le_bytes());
+    v.extend_from_slice(&(redo.images.len() as u64).to_le_bytes());
+    v.extend_from_slice(&redo.images);
+    v.extend_from_slice(&(runs.len() as u32).to_le_bytes());
+    for &(s, l) in runs {
+        v.extend_from_slice(&s.to_le_bytes());
+        v.extend_from_slice(&l.to_le_bytes());
+    }
+    let pcrc = crc32c::crc32c(&v[HEADER_BYTES..]);
+    v[0..4].copy_from_slice(WAL_MAGIC);
+    v[4] = WAL_RECORD_V1;
+    v[8..16].copy_from_slice(&seq.to_le_bytes());
+    v[16..32].copy_from_slice(store_id);
+    v[32..36].copy_from_slice(&(payload_len as u32).to_le_bytes());
+    v[36..40].copy_from_slice(&pcrc.to_le_bytes());
+    let hcrc = crc32c::crc32c(&v[..40]);
+    v[40..44].copy_from_slice(&hcrc.to_le_bytes());
+    v.resize(total, 0);
+    v
+}
+
+/// The append side of the log, owned by the committer thread.
+pub(crate) struct WalWriter {
+    file: Arc<dyn StoreFile>,
+    capacity_bytes: u64,
+    /// Offset where the next record goes (0 right after a checkpoint).
+    tail: u64,
+    /// Sequence number of the next record.
+    next_seq: u64,
+    store_id: [u8; 16],
+}
+
+impl WalWriter {
+    pub fn new(
+        file: Arc<dyn StoreFile>,
+        capacity_bytes: u64,
+        next_seq: u64,
+        store_id: [u8; 16],
+    ) -> WalWriter {
+        WalWriter {
+            file,
+            capacity_bytes,
+            tail: 0,
+            next_seq,
+            store_id,
+        }
+    }
+    pub fn store_id(&self) -> &[u8; 16] {
+        &self.store_id
+    }
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+    /// Sequence number of the last record appended (or checkpointed).
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq - 1
+    }
+    pub fn used_bytes(&self) -> u64 {
+        self.tail
+    }
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+    pub fn room_bytes(&self) -> u64 {
+        self.capacity_bytes - self.tail
+    }
+    /// Writes `record` (from [`encode_record`] with `next_seq`) at the tail
+    /// and makes it durable. On error the log must not be used again (the
+    /// store poisons itself): the tail may hold a torn record.
+    pub fn append(&mut self, record: &[u8]) -> io::Result<()> {
+        debug_assert!(record.len() as u64 <= self.room_bytes());
+        debug_assert_eq!(record.len() as u64 % WAL_ALIGN, 0);
+        self.file.write_at_direct(record, self.tail)?;
+        self.file.sync_data()?;
+        self.tail += record.len() as u64;
+        self.next_seq += 1;
+        Ok(())
+    }
+    /// After a checkpoint made every record durable in the metadata: start over at 0.
+    pub fn reset(&mut self) {
+        self.tail = 0;
+    }
+}
+
+/// Lays out a new WAL file: `bytes` reserved and written with zeros (so
+/// appends never convert unwritten extents), then synced.
+pub(crate) fn format(file: &dyn StoreFile, bytes: u64) -> io::Result<()> {
+    file.set_len(0)?;
+    file.preallocate(bytes)?;
+    let zeros = vec![0u8; FILL_CHUNK_BYTES];
+    let mut off = 0u64;
+    while off < bytes {
+        let n = (bytes - off).min(FILL_CHUNK_BYTES as u64) as usize;
+        file.write_at(&zeros[..n], off)?;
+        off += n as u64;
+    }
+    file.sync_data()
+}
+
+/// Where one valid record lies in the log.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordPos {
+    pub offset: u64,
+    pub seq: u64,
+    pub payload_len: u32,
+}
+
+/// Finds the valid records of the log, starting at offset 0 with sequence
+/// `first_seq`; stops at the first torn, corrupt or stale record.
+pub(crate) fn scan(
+    file: &dyn StoreFile,
+    capacity_bytes: u64,
+    store_id: &[u8; 16],
+    first_seq: u64,
+) -> io::Result<Vec<RecordPos>> {
+    let mut out = Vec::new();
+    let mut off = 0u64;
+    let mut seq = first_seq;
+    let mut head = vec![0u8; HEADER_BYTES];
+    while off + WAL_ALIGN <= capacity_bytes {
+        file.read_at(&mut head, off)?;
+        let Some(payload_len) = parse_header(&head, seq, store_id) else {
+            break;
+        };
+        let total = (HEADER_BYTES as u64 + payload_len as u64).next_multiple_of(WAL_ALIGN);
+        if off + total > capacity_bytes {
+            break;
+        }
+        let pos = RecordPos {
+            offset: off,
+            seq,
+            payload_len,
+        };
+        let want = u32::from_le_bytes([head[36], head[37], head[38], head[39]]);
+        let payload = read_payload(file, &pos)?;
+        if crc32c::crc32c(&payload) != want {
+            break;
+        }
+        out.push(pos);
+        off += total;
+        seq += 1;
+    }
+    Ok(out)
+}
+
+fn parse_header(h: &[u8], seq: u64, store_id: &[u8; 16]) -> Option<u32> {
+    if &h[0..4] != WAL_MAGIC || h[4] != WAL_RECORD_V1 {
+        return None;
+    }
+    let hcrc = u32::from_le_bytes([h[40], h[41], h[42], h[43]]);
+    if crc32c::crc32c(&h[..40]) != hcrc {
+        return None;
+    }
+    let rseq = u64::from_le_bytes(h[8..16].try_into().ok()?);
+    if rseq != seq || &h[16..32] != store_id {
+        return None;
+    }
+    Some(u32::from_le_bytes([h[32], h[33], h[34], h[35]]))
+}
+
+/// Reads the payload of a record found by [`scan`].
+pub(crate) fn read_payload(file: &dyn StoreFile, pos: &RecordPos) -> io::Result<Vec<u8>> {
+    let mut payload = vec![0u8; pos.payload_len as usize];
+    file.read_at(&mut payload, pos.offset + HEADER_BYTES as u64)?;
+    Ok(payload)
+}
+
+/// One metadata change of a record.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum KvChange<'a> {
+    Put(u8, &'a [u8], &'a [u8]),
+    Delete(u8, &'a [u8]),
+}
+
+/// A decoded record payload (borrowing the payload bytes).
+#[derive(Debug, Default)]
+pub(crate) struct RecordView<'a> {
+    pub kv: Vec<KvChange<'a>>,
+    pub images: Vec<(u64, &'a [u8])>,
+    pub runs: Vec<(u64, u64)>,
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
+        let end = end.ok_or_else(|| format!("WAL record truncated at byte {}", self.at))?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        let s = self.take(4)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        let s = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        Ok(u64::from_le_bytes(a))
+    }
+}
+
+/// Decodes a payload whose checksum already matched; an error here means a
+/// record that was written wrong (a bug), reported as corruption.
+pub(crate) fn decode_payload(p: &[u8]) -> Result<RecordView<'_>, String> {
+    let mut c = Cursor { b: p, at: 0 };
+    let mut v = RecordView::default();
+    let kv_count = c.u32()?;
+    let _kv_len = c.u64()?;
+    for _ in 0..kv_count {
+        let table = c.u8()?;
+        if table as usize >= TABLE_NAMES.len() {
+            return Err(format!("WAL record names unknown table {table}"));
+        }
+        let op = c.u8()?;
+        let klen = c.u32()? as usize;
+        let key = c.take(klen)?;
+        match op {
+            1 => {
+                let vlen = c.u32()? as usize;
+                v.kv.push(KvChange::Put(table, key, c.take(vlen)?));
+            }
+            0 => v.kv.push(KvChange::Delete(table, key)),
+            _ => return Err(format!("WAL record has unknown kv op {op}")),
+        }
+    }
+    let image_count = c.u32()?;
+    let _image_len = c.u64()?;
+    for _ in 0..image_count {
+        let pblock = c.u64()?;
+        let len = c.u32()? as usize;
+        v.images.push((pblock, c.take(len)?));
+    }
+    let run_count = c.u32()?;
+    for _ in 0..run_count {
+        let s = c.u64()?;
+        let l = c.u64()?;
+        v.runs.push((s, l));
+    }
+    if c.at != p.len() {
+        return Err(format!("WAL record has {} trailing bytes", p.len() - c.at));
+    }
+    Ok(v)
+}
+
+/// Blocks already claimed by a later writer during replay (an interval set
+/// that tolerates overlapping inserts).
+#[derive(Debug, Default)]
+pub(crate) struct BlockSet {
+    /// start -> end (exclusive), non-overlapping, coalesced.
+    runs: BTreeMap<u64, u64>,
+}
+
+impl BlockSet {
+    pub fn contains(&self, b: u64) -> bool {
+        self.runs
+            .range(..=b)
+            .next_back()
+            .is_some_and(|(_, &e)| b < e)
+    }
+    pub fn insert(&mut self, start: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let mut s = start;
+        let mut e = start + len;
+        if let Some((&ps, &pe)) = self.runs.range(..=s).next_back() {
+            if pe >= s {
+                s = ps;
+                e = e.max(pe);
+                self.runs.remove(&ps);
+            }
+        }
+        while let Some((&ns, &ne)) = self.runs.range(s..=e).next() {
+            e = e.max(ne);
+            self.runs.remove(&ns);
+        }
+        self.runs.insert(s, e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{FaultPlan, SimFile};
+
+    fn sample(seq: u64) -> Vec<u8> {
+        let r = RedoLog::new(1 << 20);
+        {
+            let mut r = r.borrow_mut();
+            r.put(2, b"key", b"value");
+            r.delete(4, b"gone");
+            r.image(77, &[seq as u8; 4096]);
+        }
+        let r = r.borrow();
+        encode_record(seq, &[7; 16], &r, &[(100, 3)])
+    }
+
+    #[test]
+    fn record_round_trip() {
+        let rec = sample(5);
+        assert_eq!(rec.len() % WAL_ALIGN as usize, 0);
+        let f = SimFile::new(FaultPlan::new());
+        format(&*f, 64 << 10).unwrap();
+        f.write_at(&rec, 0).unwrap();
+        let found = scan(&*f, 64 << 10, &[7; 16], 5).unwrap();
+        assert_eq!(found.len(), 1);
+        let p = read_payload(&*f, &found[0]).unwrap();
+        let v = decode_payload(&p).unwrap();
+        assert_eq!(v.kv[0], KvChange::Put(2, b"key", b"value"));
+        assert_eq!(v.kv[1], KvChange::Delete(4, b"gone"));
+        assert_eq!(v.images[0].0, 77);
+        assert_eq!(v.runs, vec![(100, 3)]);
+    }
+
+    #[test]
+    fn scan_stops_at_torn_stale_or_foreign_records() {
+        let f = SimFile::new(FaultPlan::new());
+        let cap = 64 << 10;
+        format(&*f, cap).unwrap();
+        let (a, b) = (sample(1), sample(2));
+        f.write_at(&a, 0).unwrap();
+        f.write_at(&b, a.len() as u64).unwrap();
+        assert_eq!(scan(&*f, cap, &[7; 16], 1).unwrap().len(), 2);
+        // Wrong expected sequence (a stale record of an earlier lap): nothing.
+        assert_eq!(scan(&*f, cap, &[7; 16], 2).unwrap().len(), 0);
+        // Another store's log: nothing.
+        assert_eq!(scan(&*f, cap, &[8; 16], 1).unwrap().len(), 0);
+        // A flipped payload byte in the second record: only the first survives.
+        f.corrupt(a.len() as u64 + 100, 1).unwrap();
+        assert_eq!(scan(&*f, cap, &[7; 16], 1).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn overflow_drops_everything_and_stays_overflowed() {
+        let r = RedoLog::new(100);
+        let mut r = r.borrow_mut();
+        r.put(1, b"a", b"b");
+        assert!(!r.overflowed());
+        r.image(1, &[0; 4096]);
+        assert!(r.overflowed());
+        r.put(1, b"a", b"b");
+        assert!(r.overflowed() && r.kv.is_empty() && r.images.is_empty());
+    }
+
+    #[test]
+    fn block_set_merges_overlaps() {
+        let mut s = BlockSet::default();
+        s.insert(10, 5);
+        s.insert(12, 10);
+        s.insert(30, 1);
+        s.insert(0, 11);
+        assert!(s.contains(0) && s.contains(21) && s.contains(30));
+        assert!(!s.contains(22) && !s.contains(31));
+        assert_eq!(s.runs.len(), 2);
+    }
+}

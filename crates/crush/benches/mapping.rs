@@ -3,33 +3,15 @@
 //! workspace API. `CAIRN_BENCH_CRUSHTOOL=1` also times `crushtool --test` on
 //! the same map over x 0..999999 and prints both rates and their ratio.
 
+#[path = "support/mod.rs"]
+mod support;
+
 use cairn_crush::{CrushMap, Workspace};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 
-fn bench_map() -> CrushMap {
-    let mut map = CrushMap::new();
-    map.add_bucket("default", "root", None).expect("root");
-    for h in 0..100 {
-        let host = format!("host{h}");
-        for d in 0..12 {
-            map.add_device(
-                h * 12 + d,
-                Some("hdd"),
-                4.0,
-                &[("host", &host), ("root", "default")],
-            )
-            .expect("device");
-        }
-    }
-    map.add_replicated_rule("replicated_rule", "default", "host", None)
-        .expect("rule");
-    map
-}
-
 fn mapping(c: &mut Criterion) {
-    let map = bench_map();
-    let rule = map.rule_id("replicated_rule").unwrap_or(0);
+    let (map, rule) = support::bench_map();
     let reweights = vec![0x10000u32; 1200];
     let mut ws = Workspace::new(&map);
     let mut out = Vec::with_capacity(3);
@@ -40,7 +22,14 @@ fn mapping(c: &mut Criterion) {
         let mut base = 0u32;
         b.iter(|| {
             for x in base..base + BATCH {
-                map.do_rule_into(&mut ws, rule, black_box(x), 3, &reweights, &mut out);
+                map.do_rule_into(
+                    &mut ws,
+                    rule,
+                    black_box(x),
+                    support::REPLICAS,
+                    &reweights,
+                    &mut out,
+                );
                 black_box(&out);
             }
             base = base.wrapping_add(BATCH);
@@ -122,7 +111,7 @@ fn compare_with_crushtool(map: &CrushMap, rule: i32) {
     let (own0, _) = cpu_secs();
     let mut sum = 0i64;
     for x in 0..n {
-        map.do_rule_into(&mut ws, rule, x, 3, &reweights, &mut out);
+        map.do_rule_into(&mut ws, rule, x, support::REPLICAS, &reweights, &mut out);
         sum += i64::from(out[0]);
     }
     let ours_secs = t.elapsed().as_secs_f64();

@@ -14,6 +14,7 @@ mod ln_tables;
 mod map;
 mod mapper;
 mod shadow;
+mod straw2;
 pub mod tester;
 mod text;
 

@@ -17,20 +17,21 @@ const RH: [i64; 129] = {
 };
 
 /// `crush_ln(xin)`: the 2^44-scaled log2 of `xin + 1`, for `xin` in 0..=0xffff.
+/// A `const fn` so that tables derived from it are built at compile time.
 #[inline]
-pub fn crush_ln(xin: u32) -> u64 {
+pub const fn crush_ln(xin: u32) -> u64 {
     let mut x = xin + 1;
     let mut iexpon: u64 = 15;
     if x & 0x18000 == 0 {
         let bits = (x & 0x1ffff).leading_zeros() - 16;
         x <<= bits;
-        iexpon = 15 - u64::from(bits);
+        iexpon = 15 - bits as u64;
     }
     let index1 = ((x >> 8) << 1) as usize;
     let k = (index1 - 256) / 2;
     let rh = RH[k];
     let lh = LH[k];
-    let xl64 = ((i64::from(x)).wrapping_mul(rh) as u64) >> 48;
+    let xl64 = ((x as i64).wrapping_mul(rh) as u64) >> 48;
     let mut result = iexpon << (12 + 32);
     let index2 = (xl64 & 0xff) as usize;
     let ll = LL[index2];

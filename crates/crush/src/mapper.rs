@@ -1,11 +1,11 @@
-//! `crush_do_rule` and its choose loops (firstn and indep), the straw2 draw,
-//! the legacy permutation fallback and the reweight test, exactly as Ceph's
-//! mapper computes them. [`Workspace`] holds the scratch buffers so repeated
+//! `crush_do_rule` and its choose loops (firstn and indep), the legacy
+//! permutation fallback and the reweight test, exactly as Ceph's mapper
+//! computes them (the straw2 draw itself lives in `straw2.rs`). [`Workspace`] holds the scratch buffers so repeated
 //! mappings do not allocate.
 
 use crate::hash::{hash32_2, hash32_3};
-use crate::ln::crush_ln;
 use crate::map::{Bucket, CrushMap, RuleStep};
+use crate::straw2::straw2_choose;
 use crate::CRUSH_ITEM_NONE;
 
 /// Placeholder for a not-yet-chosen `indep` position (Ceph's CRUSH_ITEM_UNDEF).
@@ -57,178 +57,6 @@ impl Workspace {
             self.perm.resize(n_buckets, PermState::default());
         }
     }
-}
-
-/// Lanes hashed together; buckets are hashed in blocks of this many items
-/// (the last block zero-padded) so even small buckets use whole vectors.
-const HASH_LANES: usize = 16;
-
-#[inline(always)]
-fn hash_block(x: u32, ids: &[i32; HASH_LANES], r: u32, out: &mut [u32; HASH_LANES]) {
-    for k in 0..HASH_LANES {
-        out[k] = hash32_3(x, ids[k] as u32, r) & 0xffff;
-    }
-}
-
-#[inline(always)]
-fn hash_items_body(x: u32, items: &[i32], r: u32, out: &mut [u32]) {
-    if cfg!(debug_assertions) {
-        // Unoptimised builds (the test suite) gain nothing from padded
-        // blocks; hash exactly the items.
-        for (o, &id) in out.iter_mut().zip(items.iter()) {
-            *o = hash32_3(x, id as u32, r) & 0xffff;
-        }
-        return;
-    }
-    let mut ins = items.chunks_exact(HASH_LANES);
-    let mut outs = out.chunks_exact_mut(HASH_LANES);
-    for (i, o) in (&mut ins).zip(&mut outs) {
-        let ids: &[i32; HASH_LANES] = i.try_into().expect("chunks_exact yields full blocks");
-        let dst: &mut [u32; HASH_LANES] = o.try_into().expect("chunks_exact yields full blocks");
-        hash_block(x, ids, r, dst);
-    }
-    let rest = ins.remainder();
-    if !rest.is_empty() {
-        let mut ids = [0i32; HASH_LANES];
-        ids[..rest.len()].copy_from_slice(rest);
-        let mut tmp = [0u32; HASH_LANES];
-        hash_block(x, &ids, r, &mut tmp);
-        outs.into_remainder().copy_from_slice(&tmp[..rest.len()]);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx512bw")]
-fn hash_items_avx512(x: u32, items: &[i32], r: u32, out: &mut [u32]) {
-    hash_items_body(x, items, r, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn hash_items_avx2(x: u32, items: &[i32], r: u32, out: &mut [u32]) {
-    hash_items_body(x, items, r, out)
-}
-
-/// The 16-bit straw2 hash of every item (vectorised; AVX-512 or AVX2 when
-/// the CPU has them).
-#[inline]
-fn hash_items<'a>(x: u32, items: &[i32], r: u32, buf: &'a mut Vec<u32>) -> &'a [u32] {
-    if buf.len() < items.len() {
-        buf.resize(items.len(), 0);
-    }
-    let out = &mut buf[..items.len()];
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-        {
-            // SAFETY: the CPU supports these AVX-512 subsets (checked just above).
-            unsafe { hash_items_avx512(x, items, r, out) };
-            return out;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            unsafe { hash_items_avx2(x, items, r, out) };
-            return out;
-        }
-    }
-    hash_items_body(x, items, r, out);
-    out
-}
-
-/// `crush_ln(u) - 2^48`: the (non-positive) straw2 numerator.
-#[inline(always)]
-fn ln_draw(u: u32) -> i64 {
-    crush_ln(u) as i64 - 0x1_0000_0000_0000
-}
-
-/// The straw2 choice: the first item with the highest trunc(ln/weight) draw.
-///
-/// Exact reformulation of Ceph's loop without a division per item: for a
-/// non-positive `ln` and positive weight `w`, trunc(ln / w) > d (d an
-/// integer) holds exactly when ln > d * w. With equal weights, ln only grows
-/// with the hash (below 0xffff), so items whose hash is not above the best
-/// seen cannot win and need no logarithm at all.
-#[inline]
-fn straw2_choose(b: &Bucket, x: u32, r: u32, hashes: &mut Vec<u32>) -> i32 {
-    let items = &b.items;
-    let weights = &b.weights;
-    let hashes = hash_items(x, items, r, hashes);
-    let w0 = weights[0];
-    // A fold rather than `all` so the comparison vectorises (no early exit).
-    if weights.iter().fold(true, |same, &w| same & (w == w0)) {
-        if w0 == 0 {
-            return items[0];
-        }
-        if let Some(i) = straw2_equal_weights(hashes, w0) {
-            return items[i];
-        }
-    }
-    let mut best = 0;
-    let mut best_draw = if w0 != 0 {
-        ln_draw(hashes[0]) / i64::from(w0)
-    } else {
-        i64::MIN
-    };
-    for (i, (&u, &w)) in hashes.iter().zip(weights.iter()).enumerate().skip(1) {
-        if w == 0 {
-            continue;
-        }
-        let ln = ln_draw(u);
-        if best_draw == i64::MIN || i128::from(ln) > i128::from(best_draw) * i128::from(w) {
-            best_draw = ln / i64::from(w);
-            best = i;
-        }
-    }
-    items[best]
-}
-
-/// Steps the equal-weight search may walk down from the top hash before it
-/// hands over to the general loop (only very large weights need more).
-const MAX_TIE_WALK: u32 = 64;
-
-/// Equal weights `w`: the draw trunc(ln(u)/w) only grows with u (below
-/// 0xffff), so the winner is the first item whose hash reaches the smallest
-/// u with the top draw. Two vectorisable passes, a handful of logarithms.
-/// `None` (rare) means "use the general loop".
-#[inline]
-fn straw2_equal_weights(hashes: &[u32], w: u32) -> Option<usize> {
-    let top = hashes.iter().copied().fold(0u32, u32::max);
-    if top == 0xffff {
-        return None; // crush_ln is not monotone at 0xffff
-    }
-    let wd = i64::from(w);
-    let d = ln_draw(top) / wd;
-    // draw(u) >= d  <=>  ln(u) > (d - 1) * w
-    let bound = i128::from(d - 1) * i128::from(wd);
-    let mut lowest = top;
-    while lowest > 0 && i128::from(ln_draw(lowest - 1)) > bound {
-        lowest -= 1;
-        if top - lowest > MAX_TIE_WALK {
-            return None;
-        }
-    }
-    hashes.iter().position(|&u| u >= lowest)
-}
-
-/// Ceph's straw2 loop, division by division (the reference for tests).
-#[cfg(test)]
-fn straw2_choose_reference(b: &Bucket, x: u32, r: u32) -> i32 {
-    let mut best = 0;
-    let mut best_draw = i64::MIN;
-    for (i, (&id, &w)) in b.items.iter().zip(b.weights.iter()).enumerate() {
-        let draw = if w != 0 {
-            ln_draw(hash32_3(x, id as u32, r) & 0xffff) / i64::from(w)
-        } else {
-            i64::MIN
-        };
-        if i == 0 || draw > best_draw {
-            best = i;
-            best_draw = draw;
-        }
-    }
-    b.items[best]
 }
 
 /// Ceph's `bucket_perm_choose`, used by the legacy local-fallback search.
@@ -334,7 +162,7 @@ impl Mapper<'_> {
             self.perm_touched.push(idx);
             perm_choose(b, &mut self.perm[idx], self.x, r)
         } else {
-            straw2_choose(b, self.x, r, self.hashes)
+            straw2_choose(&b.items, &b.weights, self.x, r, self.hashes)
         }
     }
 
@@ -745,32 +573,5 @@ impl CrushMap {
         ws.a = w;
         ws.b = o;
         ws.c = c;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
-
-        /// The division-free straw2 loop picks what Ceph's loop picks.
-        #[test]
-        fn straw2_fast_path_equals_reference(
-            items in prop::collection::vec((-50i32..2000, prop::sample::select(vec![0u32, 1, 0x8000, 0x10000, 0x10000, 0x57530, 0xffff_ffff, 3])), 1..40),
-            equal in any::<bool>(),
-            x in any::<u32>(),
-            r in 0u32..200,
-        ) {
-            let mut b = Bucket::new(-1, "b", 1);
-            let w_first = items[0].1;
-            for (id, w) in &items {
-                b.push(*id, if equal { w_first } else { *w });
-            }
-            let mut scratch = Vec::new();
-            prop_assert_eq!(straw2_choose(&b, x, r, &mut scratch), straw2_choose_reference(&b, x, r));
-        }
     }
 }

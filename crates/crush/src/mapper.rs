@@ -5,13 +5,21 @@
 
 use crate::hash::{hash32_2, hash32_3};
 use crate::map::{Bucket, CrushMap, RuleStep};
-use crate::straw2::straw2_choose;
+use crate::straw2::{straw2_choose, Straw2Scratch};
 use crate::CRUSH_ITEM_NONE;
 
 /// Placeholder for a not-yet-chosen `indep` position (Ceph's CRUSH_ITEM_UNDEF).
 const ITEM_UNDEF: i32 = 0x7fff_fffe;
 /// Largest `num_rep` a single mapping computes (results are truncated to it).
 pub const MAX_NUM_REP: usize = 1024;
+/// Replicas whose first draws are made ahead of need in one batch.
+const MAX_DRAW_AHEAD: usize = 16;
+/// Levels of the hierarchy those draws go down.
+const MAX_DRAW_AHEAD_LEVELS: usize = 4;
+/// Buckets at least this large are drawn on their own, not in a batch.
+const DRAW_IN_PLACE_ITEMS: usize = 32;
+/// Draws made ahead of need kept per mapping (they are searched linearly).
+const MAX_DRAWN: usize = 64;
 
 #[derive(Debug, Clone, Default)]
 struct PermState {
@@ -26,19 +34,20 @@ pub struct Workspace {
     a: Vec<i32>,
     b: Vec<i32>,
     c: Vec<i32>,
-    hashes: Vec<u32>,
+    straw2: Straw2Scratch,
+    /// straw2 results of the current mapping made ahead of need:
+    /// (bucket id, attempt r, item).
+    drawn: Vec<(i32, u32, i32)>,
+    /// Output of a batch of draws.
+    batch_out: Vec<i32>,
     perm: Vec<PermState>,
     perm_touched: Vec<usize>,
 }
 
 impl Workspace {
-    /// A workspace sized for `map` (it grows on demand for other maps).
-    pub fn new(map: &CrushMap) -> Workspace {
-        let biggest = map.buckets().map(|b| b.items.len()).max().unwrap_or(0);
-        Workspace {
-            hashes: Vec::with_capacity(biggest),
-            ..Workspace::default()
-        }
+    /// A workspace for `map` (its buffers grow on first use, for any map).
+    pub fn new(_map: &CrushMap) -> Workspace {
+        Workspace::default()
     }
 
     fn reset(&mut self, result_max: usize, n_buckets: usize) {
@@ -53,6 +62,7 @@ impl Workspace {
             }
         }
         self.perm_touched.clear();
+        self.drawn.clear();
         if self.perm.len() < n_buckets {
             self.perm.resize(n_buckets, PermState::default());
         }
@@ -104,7 +114,9 @@ struct Mapper<'a> {
     reweights: &'a [u32],
     x: u32,
     max_devices: i32,
-    hashes: &'a mut Vec<u32>,
+    straw2: &'a mut Straw2Scratch,
+    drawn: &'a mut Vec<(i32, u32, i32)>,
+    batch_out: &'a mut Vec<i32>,
     perm: &'a mut Vec<PermState>,
     perm_touched: &'a mut Vec<usize>,
 }
@@ -162,7 +174,98 @@ impl Mapper<'_> {
             self.perm_touched.push(idx);
             perm_choose(b, &mut self.perm[idx], self.x, r)
         } else {
-            straw2_choose(&b.items, &b.weights, self.x, r, self.hashes)
+            match self.drawn.iter().find(|d| d.0 == bid && d.1 == r) {
+                Some(d) => d.2,
+                None => straw2_choose(&b.items, &b.weights, self.x, r, self.straw2),
+            }
+        }
+    }
+
+    /// Makes ahead of need, in one batch per level, the straw2 draws the
+    /// first attempt of each of `reps` replicas will ask for when choosing
+    /// from `take` (attempt r = rep, descending with the same r through
+    /// buckets of other types down to `type_id`, then, for chooseleaf, the
+    /// leaf draw inside the chosen bucket). Draws are a pure function of
+    /// (bucket, x, r), so a guess that the choose loop does not use (a
+    /// collision, a rejected item) costs time, never correctness.
+    #[allow(clippy::too_many_arguments)]
+    fn draw_ahead(
+        &mut self,
+        take: i32,
+        reps: usize,
+        firstn: bool,
+        leaf: bool,
+        type_id: i32,
+        vary_r: u32,
+        stable: u32,
+    ) {
+        let reps = reps.min(MAX_DRAW_AHEAD);
+        if reps < 2 || self.drawn.len() > MAX_DRAWN {
+            return;
+        }
+        let map = self.map;
+        // Per replica: the bucket its next draw is in, that draw's r, and
+        // whether that draw is the leaf draw (the last one guessed).
+        let mut next: [(i32, u32, bool); MAX_DRAW_AHEAD] = [(0, 0, false); MAX_DRAW_AHEAD];
+        for (rep, n) in next.iter_mut().enumerate().take(reps) {
+            *n = (take, rep as u32, false);
+        }
+        let mut live = reps;
+        for _level in 0..MAX_DRAW_AHEAD_LEVELS {
+            if live == 0 {
+                break;
+            }
+            // Large buckets keep vectors busy on their own and are drawn
+            // in place; small ones share vectors in one batch.
+            let mut direct = [None; MAX_DRAW_AHEAD];
+            self.straw2.clear_batch();
+            for (&(bid, r, _), d) in next.iter().zip(direct.iter_mut()).take(reps) {
+                if let Some(b) = map.bucket(bid).filter(|b| !b.items.is_empty()) {
+                    if b.items.len() >= DRAW_IN_PLACE_ITEMS {
+                        *d = Some(straw2_choose(&b.items, &b.weights, self.x, r, self.straw2));
+                    } else {
+                        self.straw2.push_draw(&b.items, &b.weights, r);
+                    }
+                }
+            }
+            self.straw2.run_batch(self.x, self.batch_out);
+            let mut got = self.batch_out.iter();
+            live = 0;
+            for (rep, n) in next.iter_mut().enumerate().take(reps) {
+                let (bid, r, was_leaf) = *n;
+                if map.bucket(bid).is_none_or(|b| b.items.is_empty()) {
+                    *n = (0, 0, false);
+                    continue;
+                }
+                let item = match direct[rep] {
+                    Some(item) => item,
+                    None => *got.next().expect("one result per batched draw"),
+                };
+                self.drawn.push((bid, r, item));
+                *n = (0, 0, false);
+                if was_leaf || item >= 0 {
+                    continue;
+                }
+                let Some(ib) = map.bucket(item) else { continue };
+                if ib.type_id != type_id {
+                    *n = (item, r, false); // descend with the same r
+                    live += 1;
+                } else if leaf {
+                    let leaf_r = if firstn {
+                        let sub_r = if vary_r != 0 {
+                            r.checked_shr(vary_r - 1).unwrap_or(0)
+                        } else {
+                            0
+                        };
+                        let first = if stable != 0 { 0 } else { rep as u32 };
+                        first.wrapping_add(sub_r)
+                    } else {
+                        (rep as u32).wrapping_add(r)
+                    };
+                    *n = (item, leaf_r, true);
+                    live += 1;
+                }
+            }
         }
     }
 
@@ -433,7 +536,9 @@ impl CrushMap {
             reweights,
             x,
             max_devices,
-            hashes: &mut ws.hashes,
+            straw2: &mut ws.straw2,
+            drawn: &mut ws.drawn,
+            batch_out: &mut ws.batch_out,
             perm: &mut ws.perm,
             perm_touched: &mut ws.perm_touched,
         };
@@ -531,6 +636,8 @@ impl CrushMap {
                         vary_r,
                         stable,
                     };
+                    let reps = (numrep as usize).min(result_max - osize);
+                    m.draw_ahead(take, reps, true, leaf, type_id, vary_r, stable);
                     osize += m.choose_firstn(
                         take,
                         numrep,
@@ -544,6 +651,7 @@ impl CrushMap {
                     );
                 } else {
                     let out_size = (numrep as usize).min(result_max - osize);
+                    m.draw_ahead(take, out_size, false, leaf, type_id, vary_r, stable);
                     m.choose_indep(
                         take,
                         out_size,

@@ -1,8 +1,10 @@
 //! The straw2 draw: which item of a bucket input `x` picks on attempt `r`.
 //! Owns the vectorised item hashing (AVX-512 with explicit intrinsics, AVX2
 //! and portable code through the autovectoriser) and the exact,
-//! division-free choice of the winner. Results are Ceph's, bit for bit; the
-//! rule interpreter in `mapper.rs` calls [`straw2_choose`].
+//! division-free choice of the winner, one draw at a time or as a batch of
+//! draws hashed together. Results are Ceph's, bit for bit; the rule
+//! interpreter in `mapper.rs` calls [`straw2_choose`] and
+//! [`Straw2Scratch::run_batch`].
 
 use crate::hash::hash32_3;
 use crate::ln::crush_ln;
@@ -13,9 +15,85 @@ fn ln_draw(u: u32) -> i64 {
     crush_ln(u) as i64 - 0x1_0000_0000_0000
 }
 
+/// Scratch space of the straw2 draws: the lanes (item ids, attempt numbers,
+/// weights) of a batch of draws and their hashes. Grown on demand, never
+/// shrunk; one per [`crate::Workspace`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Straw2Scratch {
+    ids: Vec<i32>,
+    rs: Vec<u32>,
+    weights: Vec<u32>,
+    hashes: Vec<u32>,
+    /// (first lane, lane count) of each draw of the batch.
+    draws: Vec<(usize, usize)>,
+}
+
+impl Straw2Scratch {
+    /// Starts a new batch of draws.
+    pub(crate) fn clear_batch(&mut self) {
+        self.ids.clear();
+        self.rs.clear();
+        self.weights.clear();
+        self.draws.clear();
+    }
+
+    /// Adds the draw of attempt `r` over a bucket's `items` and `weights`
+    /// (non-empty, same length) to the batch.
+    pub(crate) fn push_draw(&mut self, items: &[i32], weights: &[u32], r: u32) {
+        debug_assert_eq!(items.len(), weights.len());
+        debug_assert!(!items.is_empty());
+        self.draws.push((self.ids.len(), items.len()));
+        self.ids.extend_from_slice(items);
+        self.weights.extend_from_slice(weights);
+        self.rs.resize(self.rs.len() + items.len(), r);
+    }
+
+    /// Makes every draw of the batch for input `x`, hashing all their
+    /// lanes in one stream (so short buckets share vectors and the long
+    /// dependency chains of several draws overlap); `out[i]` is the item
+    /// draw `i` picks. Same results as [`straw2_choose`] draw by draw.
+    pub(crate) fn run_batch(&mut self, x: u32, out: &mut Vec<i32>) {
+        out.clear();
+        let n = self.ids.len();
+        if self.hashes.len() < n {
+            self.hashes.resize(n, 0);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            if avx512::available() {
+                let hashes = &mut self.hashes[..n];
+                // SAFETY: the CPU has AVX-512F and AVX-512VL (checked by `available`).
+                unsafe {
+                    avx512::hash_lanes(x, &self.ids, avx512::Attempts::Each(&self.rs), hashes)
+                };
+                for &(first, len) in &self.draws {
+                    let lanes = first..first + len;
+                    // SAFETY: as above.
+                    let i = unsafe {
+                        avx512::pick(&self.weights[lanes.clone()], &self.hashes[lanes.clone()])
+                    };
+                    out.push(self.ids[first + i]);
+                }
+                return;
+            }
+        }
+        for &(first, len) in &self.draws {
+            let lanes = first..first + len;
+            let (items, weights) = (&self.ids[lanes.clone()], &self.weights[lanes.clone()]);
+            let r = self.rs[first];
+            out.push(choose_dispatch(
+                items,
+                weights,
+                x,
+                r,
+                &mut self.hashes[lanes],
+            ));
+        }
+    }
+}
+
 /// The straw2 choice over `items` with 16.16 `weights`: the first item with
 /// the highest trunc(ln / weight) draw, as Ceph's `bucket_straw2_choose`.
-/// `scratch` holds the item hashes (grown on demand, never shrunk).
 ///
 /// Exact reformulation of Ceph's loop without a division per item: for a
 /// non-positive `ln` and positive weight `w`, trunc(ln / w) > d (d an
@@ -28,20 +106,30 @@ pub(crate) fn straw2_choose(
     weights: &[u32],
     x: u32,
     r: u32,
-    scratch: &mut Vec<u32>,
+    scratch: &mut Straw2Scratch,
 ) -> i32 {
     debug_assert_eq!(items.len(), weights.len());
     debug_assert!(!items.is_empty());
-    if scratch.len() < items.len() {
-        scratch.resize(items.len(), 0);
+    let n = items.len();
+    if scratch.hashes.len() < n {
+        scratch.hashes.resize(n, 0);
     }
-    let hashes = &mut scratch[..items.len()];
     #[cfg(target_arch = "x86_64")]
     {
         if avx512::available() {
-            // SAFETY: the CPU has AVX-512F (checked by `available`).
-            return unsafe { avx512::choose(items, weights, x, r, hashes) };
+            let hashes = &mut scratch.hashes[..n];
+            // SAFETY: the CPU has AVX-512F and AVX-512VL (checked by `available`).
+            return unsafe { avx512::choose_one(items, weights, x, r, hashes) };
         }
+    }
+    choose_dispatch(items, weights, x, r, &mut scratch.hashes[..n])
+}
+
+/// straw2 without AVX-512: AVX2 when the CPU has it, else portable code.
+#[inline]
+fn choose_dispatch(items: &[i32], weights: &[u32], x: u32, r: u32, hashes: &mut [u32]) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    {
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2 (checked just above).
             return unsafe { choose_avx2(items, weights, x, r, hashes) };
@@ -150,7 +238,7 @@ fn ln_is_flat_at(u: u32) -> bool {
 /// item whose hash reaches it. `None` (rare: a zero weight, the non-monotone
 /// top value 0xffff, or a long run of equal draws) means "use the general
 /// loop".
-#[inline]
+#[inline(always)]
 fn winning_floor(top: u32, w: u32) -> Option<u32> {
     if w == 0 || top >= 0xffff {
         return None;
@@ -202,12 +290,15 @@ fn choose_general(hashes: &[u32], weights: &[u32]) -> usize {
     best
 }
 
-/// AVX-512 straw2: two 16-lane blocks hashed side by side (the rjenkins mix
-/// is one long dependency chain, so a single block leaves the vector units
-/// idle), the running maximum kept in a register, and the bucket tail
-/// hashed in the narrowest vectors that cover it (8 and 4 lanes cost a half
-/// and a quarter of a 16-lane block), with masked loads and stores.
+/// AVX-512 straw2. The lanes of one or several draws are hashed as one
+/// stream, two 16-lane vectors side by side (the rjenkins mix is one long
+/// dependency chain, so a single vector leaves the units idle); the last
+/// few lanes go in 8- and 4-lane vectors (a half and a quarter of the work
+/// of a 16-lane one) stepped together with the last pair, so that their
+/// chains overlap too. Partial vectors use masked loads and stores.
 #[cfg(target_arch = "x86_64")]
+// Parallel arrays of vectors are stepped in lockstep by index on purpose.
+#[allow(clippy::needless_range_loop)]
 mod avx512 {
     use std::arch::x86_64::*;
 
@@ -291,151 +382,325 @@ mod avx512 {
         i32
     );
 
-    /// `a = (a - b - c) ^ shift(c)` over `N` vectors at once.
+    /// `a = (a - b - c) ^ shift(c)` on every vector of the three groups
+    /// (`.0` 16 lanes x P, `.1` 8 lanes x Q, `.2` 4 lanes x S).
     macro_rules! step {
-        ($w:ident, $a:ident, $b:ident, $c:ident, $dir:ident, $n:literal) => {
-            for k in 0..N {
-                $a[k] = $w::xor($w::sub($w::sub($a[k], $b[k]), $c[k]), $w::$dir::<$n>($c[k]));
+        ($a:ident, $b:ident, $c:ident, $dir:ident, $n:literal) => {
+            for k in 0..P {
+                $a.0[k] = w16::xor(
+                    w16::sub(w16::sub($a.0[k], $b.0[k]), $c.0[k]),
+                    w16::$dir::<$n>($c.0[k]),
+                );
+            }
+            for k in 0..Q {
+                $a.1[k] = w8::xor(
+                    w8::sub(w8::sub($a.1[k], $b.1[k]), $c.1[k]),
+                    w8::$dir::<$n>($c.1[k]),
+                );
+            }
+            for k in 0..S {
+                $a.2[k] = w4::xor(
+                    w4::sub(w4::sub($a.2[k], $b.2[k]), $c.2[k]),
+                    w4::$dir::<$n>($c.2[k]),
+                );
             }
         };
     }
 
-    /// Robert Jenkins' 96-bit mix, as in `hash.rs`, on `N` vectors.
+    /// Robert Jenkins' 96-bit mix, as in `hash.rs`, on every vector.
     macro_rules! mix {
-        ($w:ident, $a:ident, $b:ident, $c:ident) => {
-            step!($w, $a, $b, $c, right, 13);
-            step!($w, $b, $c, $a, left, 8);
-            step!($w, $c, $a, $b, right, 13);
-            step!($w, $a, $b, $c, right, 12);
-            step!($w, $b, $c, $a, left, 16);
-            step!($w, $c, $a, $b, right, 5);
-            step!($w, $a, $b, $c, right, 3);
-            step!($w, $b, $c, $a, left, 10);
-            step!($w, $c, $a, $b, right, 15);
+        ($a:ident, $b:ident, $c:ident) => {
+            step!($a, $b, $c, right, 13);
+            step!($b, $c, $a, left, 8);
+            step!($c, $a, $b, right, 13);
+            step!($a, $b, $c, right, 12);
+            step!($b, $c, $a, left, 16);
+            step!($c, $a, $b, right, 5);
+            step!($a, $b, $c, right, 3);
+            step!($b, $c, $a, left, 10);
+            step!($c, $a, $b, right, 15);
         };
     }
 
-    /// Defines `$name::<N>(x, r, ids)`: `hash32_3(x, id, r) & 0xffff` for
-    /// every lane of `N` vectors of ids.
-    macro_rules! define_hash {
-        ($name:ident, $w:ident) => {
-            /// # Safety
-            /// As the `lane_ops` functions: AVX-512F and AVX-512VL.
-            #[inline(always)]
-            unsafe fn $name<const N: usize>(x: u32, r: u32, ids: [$w::V; N]) -> [$w::V; N] {
-                // SAFETY: the caller guarantees the CPU features.
-                unsafe {
-                    let seed_x_r = $w::set1(SEED ^ x as i32 ^ r as i32);
-                    let mut a = [$w::set1(x as i32); N];
-                    let mut b = ids;
-                    let mut c = [$w::set1(r as i32); N];
-                    let mut h = ids;
-                    for v in h.iter_mut() {
-                        *v = $w::xor(seed_x_r, *v);
-                    }
-                    let mut xs = [$w::set1(X0); N];
-                    let mut ys = [$w::set1(Y0); N];
-                    mix!($w, a, b, h);
-                    mix!($w, c, xs, h);
-                    mix!($w, ys, a, h);
-                    mix!($w, b, xs, h);
-                    mix!($w, ys, c, h);
-                    let low16 = $w::set1(0xffff);
-                    for v in h.iter_mut() {
-                        *v = $w::and(*v, low16);
-                    }
-                    h
-                }
+    /// Vectors of the three widths: P of 16 lanes, Q of 8, S of 4.
+    type Group<const P: usize, const Q: usize, const S: usize> =
+        ([w16::V; P], [w8::V; Q], [w4::V; S]);
+
+    /// A group with every lane set to `v`.
+    #[inline(always)]
+    unsafe fn splat<const P: usize, const Q: usize, const S: usize>(v: i32) -> Group<P, Q, S> {
+        // SAFETY: the caller guarantees the CPU features.
+        unsafe { ([w16::set1(v); P], [w8::set1(v); Q], [w4::set1(v); S]) }
+    }
+
+    /// `hash32_3(x, id, r) & 0xffff` on every lane (ids and attempts lane
+    /// by lane).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX-512VL; only called from (and
+    /// inlined into) functions that enable them.
+    #[inline(always)]
+    unsafe fn hash_group<const P: usize, const Q: usize, const S: usize>(
+        x: u32,
+        ids: Group<P, Q, S>,
+        rs: Group<P, Q, S>,
+    ) -> Group<P, Q, S> {
+        // SAFETY: the caller guarantees the CPU features.
+        unsafe {
+            let seed_x = SEED ^ x as i32;
+            let mut h = ids;
+            for k in 0..P {
+                h.0[k] = w16::xor(w16::xor(w16::set1(seed_x), ids.0[k]), rs.0[k]);
+            }
+            for k in 0..Q {
+                h.1[k] = w8::xor(w8::xor(w8::set1(seed_x), ids.1[k]), rs.1[k]);
+            }
+            for k in 0..S {
+                h.2[k] = w4::xor(w4::xor(w4::set1(seed_x), ids.2[k]), rs.2[k]);
+            }
+            let mut a = splat::<P, Q, S>(x as i32);
+            let mut b = ids;
+            let mut c = rs;
+            let mut xs = splat::<P, Q, S>(X0);
+            let mut ys = splat::<P, Q, S>(Y0);
+            mix!(a, b, h);
+            mix!(c, xs, h);
+            mix!(ys, a, h);
+            mix!(b, xs, h);
+            mix!(ys, c, h);
+            let low16 = splat::<P, Q, S>(0xffff);
+            for k in 0..P {
+                h.0[k] = w16::and(h.0[k], low16.0[k]);
+            }
+            for k in 0..Q {
+                h.1[k] = w8::and(h.1[k], low16.1[k]);
+            }
+            for k in 0..S {
+                h.2[k] = w4::and(h.2[k], low16.2[k]);
+            }
+            h
+        }
+    }
+
+    /// Mask of the first `lanes` lanes (saturating at 16).
+    #[inline(always)]
+    fn mask16(lanes: usize) -> u16 {
+        if lanes >= 16 {
+            0xffff
+        } else {
+            ((1u32 << lanes) - 1) as u16
+        }
+    }
+
+    /// Hashes lanes `at .. at + lanes` (lanes <= 16P + 8Q + 4S; the groups
+    /// cover them in order: 16-lane vectors, then 8, then 4).
+    ///
+    /// # Safety
+    /// AVX-512F and AVX-512VL; `at + lanes` <= the length of all three
+    /// slices.
+    /// `rs` is either one attempt for every lane (`Attempts::Same`) or one
+    /// per lane. Returns `best` updated with these lanes.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn chunk<const P: usize, const Q: usize, const S: usize>(
+        x: u32,
+        ids: &[i32],
+        rs: Attempts<'_>,
+        hashes: &mut [u32],
+        at: usize,
+        lanes: usize,
+        best: &Best,
+    ) -> Best {
+        debug_assert!(at + lanes <= ids.len() && ids.len() <= hashes.len());
+        let (same_r, rs) = match rs {
+            Attempts::Same(r) => (Some(r), &[][..]),
+            Attempts::Each(rs) => {
+                debug_assert!(rs.len() >= ids.len());
+                (None, rs)
             }
         };
+        debug_assert!(lanes <= 16 * P + 8 * Q + 4 * S);
+        let (ip, rp, hp) = (
+            ids.as_ptr(),
+            rs.as_ptr().cast::<i32>(),
+            hashes.as_mut_ptr().cast::<i32>(),
+        );
+        // SAFETY: every load and store is masked to lanes below at + lanes,
+        // which the caller guarantees are inside the slices; the CPU
+        // features are the caller's guarantee too.
+        unsafe {
+            let mut m16 = [0u16; P];
+            let mut id = splat::<P, Q, S>(0);
+            let mut r = splat::<P, Q, S>(same_r.unwrap_or(0) as i32);
+            let mut off = at;
+            let mut left = lanes;
+            for k in 0..P {
+                m16[k] = mask16(left);
+                id.0[k] = _mm512_maskz_loadu_epi32(m16[k], ip.add(off));
+                if same_r.is_none() {
+                    r.0[k] = _mm512_maskz_loadu_epi32(m16[k], rp.add(off));
+                }
+                off += 16;
+                left = left.saturating_sub(16);
+            }
+            let m8 = [mask16(left) as u8; Q];
+            for k in 0..Q {
+                id.1[k] = _mm256_maskz_loadu_epi32(m8[k], ip.add(off));
+                if same_r.is_none() {
+                    r.1[k] = _mm256_maskz_loadu_epi32(m8[k], rp.add(off));
+                }
+                off += 8;
+                left = left.saturating_sub(8);
+            }
+            let m4 = [(mask16(left) & 0xf) as u8; S];
+            for k in 0..S {
+                id.2[k] = _mm_maskz_loadu_epi32(m4[k], ip.add(off));
+                if same_r.is_none() {
+                    r.2[k] = _mm_maskz_loadu_epi32(m4[k], rp.add(off));
+                }
+                off += 4;
+            }
+            let h = hash_group::<P, Q, S>(x, id, r);
+            let mut off = at;
+            let mut best = *best;
+            let lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+            // Lanes are visited in index order and only a strictly higher
+            // hash replaces a lane's best, so each lane keeps the first
+            // index of its highest hash.
+            let mut keep = |v: __m512i, off: usize| {
+                let higher = _mm512_cmpgt_epu32_mask(v, best.0);
+                best.0 = _mm512_max_epu32(best.0, v);
+                let at = _mm512_add_epi32(_mm512_set1_epi32(off as i32), lane);
+                best.1 = _mm512_mask_mov_epi32(best.1, higher, at);
+            };
+            for k in 0..P {
+                _mm512_mask_storeu_epi32(hp.add(off), m16[k], h.0[k]);
+                keep(_mm512_maskz_mov_epi32(m16[k], h.0[k]), off);
+                off += 16;
+            }
+            for k in 0..Q {
+                _mm256_mask_storeu_epi32(hp.add(off), m8[k], h.1[k]);
+                keep(
+                    _mm512_zextsi256_si512(_mm256_maskz_mov_epi32(m8[k], h.1[k])),
+                    off,
+                );
+                off += 8;
+            }
+            for k in 0..S {
+                _mm_mask_storeu_epi32(hp.add(off), m4[k], h.2[k]);
+                keep(
+                    _mm512_zextsi128_si512(_mm_maskz_mov_epi32(m4[k], h.2[k])),
+                    off,
+                );
+                off += 4;
+            }
+            best
+        }
     }
 
-    define_hash!(hash16, w16);
-    define_hash!(hash8, w8);
-    define_hash!(hash4, w4);
+    /// Lane by lane: the highest hash seen and the first index holding it.
+    type Best = (__m512i, __m512i);
 
-    /// Hashes every item into `hashes` and returns the highest hash.
+    /// The attempt number r of each lane.
+    #[derive(Clone, Copy)]
+    pub(super) enum Attempts<'a> {
+        Same(u32),
+        Each(&'a [u32]),
+    }
+
+    /// `hashes[i] = hash32_3(x, ids[i], r_i) & 0xffff` for every lane;
+    /// returns the highest hash and the first index holding it.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX-512VL.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl")]
-    fn hash_all(x: u32, r: u32, items: &[i32], hashes: &mut [u32]) -> u32 {
-        let n = items.len();
-        debug_assert!(hashes.len() >= n);
-        let ip = items.as_ptr();
-        let hp = hashes.as_mut_ptr();
-        let mut top = _mm512_setzero_si512();
+    pub(super) unsafe fn hash_lanes(
+        x: u32,
+        ids: &[i32],
+        rs: Attempts<'_>,
+        hashes: &mut [u32],
+    ) -> (u32, usize) {
+        let n = ids.len();
+        assert!(hashes.len() >= n, "hash buffer too short");
+        if let Attempts::Each(rs) = rs {
+            assert!(rs.len() >= n, "attempt buffer too short");
+        }
         let mut i = 0;
-        // SAFETY (all loads and stores below): whole vectors are read and
-        // written only while they end at or before n; partial ones use masks
-        // that cover exactly the remaining lanes, and `hashes` holds >= n.
+        let mut best: Best = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        // SAFETY (every `chunk` call): it covers lanes i .. i + lanes <= n.
         unsafe {
-            while i + 32 <= n {
-                let ids = [
-                    _mm512_loadu_si512(ip.add(i).cast()),
-                    _mm512_loadu_si512(ip.add(i + 16).cast()),
-                ];
-                let [h0, h1] = hash16(x, r, ids);
-                _mm512_storeu_si512(hp.add(i).cast(), h0);
-                _mm512_storeu_si512(hp.add(i + 16).cast(), h1);
-                top = _mm512_max_epu32(top, _mm512_max_epu32(h0, h1));
+            // Whole pairs while more than a pair and a 12-lane tail remain.
+            while n - i >= 32 + 13 {
+                best = chunk::<2, 0, 0>(x, ids, rs, hashes, i, 32, &best);
                 i += 32;
             }
-            let mut top8 = _mm256_setzero_si256();
             let rest = n - i;
-            if rest > 12 {
-                // 13..=31 lanes: a full block and a masked one, or one masked block.
-                let m: __mmask16 = if rest >= 16 {
-                    0xffff
-                } else {
-                    ((1u32 << rest) - 1) as u16
-                };
-                let m2: __mmask16 = if rest > 16 {
-                    ((1u32 << (rest - 16)) - 1) as u16
-                } else {
-                    0
-                };
-                let ids = [
-                    _mm512_maskz_loadu_epi32(m, ip.add(i)),
-                    _mm512_maskz_loadu_epi32(m2, ip.add(i + 16)),
-                ];
-                let [h0, h1] = if m2 != 0 {
-                    hash16(x, r, ids)
-                } else {
-                    let [h0] = hash16(x, r, [ids[0]]);
-                    [h0, _mm512_setzero_si512()]
-                };
-                _mm512_mask_storeu_epi32(hp.add(i).cast(), m, h0);
-                _mm512_mask_storeu_epi32(hp.add(i + 16).cast(), m2, h1);
-                let h0 = _mm512_maskz_mov_epi32(m, h0);
-                let h1 = _mm512_maskz_mov_epi32(m2, h1);
-                top = _mm512_max_epu32(top, _mm512_max_epu32(h0, h1));
-            } else if rest > 4 {
-                // 5..=12 lanes: 8 lanes, then 4 more (masked) when needed.
-                let m8: __mmask8 = if rest >= 8 {
-                    0xff
-                } else {
-                    ((1u32 << rest) - 1) as u8
-                };
-                let m4: __mmask8 = if rest > 8 {
-                    ((1u32 << (rest - 8)) - 1) as u8
-                } else {
-                    0
-                };
-                let [h8] = hash8(x, r, [_mm256_maskz_loadu_epi32(m8, ip.add(i))]);
-                _mm256_mask_storeu_epi32(hp.add(i).cast(), m8, h8);
-                top8 = _mm256_maskz_mov_epi32(m8, h8);
-                if m4 != 0 {
-                    let [h4] = hash4(x, r, [_mm_maskz_loadu_epi32(m4, ip.add(i + 8))]);
-                    _mm_mask_storeu_epi32(hp.add(i + 8).cast(), m4, h4);
-                    let h4 = _mm_maskz_mov_epi32(m4, h4);
-                    top8 = _mm256_max_epu32(top8, _mm256_zextsi128_si256(h4));
+            let tail = if rest >= 32 { rest - 32 } else { rest };
+            let pair = if rest >= 32 { 2 } else { 0 };
+            best = match (pair, tail) {
+                (_, 0) if pair == 2 => chunk::<2, 0, 0>(x, ids, rs, hashes, i, rest, &best),
+                (2, 1..=4) => chunk::<2, 0, 1>(x, ids, rs, hashes, i, rest, &best),
+                (2, 5..=8) => chunk::<2, 1, 0>(x, ids, rs, hashes, i, rest, &best),
+                (2, _) => chunk::<2, 1, 1>(x, ids, rs, hashes, i, rest, &best),
+                (_, 0) => best,
+                (_, 1..=4) => chunk::<0, 0, 1>(x, ids, rs, hashes, i, rest, &best),
+                (_, 5..=8) => chunk::<0, 1, 0>(x, ids, rs, hashes, i, rest, &best),
+                (_, 9..=12) => chunk::<0, 1, 1>(x, ids, rs, hashes, i, rest, &best),
+                (_, 13..=16) => chunk::<1, 0, 0>(x, ids, rs, hashes, i, rest, &best),
+                _ => chunk::<2, 0, 0>(x, ids, rs, hashes, i, rest, &best),
+            };
+        }
+        let top = _mm512_reduce_max_epu32(best.0);
+        let holders = _mm512_cmpeq_epu32_mask(best.0, _mm512_set1_epi32(top as i32));
+        let first = _mm512_mask_reduce_min_epu32(holders, best.1);
+        (top, first as usize)
+    }
+
+    /// One straw2 draw: [`super::straw2_choose`] on AVX-512.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX-512VL.
+    #[target_feature(enable = "avx512f,avx512vl")]
+    pub(super) unsafe fn choose_one(
+        items: &[i32],
+        weights: &[u32],
+        x: u32,
+        r: u32,
+        hashes: &mut [u32],
+    ) -> i32 {
+        // SAFETY: same CPU features.
+        let equal = all_equal(weights);
+        let (top, first_top) = unsafe { hash_lanes(x, items, Attempts::Same(r), hashes) };
+        if equal {
+            match super::winning_floor(top, weights[0]) {
+                Some(floor) if floor == top => return items[first_top],
+                Some(floor) => {
+                    if let Some(i) = first_at_least_if_equal(weights, hashes, floor) {
+                        return items[i];
+                    }
                 }
-            } else if rest > 0 {
-                let m4: __mmask8 = ((1u32 << rest) - 1) as u8;
-                let [h4] = hash4(x, r, [_mm_maskz_loadu_epi32(m4, ip.add(i))]);
-                _mm_mask_storeu_epi32(hp.add(i).cast(), m4, h4);
-                top8 = _mm256_zextsi128_si256(_mm_maskz_mov_epi32(m4, h4));
+                None => {}
             }
-            top = _mm512_max_epu32(top, _mm512_zextsi256_si512(top8));
+        }
+        items[super::choose_general(hashes, weights)]
+    }
+
+    /// The highest hash.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl")]
+    fn top_hash(hashes: &[u32]) -> u32 {
+        let n = hashes.len();
+        let p = hashes.as_ptr().cast::<i32>();
+        let mut top = _mm512_setzero_si512();
+        let mut i = 0;
+        // SAFETY: masked loads of lanes below n.
+        unsafe {
+            while i < n {
+                let h = _mm512_maskz_loadu_epi32(mask16(n - i), p.add(i));
+                top = _mm512_max_epu32(top, h);
+                i += 16;
+            }
         }
         _mm512_reduce_max_epu32(top)
     }
@@ -446,68 +711,96 @@ mod avx512 {
     fn all_equal(weights: &[u32]) -> bool {
         let n = weights.len();
         let w0 = _mm512_set1_epi32(weights[0] as i32);
-        let p = weights.as_ptr();
-        let mut i = 0;
+        let p = weights.as_ptr().cast::<i32>();
         let mut differ: __mmask16 = 0;
-        // SAFETY: as in `hash_all`.
+        let mut i = 0;
+        // SAFETY: masked loads of lanes below n.
         unsafe {
-            while i + 16 <= n {
-                let w = _mm512_loadu_si512(p.add(i).cast());
-                differ |= _mm512_cmpneq_epu32_mask(w, w0);
-                i += 16;
-            }
-            if i < n {
-                let m: __mmask16 = ((1u32 << (n - i)) - 1) as u16;
-                let w = _mm512_maskz_loadu_epi32(m, p.add(i).cast());
+            while i < n {
+                let m = mask16(n - i);
+                let w = _mm512_maskz_loadu_epi32(m, p.add(i));
                 differ |= _mm512_mask_cmpneq_epu32_mask(m, w, w0);
+                i += 16;
             }
         }
         differ == 0
     }
 
-    /// The first index whose hash is at least `floor` (one exists).
+    /// With every weight equal to the first, the first index whose hash is
+    /// at least `floor` (one exists); `None` when the weights differ. One
+    /// pass with no data-dependent branch: the comparison masks of all
+    /// blocks are gathered into a bit set and the first bit taken.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl")]
-    fn first_at_least(hashes: &[u32], floor: u32) -> usize {
+    fn first_at_least_if_equal(weights: &[u32], hashes: &[u32], floor: u32) -> Option<usize> {
         let n = hashes.len();
+        debug_assert_eq!(n, weights.len());
         let f = _mm512_set1_epi32(floor as i32);
-        let p = hashes.as_ptr();
+        let w0 = _mm512_set1_epi32(weights[0] as i32);
+        let hp = hashes.as_ptr().cast::<i32>();
+        let wp = weights.as_ptr().cast::<i32>();
+        let mut differ: __mmask16 = 0;
         let mut i = 0;
-        // SAFETY: as in `hash_all`.
+        // SAFETY: masked loads of lanes below n.
         unsafe {
             while i < n {
-                let m: __mmask16 = if n - i >= 16 {
-                    0xffff
-                } else {
-                    ((1u32 << (n - i)) - 1) as u16
-                };
-                let h = _mm512_maskz_loadu_epi32(m, p.add(i).cast());
-                let hit = _mm512_mask_cmpge_epu32_mask(m, h, f);
-                if hit != 0 {
-                    return i + hit.trailing_zeros() as usize;
+                // Up to 64 lanes per word of hits.
+                let mut hits = 0u64;
+                let word_start = i;
+                let end = n.min(i + 64);
+                let mut shift = 0;
+                while i < end {
+                    let m = mask16(n - i);
+                    let (h, w) = if m == 0xffff {
+                        (
+                            _mm512_loadu_si512(hp.add(i).cast()),
+                            _mm512_loadu_si512(wp.add(i).cast()),
+                        )
+                    } else {
+                        (
+                            _mm512_maskz_loadu_epi32(m, hp.add(i)),
+                            _mm512_maskz_loadu_epi32(m, wp.add(i)),
+                        )
+                    };
+                    differ |= _mm512_mask_cmpneq_epu32_mask(m, w, w0);
+                    hits |= u64::from(_mm512_mask_cmpge_epu32_mask(m, h, f)) << shift;
+                    shift += 16;
+                    i += 16;
                 }
-                i += 16;
+                if differ != 0 {
+                    return None;
+                }
+                if hits != 0 {
+                    return Some(word_start + hits.trailing_zeros() as usize);
+                }
             }
+        }
+        if differ != 0 {
+            return None;
         }
         unreachable!("the top hash reaches its own floor")
     }
 
-    /// [`super::straw2_choose`] on AVX-512.
+    /// The index straw2 picks, given the item hashes of one draw and the
+    /// highest of them.
+    #[inline]
     #[target_feature(enable = "avx512f,avx512vl")]
-    pub(super) fn choose(
-        items: &[i32],
-        weights: &[u32],
-        x: u32,
-        r: u32,
-        hashes: &mut [u32],
-    ) -> i32 {
-        let top = hash_all(x, r, items, hashes);
-        if all_equal(weights) {
-            if let Some(floor) = super::winning_floor(top, weights[0]) {
-                return items[first_at_least(hashes, floor)];
+    fn pick_with_top(weights: &[u32], hashes: &[u32], top: u32) -> usize {
+        if let Some(floor) = super::winning_floor(top, weights[0]) {
+            if let Some(i) = first_at_least_if_equal(weights, hashes, floor) {
+                return i;
             }
         }
-        items[super::choose_general(hashes, weights)]
+        super::choose_general(hashes, weights)
+    }
+
+    /// The index straw2 picks, given the item hashes of one draw.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX-512VL.
+    #[target_feature(enable = "avx512f,avx512vl")]
+    pub(super) unsafe fn pick(weights: &[u32], hashes: &[u32]) -> usize {
+        pick_with_top(weights, hashes, top_hash(hashes))
     }
 }
 
@@ -537,7 +830,7 @@ mod tests {
 
     fn check(items: &[i32], weights: &[u32], x: u32, r: u32) -> Result<(), TestCaseError> {
         let want = straw2_choose_reference(items, weights, x, r);
-        let mut scratch = Vec::new();
+        let mut scratch = Straw2Scratch::default();
         prop_assert_eq!(straw2_choose(items, weights, x, r, &mut scratch), want);
         let mut hashes = vec![0; items.len()];
         prop_assert_eq!(choose_portable(items, weights, x, r, &mut hashes), want);
@@ -561,6 +854,32 @@ mod tests {
             let w_first = items[0].1;
             let weights: Vec<u32> = items.iter().map(|p| if equal { w_first } else { p.1 }).collect();
             check(&ids, &weights, x, r)?;
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// A batch of draws (buckets of assorted sizes, attempts) gives what
+        /// the draws give one by one.
+        #[test]
+        fn straw2_batch_equals_reference(
+            draws in prop::collection::vec((1usize..70, any::<bool>(), 0u32..200), 1..8),
+            x in any::<u32>(),
+            seed in any::<i32>(),
+        ) {
+            let mut scratch = Straw2Scratch::default();
+            scratch.clear_batch();
+            let mut want = Vec::new();
+            for (d, &(n, equal, r)) in draws.iter().enumerate() {
+                let items: Vec<i32> = (0..n as i32).map(|i| seed.wrapping_add(i * 7 + d as i32)).collect();
+                let weights: Vec<u32> = (0..n as u32).map(|i| if equal { 0x40000 } else { 0x8000 + i * 0x1357 }).collect();
+                want.push(straw2_choose_reference(&items, &weights, x, r));
+                scratch.push_draw(&items, &weights, r);
+            }
+            let mut got = Vec::new();
+            scratch.run_batch(x, &mut got);
+            prop_assert_eq!(got, want);
         }
     }
 

@@ -102,11 +102,15 @@ impl<'w> Tables<'w> {
 }
 
 /// Data of a block-aligned write that the submitting thread already put in
-/// freshly allocated blocks and synced, so the committer only maps it.
+/// freshly allocated blocks, so the committer only maps it. Large writes go
+/// there with O_DIRECT and are synced before the WAL record; small ones
+/// (`image`) through the page cache, and the WAL record carries their bytes.
 #[derive(Debug)]
 pub(crate) struct Prewrite {
     pub runs: Vec<(u64, u64)>,
     pub crcs: Vec<u32>,
+    /// The written bytes, for a deferred (small) write.
+    pub image: Option<bytes::Bytes>,
 }
 
 /// State of one batch attempt.
@@ -398,6 +402,13 @@ impl<'a, 'w> Batch<'a, 'w> {
         let mut lb = b0;
         let mut i = 0usize;
         for &(pstart, plen) in &pw.runs {
+            if let Some(img) = &pw.image {
+                let at = i * bs as usize;
+                self.redo
+                    .borrow_mut()
+                    .image(pstart, &img[at..at + (plen * bs) as usize]);
+                self.data_dirty = true;
+            }
             let rec = ExtentRec {
                 pblock: pstart,
                 crcs: pw.crcs[i..i + plen as usize].to_vec(),

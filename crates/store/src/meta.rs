@@ -3,7 +3,8 @@
 //!
 //! Tables (all `&[u8] -> &[u8]`):
 //! - `super`:   "super" -> [`Superblock`], "next_id" -> u64 BE,
-//!   "wal_applied" -> u64 BE (last WAL record whose effects this state holds)
+//!   "wal_applied" -> u64 BE (last WAL record whose effects this state holds),
+//!   "wal_head" -> u64 BE (WAL file offset where the record after it starts)
 //! - `colls`:   coll(13) -> [`CollMeta`]
 //! - `objects`: coll(13) ++ object sort key -> [`Onode`]
 //! - `extents`: onode id BE ++ logical block BE -> [`ExtentRec`]
@@ -31,6 +32,8 @@ pub(crate) const T_PGLOG: Tbl = TableDefinition::new("pglog");
 pub const FORMAT_VERSION: u32 = 2;
 /// Key in `super` of the last WAL sequence number applied durably.
 pub(crate) const KEY_WAL_APPLIED: &[u8] = b"wal_applied";
+/// Key in `super` of the WAL file offset where replay starts.
+pub(crate) const KEY_WAL_HEAD: &[u8] = b"wal_head";
 const REC_V1: u8 = 1;
 /// Largest metadata record we will decode.
 const REC_LIMIT_BYTES: usize = 64 << 20;

@@ -33,6 +33,8 @@ const LOCK_FILE: &str = "LOCK";
 const MIN_WAL_BYTES: u64 = 256 << 10;
 /// Largest single WAL record (also bounded by a quarter of the log).
 const MAX_WAL_RECORD_BYTES: u64 = 16 << 20;
+/// How often the committer looks whether a background checkpoint's syncs are done.
+const FLUSH_POLL: Duration = Duration::from_millis(2);
 
 /// Store configuration. `block_size` and `data_bytes` only matter at create.
 #[derive(Debug, Clone)]
@@ -223,7 +225,6 @@ impl Inner {
             let pw = match op {
                 crate::txn::Op::Write { offset, data, .. }
                     if offset % bs == 0
-                        && data.len() as u64 >= self.cfg.deferred_write_below_bytes
                         && !data.is_empty()
                         && (data.len() as u64).is_multiple_of(bs)
                         && offset + data.len() as u64 <= self.cfg.max_object_size =>
@@ -254,14 +255,20 @@ impl Inner {
         Ok(pre)
     }
 
-    fn prewrite_one(&self, _offset: u64, data: &[u8]) -> Result<Prewrite> {
+    fn prewrite_one(&self, _offset: u64, data: &bytes::Bytes) -> Result<Prewrite> {
         let bs = self.block_size;
+        let deferred = (data.len() as u64) < self.cfg.deferred_write_below_bytes;
         let runs = self.allocate_blocks(data.len() as u64 / bs)?;
         let mut done = 0usize;
         let mut written = Ok(());
         for &(pstart, plen) in &runs {
             let part = &data[done..done + (plen * bs) as usize];
-            if let Err(e) = self.data.write_at_direct(part, pstart * bs) {
+            let r = if deferred {
+                self.data.write_at(part, pstart * bs)
+            } else {
+                self.data.write_at_direct(part, pstart * bs)
+            };
+            if let Err(e) = r {
                 written = Err(StoreError::io("data file write", e));
                 break;
             }
@@ -278,6 +285,7 @@ impl Inner {
         Ok(Prewrite {
             runs,
             crcs: apply::block_crcs(data, bs),
+            image: deferred.then(|| data.clone()),
         })
     }
 }
@@ -481,6 +489,7 @@ impl Store {
                 .insert(b"next_id".as_slice(), 1u64.to_be_bytes().as_slice())?;
             t.sup
                 .insert(KEY_WAL_APPLIED, 0u64.to_be_bytes().as_slice())?;
+            t.sup.insert(KEY_WAL_HEAD, 0u64.to_be_bytes().as_slice())?;
         }
         w.commit()?;
         drop(db);
@@ -522,6 +531,7 @@ impl Store {
             ));
         }
         let applied = sup_u64(&sup, KEY_WAL_APPLIED).map_err(fmt_err)?;
+        let wal_head = sup_u64(&sup, KEY_WAL_HEAD).map_err(fmt_err)?;
         drop(sup);
         drop(r);
         let bs = sb.block_size as u64;
@@ -546,7 +556,7 @@ impl Store {
             block_size: bs,
             blocks: (first_block, total_blocks),
         };
-        let last_seq = replay.run(applied, wal_cap)?;
+        let (last_seq, wal_start) = replay.run(applied, wal_head, wal_cap)?;
         let r = db.begin_read()?;
         let next_id = sup_u64(&r.open_table(T_SUPER)?, b"next_id").map_err(fmt_err)?;
         let alloc = rebuild_allocator(&r, first_block, total_blocks)?;
@@ -572,10 +582,11 @@ impl Store {
         });
         let max_record_bytes = (wal_cap / 4).min(MAX_WAL_RECORD_BYTES);
         let log = LogState {
-            wal: WalWriter::new(files.wal, wal_cap, last_seq + 1, sb.store_id),
+            wal: WalWriter::new(files.wal, wal_cap, wal_start, last_seq + 1, sb.store_id),
             max_record_bytes: max_record_bytes as usize,
-            data_unsynced: false,
             last_checkpoint: Instant::now(),
+            flusher: Flusher::spawn(inner.data.clone(), files.meta.clone())?,
+            flushing: false,
         };
         let (tx, rx) = sync_channel::<Msg>(4096);
         let inner2 = inner.clone();
@@ -1049,12 +1060,18 @@ struct Replay<'a> {
 }
 
 impl Replay<'_> {
-    /// Returns the sequence number of the last record now applied.
-    fn run(&self, applied: u64, wal_cap: u64) -> Result<u64> {
+    /// Returns the sequence number of the last record now applied and the
+    /// WAL offset where the next record goes.
+    fn run(&self, applied: u64, head: u64, wal_cap: u64) -> Result<(u64, u64)> {
         let wio = |e| StoreError::io("WAL read", e);
-        let recs = wal::scan(self.wal, wal_cap, &self.store_id, applied + 1).map_err(wio)?;
+        if head >= wal_cap || head % WAL_ALIGN != 0 {
+            return Err(StoreError::Corrupt(format!(
+                "WAL head offset {head} is outside the {wal_cap}-byte log"
+            )));
+        }
+        let recs = wal::scan(self.wal, wal_cap, &self.store_id, head, applied + 1).map_err(wio)?;
         let Some(last) = recs.last().copied() else {
-            return Ok(applied);
+            return Ok((applied, head));
         };
         tracing::info!(
             records = recs.len(),
@@ -1088,9 +1105,10 @@ impl Replay<'_> {
                 .map_err(|e| StoreError::io("data file fdatasync (replay)", e))?;
             t.sup
                 .insert(KEY_WAL_APPLIED, last.seq.to_be_bytes().as_slice())?;
+            t.sup.insert(KEY_WAL_HEAD, 0u64.to_be_bytes().as_slice())?;
         }
         w.commit()?;
-        Ok(last.seq)
+        Ok((last.seq, 0))
     }
 
     fn decode<'p>(&self, seq: u64, payload: &'p [u8]) -> Result<wal::RecordView<'p>> {
@@ -1138,22 +1156,87 @@ impl Replay<'_> {
     }
 }
 
+/// A checkpoint in progress: every record up to `seq` (all before logical
+/// WAL position `head`) becomes durable outside the WAL once the data file
+/// and the metadata file are synced and `wal_applied`/`wal_head` committed.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    seq: u64,
+    head: u64,
+}
+
+/// Background thread that runs the slow part of a checkpoint — fdatasync of
+/// the data file (all the deferred block writes) and of the metadata file
+/// (redb's lazily written pages) — while the committer keeps committing.
+struct Flusher {
+    tx: Option<std::sync::mpsc::Sender<Mark>>,
+    done: Arc<Mutex<Option<std::result::Result<Mark, String>>>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Flusher {
+    fn spawn(data: Arc<dyn StoreFile>, meta: Arc<dyn StoreFile>) -> Result<Flusher> {
+        let (tx, rx) = std::sync::mpsc::channel::<Mark>();
+        let done = Arc::new(Mutex::new(None));
+        let done2 = done.clone();
+        let handle = std::thread::Builder::new()
+            .name("store-flush".into())
+            .spawn(move || {
+                for m in rx {
+                    let r = data
+                        .sync_data()
+                        .map_err(|e| format!("data file fdatasync (checkpoint): {e}"))
+                        .and_then(|_| {
+                            meta.sync_data()
+                                .map_err(|e| format!("metadata fdatasync (checkpoint): {e}"))
+                        })
+                        .map(|_| m);
+                    if let Ok(mut d) = done2.lock() {
+                        *d = Some(r);
+                    }
+                }
+            })
+            .map_err(|e| StoreError::io("spawn flusher thread", e))?;
+        Ok(Flusher {
+            tx: Some(tx),
+            done,
+            handle: Some(handle),
+        })
+    }
+    fn start(&self, m: Mark) -> bool {
+        self.tx.as_ref().is_some_and(|tx| tx.send(m).is_ok())
+    }
+    fn take_done(&self) -> Option<std::result::Result<Mark, String>> {
+        self.done.lock().ok().and_then(|mut d| d.take())
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 /// The committer's WAL state (owned by the committer thread).
 struct LogState {
     wal: WalWriter,
     max_record_bytes: usize,
-    /// Block images were written to the data file (buffered) since its last fdatasync.
-    data_unsynced: bool,
     last_checkpoint: Instant,
+    flusher: Flusher,
+    /// A background checkpoint is between its start and its metadata commit.
+    flushing: bool,
 }
 
 impl LogState {
     /// Something acknowledged is not yet durable outside the WAL.
     fn dirty(&self) -> bool {
-        self.wal.used_bytes() > 0 || self.data_unsynced
+        self.wal.used_bytes() > 0
     }
     fn checkpoint_due(&self, interval: Duration) -> bool {
-        self.wal.used_bytes() >= self.wal.capacity_bytes() / 2
+        self.wal.used_bytes() >= self.wal.capacity_bytes() / 4
             || (self.dirty() && self.last_checkpoint.elapsed() >= interval)
     }
 }
@@ -1169,8 +1252,35 @@ fn poison(inner: &Inner, msg: &str) {
     }
 }
 
-/// Checkpoint: data fdatasync, then a durable metadata commit recording the
-/// last WAL record applied; then the WAL starts over at offset 0.
+/// Records in the metadata (inside `w`) that the WAL is applied up to `seq`
+/// and that replay starts at logical position `head`.
+fn put_wal_mark(t: &mut Tables<'_>, log: &LogState, m: Mark) -> Result<()> {
+    t.sup
+        .insert(KEY_WAL_APPLIED, m.seq.to_be_bytes().as_slice())?;
+    t.sup.insert(
+        KEY_WAL_HEAD,
+        log.wal.file_offset(m.head).to_be_bytes().as_slice(),
+    )
+}
+
+/// The short, final step of a checkpoint: a durable metadata commit of the
+/// mark. Its data and most metadata pages were synced before (by the
+/// flusher, or by the caller for a full checkpoint).
+fn commit_mark(inner: &Inner, log: &mut LogState, m: Mark) -> Result<()> {
+    let mut w = inner.db.begin_write()?;
+    w.set_durability(Durability::Immediate);
+    {
+        let mut t = Tables::open(&w, &RedoLog::disabled())?;
+        put_wal_mark(&mut t, log, m)?;
+    }
+    w.commit()?;
+    log.wal.advance_head(m.head);
+    log.last_checkpoint = Instant::now();
+    Ok(())
+}
+
+/// A full checkpoint now, in the committer (explicit `checkpoint()`, close):
+/// data fdatasync, then the durable commit; the WAL is empty afterwards.
 fn checkpoint(inner: &Inner, log: &mut LogState) -> std::result::Result<(), String> {
     if let Some(p) = poisoned_msg(inner) {
         return Err(p);
@@ -1179,33 +1289,55 @@ fn checkpoint(inner: &Inner, log: &mut LogState) -> std::result::Result<(), Stri
         log.last_checkpoint = Instant::now();
         return Ok(());
     }
-    let r = (|| -> Result<()> {
-        if log.data_unsynced {
-            inner
-                .data
-                .sync_data()
-                .map_err(|e| StoreError::io("data file fdatasync (checkpoint)", e))?;
-            log.data_unsynced = false;
+    let m = Mark {
+        seq: log.wal.last_seq(),
+        head: log.wal.tail_pos(),
+    };
+    let r = inner
+        .data
+        .sync_data()
+        .map_err(|e| StoreError::io("data file fdatasync (checkpoint)", e))
+        .and_then(|_| commit_mark(inner, log, m));
+    r.map_err(|e| {
+        let msg = format!("checkpoint failed: {e}");
+        poison(inner, &msg);
+        msg
+    })
+}
+
+/// Background checkpoints: finish one whose syncs are done, start one when due.
+fn background_checkpoint(inner: &Inner, log: &mut LogState, interval: Duration) {
+    if poisoned_msg(inner).is_some() {
+        return;
+    }
+    if log.flushing {
+        match log.flusher.take_done() {
+            None => return,
+            Some(Err(e)) => {
+                poison(inner, &format!("checkpoint failed: {e}"));
+                return;
+            }
+            Some(Ok(m)) => {
+                log.flushing = false;
+                // A full checkpoint may have overtaken it.
+                if m.head > log.wal.tail_pos() - log.wal.used_bytes() {
+                    if let Err(e) = commit_mark(inner, log, m) {
+                        poison(inner, &format!("checkpoint failed: {e}"));
+                        return;
+                    }
+                }
+            }
         }
-        let mut w = inner.db.begin_write()?;
-        w.set_durability(Durability::Immediate);
-        {
-            let mut sup = w.open_table(T_SUPER)?;
-            sup.insert(KEY_WAL_APPLIED, log.wal.last_seq().to_be_bytes().as_slice())?;
-        }
-        w.commit()?;
-        Ok(())
-    })();
-    match r {
-        Ok(()) => {
-            log.wal.reset();
-            log.last_checkpoint = Instant::now();
-            Ok(())
-        }
-        Err(e) => {
-            let msg = format!("checkpoint failed: {e}");
-            poison(inner, &msg);
-            Err(msg)
+    }
+    if log.checkpoint_due(interval) {
+        let m = Mark {
+            seq: log.wal.last_seq(),
+            head: log.wal.tail_pos(),
+        };
+        if log.flusher.start(m) {
+            log.flushing = true;
+        } else {
+            poison(inner, "checkpoint flusher thread is gone");
         }
     }
 }
@@ -1213,19 +1345,17 @@ fn checkpoint(inner: &Inner, log: &mut LogState) -> std::result::Result<(), Stri
 fn committer_loop(inner: &Inner, mut log: LogState, rx: Receiver<Msg>) {
     let interval = Duration::from_millis(inner.cfg.checkpoint_interval_ms.max(1));
     loop {
-        let wait = if log.dirty() {
+        background_checkpoint(inner, &mut log, interval);
+        let wait = if log.flushing {
+            FLUSH_POLL
+        } else if log.dirty() {
             interval.saturating_sub(log.last_checkpoint.elapsed())
         } else {
             Duration::from_secs(3600)
         };
         let first = match rx.recv_timeout(wait) {
             Ok(m) => m,
-            Err(RecvTimeoutError::Timeout) => {
-                if log.checkpoint_due(interval) {
-                    let _ = checkpoint(inner, &mut log);
-                }
-                continue;
-            }
+            Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => break,
         };
         let mut batch = Vec::new();
@@ -1244,7 +1374,7 @@ fn committer_loop(inner: &Inner, mut log: LogState, rx: Receiver<Msg>) {
         if !batch.is_empty() {
             commit_batch(inner, &mut log, batch);
         }
-        if !waiters.is_empty() || log.checkpoint_due(interval) {
+        if !waiters.is_empty() {
             let r = checkpoint(inner, &mut log);
             for c in waiters {
                 c.complete(r.clone().map_err(StoreError::Poisoned));
@@ -1372,6 +1502,7 @@ fn try_batch(
         .enumerate()
         .filter(|(i, _)| results[*i].is_none())
         .flat_map(|(_, p)| p.pre.iter().flatten())
+        .filter(|pw| pw.image.is_none())
         .flat_map(|pw| pw.runs.iter().copied())
         .collect();
     let record = {
@@ -1380,32 +1511,30 @@ fn try_batch(
             None
         } else {
             let rec = wal::encode_record(log.wal.next_seq(), log.wal.store_id(), &r, &runs);
-            (rec.len() as u64 <= log.wal.room_bytes()).then_some(rec)
+            log.wal.fits(rec.len() as u64).then_some(rec)
         }
     };
+    // Direct path: this durable commit also holds every earlier record's effects.
+    let full = Mark {
+        seq: log.wal.last_seq(),
+        head: log.wal.tail_pos(),
+    };
     if record.is_none() {
-        // Durable path: this commit holds every earlier record's effects too.
-        b.t.sup
-            .insert(KEY_WAL_APPLIED, log.wal.last_seq().to_be_bytes().as_slice())?;
+        put_wal_mark(&mut b.t, log, full)?;
     }
-    let data_dirty = b.data_dirty;
     let (freed, next_id) = (std::mem::take(&mut b.freed), b.next_id);
     drop(b);
-    let sync_data = |log: &mut LogState| -> Result<()> {
+    let sync_data = || -> Result<()> {
         inner
             .data
             .sync_data()
-            .map_err(|e| StoreError::io("data file fdatasync", e))?;
-        // Every buffered image written before this call is durable now.
-        log.data_unsynced = false;
-        Ok(())
+            .map_err(|e| StoreError::io("data file fdatasync", e))
     };
     match record {
         Some(rec) => {
-            log.data_unsynced |= data_dirty;
             if !runs.is_empty() {
                 // Large data must be durable before the record that maps it.
-                sync_data(log)?;
+                sync_data()?;
             }
             log.wal
                 .append(&rec)
@@ -1413,12 +1542,10 @@ fn try_batch(
             w.commit()?;
         }
         None => {
-            if data_dirty || !runs.is_empty() || log.data_unsynced {
-                sync_data(log)?;
-            }
+            sync_data()?;
             w.set_durability(Durability::Immediate);
             w.commit()?;
-            log.wal.reset();
+            log.wal.advance_head(full.head);
             log.last_checkpoint = Instant::now();
         }
     }

@@ -17,10 +17,14 @@
 //! image:         physical block u64 | len u32 | bytes
 //! ```
 //!
-//! Records always start at offset 0 after a checkpoint and follow each other
-//! back to back; sequence numbers grow by one per record and are never reused,
-//! so a scan stops at the first record that is torn, fails its checksum, or
-//! carries an unexpected sequence number (a leftover of an earlier lap).
+//! The log is circular. Records follow each other back to back from the
+//! *head* (the first record not yet checkpointed, whose offset the metadata
+//! records as `wal_head`); a record that would not fit before the end of the
+//! file goes to offset 0 instead. Sequence numbers grow by one per record
+//! and a scan accepts only the next one, so it stops at the first record
+//! that is torn, fails its checksum, or is a leftover of an earlier lap.
+//! Where the expected record is not at the current offset the scan looks at
+//! offset 0 once (the writer wrapped there) before it stops.
 
 use crate::device::StoreFile;
 use std::cell::RefCell;
@@ -158,11 +162,14 @@ pub(crate) fn encode_record(
     v
 }
 
-/// The append side of the log, owned by the committer thread.
+/// The append side of the log, owned by the committer thread. Positions are
+/// logical (ever-growing) byte offsets; the file offset is `pos % capacity`.
 pub(crate) struct WalWriter {
     file: Arc<dyn StoreFile>,
     capacity_bytes: u64,
-    /// Offset where the next record goes (0 right after a checkpoint).
+    /// Logical position of the first live (not yet checkpointed) record.
+    head: u64,
+    /// Logical position where the next record goes (or where it wraps from).
     tail: u64,
     /// Sequence number of the next record.
     next_seq: u64,
@@ -170,16 +177,20 @@ pub(crate) struct WalWriter {
 }
 
 impl WalWriter {
+    /// An empty log whose next record is `next_seq`, written at file offset `at`.
     pub fn new(
         file: Arc<dyn StoreFile>,
         capacity_bytes: u64,
+        at: u64,
         next_seq: u64,
         store_id: [u8; 16],
     ) -> WalWriter {
+        debug_assert_eq!(capacity_bytes % WAL_ALIGN, 0);
         WalWriter {
             file,
             capacity_bytes,
-            tail: 0,
+            head: at,
+            tail: at,
             next_seq,
             store_id,
         }
@@ -190,34 +201,61 @@ impl WalWriter {
     pub fn next_seq(&self) -> u64 {
         self.next_seq
     }
-    /// Sequence number of the last record appended (or checkpointed).
+    /// Sequence number of the last record appended.
     pub fn last_seq(&self) -> u64 {
         self.next_seq - 1
     }
+    /// Bytes between head and tail (records not yet checkpointed, plus any
+    /// gap left at the end of the file by a wrap).
     pub fn used_bytes(&self) -> u64 {
-        self.tail
+        self.tail - self.head
     }
     pub fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }
-    pub fn room_bytes(&self) -> u64 {
-        self.capacity_bytes - self.tail
+    /// Logical position of the tail (a checkpoint of everything appended so
+    /// far moves the head here).
+    pub fn tail_pos(&self) -> u64 {
+        self.tail
     }
-    /// Writes `record` (from [`encode_record`] with `next_seq`) at the tail
-    /// and makes it durable. On error the log must not be used again (the
-    /// store poisons itself): the tail may hold a torn record.
+    /// File offset of a logical position.
+    pub fn file_offset(&self, pos: u64) -> u64 {
+        pos % self.capacity_bytes
+    }
+    /// Logical start of a record of `len` bytes appended now, if it fits.
+    fn place(&self, len: u64) -> Option<u64> {
+        let cap = self.capacity_bytes;
+        let mut at = self.tail;
+        if at % cap + len > cap {
+            at = at.next_multiple_of(cap);
+        }
+        (at + len - self.head <= cap).then_some(at)
+    }
+    /// True if a record of `len` bytes can be appended now.
+    pub fn fits(&self, len: u64) -> bool {
+        self.place(len).is_some()
+    }
+    /// Writes `record` (from [`encode_record`] with `next_seq`) after the
+    /// tail and makes it durable. On error the log must not be used again
+    /// (the store poisons itself): the file may hold a torn record.
     pub fn append(&mut self, record: &[u8]) -> io::Result<()> {
-        debug_assert!(record.len() as u64 <= self.room_bytes());
         debug_assert_eq!(record.len() as u64 % WAL_ALIGN, 0);
-        self.file.write_at_direct(record, self.tail)?;
+        let len = record.len() as u64;
+        let at = self
+            .place(len)
+            .ok_or_else(|| io::Error::other("WAL record does not fit (caller checks fits())"))?;
+        self.file
+            .write_at_direct(record, at % self.capacity_bytes)?;
         self.file.sync_data()?;
-        self.tail += record.len() as u64;
+        self.tail = at + len;
         self.next_seq += 1;
         Ok(())
     }
-    /// After a checkpoint made every record durable in the metadata: start over at 0.
-    pub fn reset(&mut self) {
-        self.tail = 0;
+    /// A checkpoint made every record before logical position `pos` durable
+    /// in the metadata: their space is free again.
+    pub fn advance_head(&mut self, pos: u64) {
+        debug_assert!(pos >= self.head && pos <= self.tail);
+        self.head = pos.clamp(self.head, self.tail);
     }
 }
 
@@ -244,42 +282,71 @@ pub(crate) struct RecordPos {
     pub payload_len: u32,
 }
 
-/// Finds the valid records of the log, starting at offset 0 with sequence
-/// `first_seq`; stops at the first torn, corrupt or stale record.
+/// Finds the valid records of the log, starting at file offset `start` with
+/// sequence `first_seq`; stops at the first torn, corrupt or stale record
+/// (after looking once at offset 0, where the writer wraps to).
 pub(crate) fn scan(
     file: &dyn StoreFile,
     capacity_bytes: u64,
     store_id: &[u8; 16],
+    start: u64,
     first_seq: u64,
 ) -> io::Result<Vec<RecordPos>> {
     let mut out = Vec::new();
-    let mut off = 0u64;
+    let mut off = start;
     let mut seq = first_seq;
-    let mut head = vec![0u8; HEADER_BYTES];
-    while off + WAL_ALIGN <= capacity_bytes {
-        file.read_at(&mut head, off)?;
-        let Some(payload_len) = parse_header(&head, seq, store_id) else {
+    // Each record is at least one block: more steps than blocks means a loop.
+    let max_steps = capacity_bytes / WAL_ALIGN + 1;
+    for _ in 0..max_steps {
+        let found = match read_record_at(file, capacity_bytes, store_id, off, seq)? {
+            Some(pos) => Some(pos),
+            None if off != 0 => read_record_at(file, capacity_bytes, store_id, 0, seq)?,
+            None => None,
+        };
+        let Some(pos) = found else {
             break;
         };
-        let total = (HEADER_BYTES as u64 + payload_len as u64).next_multiple_of(WAL_ALIGN);
-        if off + total > capacity_bytes {
-            break;
-        }
-        let pos = RecordPos {
-            offset: off,
-            seq,
-            payload_len,
-        };
-        let want = u32::from_le_bytes([head[36], head[37], head[38], head[39]]);
-        let payload = read_payload(file, &pos)?;
-        if crc32c::crc32c(&payload) != want {
-            break;
-        }
+        off = (pos.offset + pos.padded_len()) % capacity_bytes;
         out.push(pos);
-        off += total;
         seq += 1;
     }
     Ok(out)
+}
+
+impl RecordPos {
+    /// Bytes the record takes in the file (header + payload, padded).
+    pub fn padded_len(&self) -> u64 {
+        (HEADER_BYTES as u64 + self.payload_len as u64).next_multiple_of(WAL_ALIGN)
+    }
+}
+
+/// The record at `off` if it is whole, checksummed and carries `seq`.
+fn read_record_at(
+    file: &dyn StoreFile,
+    capacity_bytes: u64,
+    store_id: &[u8; 16],
+    off: u64,
+    seq: u64,
+) -> io::Result<Option<RecordPos>> {
+    if off + WAL_ALIGN > capacity_bytes {
+        return Ok(None);
+    }
+    let mut head = vec![0u8; HEADER_BYTES];
+    file.read_at(&mut head, off)?;
+    let Some(payload_len) = parse_header(&head, seq, store_id) else {
+        return Ok(None);
+    };
+    let pos = RecordPos {
+        offset: off,
+        seq,
+        payload_len,
+    };
+    if off + pos.padded_len() > capacity_bytes {
+        return Ok(None);
+    }
+    let want = u32::from_le_bytes([head[36], head[37], head[38], head[39]]);
+    let payload = read_payload(file, &pos)?;
+    Ok((crc32c::crc32c(&payload) == want).then_some(pos))
 }
 
 fn parse_header(h: &[u8], seq: u64, store_id: &[u8; 16]) -> Option<u32> {
@@ -450,7 +517,7 @@ mod tests {
         let f = SimFile::new(FaultPlan::new());
         format(&*f, 64 << 10).unwrap();
         f.write_at(&rec, 0).unwrap();
-        let found = scan(&*f, 64 << 10, &[7; 16], 5).unwrap();
+        let found = scan(&*f, 64 << 10, &[7; 16], 0, 5).unwrap();
         assert_eq!(found.len(), 1);
         let p = read_payload(&*f, &found[0]).unwrap();
         let v = decode_payload(&p).unwrap();
@@ -468,14 +535,41 @@ mod tests {
         let (a, b) = (sample(1), sample(2));
         f.write_at(&a, 0).unwrap();
         f.write_at(&b, a.len() as u64).unwrap();
-        assert_eq!(scan(&*f, cap, &[7; 16], 1).unwrap().len(), 2);
+        assert_eq!(scan(&*f, cap, &[7; 16], 0, 1).unwrap().len(), 2);
         // Wrong expected sequence (a stale record of an earlier lap): nothing.
-        assert_eq!(scan(&*f, cap, &[7; 16], 2).unwrap().len(), 0);
+        assert_eq!(scan(&*f, cap, &[7; 16], 0, 2).unwrap().len(), 0);
         // Another store's log: nothing.
-        assert_eq!(scan(&*f, cap, &[8; 16], 1).unwrap().len(), 0);
+        assert_eq!(scan(&*f, cap, &[8; 16], 0, 1).unwrap().len(), 0);
         // A flipped payload byte in the second record: only the first survives.
         f.corrupt(a.len() as u64 + 100, 1).unwrap();
-        assert_eq!(scan(&*f, cap, &[7; 16], 1).unwrap().len(), 1);
+        assert_eq!(scan(&*f, cap, &[7; 16], 0, 1).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn writer_wraps_and_scan_follows() {
+        let f = SimFile::new(FaultPlan::new());
+        let cap = 44 << 10;
+        format(&*f, cap).unwrap();
+        let mut w = WalWriter::new(f.clone(), cap, 0, 1, [7; 16]);
+        let rec = |w: &WalWriter| sample(w.next_seq()); // 8 KiB each
+        for _ in 0..5 {
+            let r = rec(&w);
+            w.append(&r).unwrap();
+        }
+        // 40 KiB used: a sixth record does not fit until the head moves.
+        assert!(!w.fits(8 << 10));
+        let head3 = 16 << 10; // records 3.. start here
+        w.advance_head(head3);
+        let r = rec(&w);
+        w.append(&r).unwrap(); // seq 6 skips the 4 KiB at the end: offset 0
+        let r = rec(&w);
+        w.append(&r).unwrap(); // seq 7 at 8 KiB
+        assert_eq!(w.file_offset(w.tail_pos()), 16 << 10);
+        assert!(!w.fits(4 << 10)); // the head (record 3) is right there
+        let found = scan(&*f, cap, &[7; 16], head3, 3).unwrap();
+        let seqs: Vec<u64> = found.iter().map(|p| p.seq).collect();
+        assert_eq!(seqs, vec![3, 4, 5, 6, 7]);
+        assert_eq!(found.last().map(|p| p.offset), Some(8 << 10));
     }
 
     #[test]

@@ -1,0 +1,36 @@
+//! Runs the store benchmark without the CLI (quicker to build while tuning):
+//! `cargo run --release -p cairn-store --example store_bench -- DIR SIZE_BYTES THREADS SECONDS [read]`.
+//! Prints the JSON report `cairn store bench -f json` prints.
+
+use cairn_store::bench::{run, BenchOpts};
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    if a.len() < 5 {
+        eprintln!("usage: store_bench DIR SIZE_BYTES THREADS SECONDS [read]");
+        std::process::exit(2);
+    }
+    let num = |i: usize| -> u64 {
+        a[i].parse().unwrap_or_else(|_| {
+            eprintln!("argument {i} ('{}') is not a number", a[i]);
+            std::process::exit(2)
+        })
+    };
+    let opts = BenchOpts {
+        path: a[1].clone().into(),
+        io_bytes: num(2),
+        threads: num(3) as usize,
+        seconds: num(4) as f64,
+        read: a.get(5).is_some_and(|m| m == "read"),
+        cache_bytes: 128 << 20,
+        data_bytes: 4 << 30,
+        block_size: 4096,
+    };
+    match run(&opts) {
+        Ok(r) => println!("{}", serde_json::to_string(&r).unwrap_or_default()),
+        Err(e) => {
+            eprintln!("bench failed: {e}");
+            std::process::exit(1);
+        }
+    }
+}

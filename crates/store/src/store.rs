@@ -184,6 +184,14 @@ pub(crate) struct Inner {
     inflight_cv: Condvar,
     next_id: Mutex<u64>,
     meta_dir_for_statvfs: Option<PathBuf>,
+    /// Group commits made visible in redb (counted just before each commit).
+    visible_groups: std::sync::atomic::AtomicU64,
+    /// Group commits whose WAL record (or direct durable commit) is on disk.
+    durable_groups: Mutex<u64>,
+    durable_cv: Condvar,
+    /// Groups handed to the WAL writer and not finished yet.
+    wal_jobs: Mutex<u64>,
+    wal_jobs_cv: Condvar,
 }
 
 fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
@@ -192,6 +200,35 @@ fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
 }
 
 impl Inner {
+    /// Blocks until group `group` (and all before it) is durable.
+    fn wait_durable(&self, group: u64) -> Result<()> {
+        let mut d = lock(&self.durable_groups)?;
+        while *d < group {
+            if let Some(p) = poisoned_msg(self) {
+                return Err(StoreError::Poisoned(p));
+            }
+            d = self
+                .durable_cv
+                .wait_timeout(d, Duration::from_millis(100))
+                .map_err(|_| StoreError::Poisoned("durable lock poisoned".into()))?
+                .0;
+        }
+        Ok(())
+    }
+
+    /// Blocks until the WAL writer has finished every group handed to it.
+    fn drain_wal_jobs(&self) {
+        let Ok(mut n) = self.wal_jobs.lock() else {
+            return;
+        };
+        while *n > 0 {
+            match self.wal_jobs_cv.wait(n) {
+                Ok(g) => n = g,
+                Err(_) => return,
+            }
+        }
+    }
+
     pub(crate) fn lock_alloc(&self) -> Result<MutexGuard<'_, Allocator>> {
         lock(&self.alloc)
     }
@@ -579,10 +616,16 @@ impl Store {
             next_id: Mutex::new(next_id),
             meta_dir_for_statvfs,
             cfg,
+            visible_groups: std::sync::atomic::AtomicU64::new(0),
+            durable_groups: Mutex::new(0),
+            durable_cv: Condvar::new(),
+            wal_jobs: Mutex::new(0),
+            wal_jobs_cv: Condvar::new(),
         });
         let max_record_bytes = (wal_cap / 4).min(MAX_WAL_RECORD_BYTES);
         let log = LogState {
-            wal: WalWriter::new(files.wal, wal_cap, wal_start, last_seq + 1, sb.store_id),
+            pipeline: WalPipeline::spawn(inner.clone(), files.wal.clone())?,
+            wal: WalWriter::new(wal_cap, wal_start, last_seq + 1, sb.store_id),
             max_record_bytes: max_record_bytes as usize,
             last_checkpoint: Instant::now(),
             flusher: Flusher::spawn(inner.data.clone(), files.meta.clone())?,
@@ -678,7 +721,14 @@ impl Store {
     }
 
     /// Runs `f` on a consistent snapshot, holding freed blocks until it ends.
+    ///
+    /// The snapshot may include groups whose WAL record is still being
+    /// written (the committer makes a group visible in redb before its
+    /// record is durable, so the next group can be applied meanwhile): the
+    /// result is returned only once every group it may show is durable, so
+    /// no caller ever sees data a crash could take back.
     pub(crate) fn with_read<R>(&self, f: impl FnOnce(&ReadTransaction) -> Result<R>) -> Result<R> {
+        use std::sync::atomic::Ordering;
         let seq = {
             let mut rd = lock(&self.inner.readers)?;
             let s = rd.committed_seq;
@@ -690,7 +740,10 @@ impl Store {
             .db
             .begin_read()
             .map_err(StoreError::from)
-            .and_then(|r| f(&r));
+            .and_then(|r| {
+                let shown = self.inner.visible_groups.load(Ordering::SeqCst);
+                f(&r).map(|v| (v, shown))
+            });
         if let Ok(mut rd) = self.inner.readers.lock() {
             if let Some(n) = rd.active.get_mut(&seq) {
                 *n -= 1;
@@ -699,7 +752,9 @@ impl Store {
                 }
             }
         }
-        res
+        let (v, shown) = res?;
+        self.inner.wait_durable(shown)?;
+        Ok(v)
     }
 
     fn onode_in(r: &ReadTransaction, c: &CollectionId, o: &ObjectId) -> Result<Onode> {
@@ -1064,7 +1119,7 @@ impl Replay<'_> {
     /// WAL offset where the next record goes.
     fn run(&self, applied: u64, head: u64, wal_cap: u64) -> Result<(u64, u64)> {
         let wio = |e| StoreError::io("WAL read", e);
-        if head >= wal_cap || head % WAL_ALIGN != 0 {
+        if head >= wal_cap || !head.is_multiple_of(WAL_ALIGN) {
             return Err(StoreError::Corrupt(format!(
                 "WAL head offset {head} is outside the {wal_cap}-byte log"
             )));
@@ -1222,6 +1277,8 @@ impl Drop for Flusher {
 
 /// The committer's WAL state (owned by the committer thread).
 struct LogState {
+    /// Declared first: dropped (joined) before the rest.
+    pipeline: WalPipeline,
     wal: WalWriter,
     max_record_bytes: usize,
     last_checkpoint: Instant,
@@ -1248,8 +1305,11 @@ fn poisoned_msg(inner: &Inner) -> Option<String> {
 fn poison(inner: &Inner, msg: &str) {
     tracing::error!(error = %msg, "store commit failed; store poisoned until reopen");
     if let Ok(mut p) = inner.poisoned.lock() {
-        *p = Some(msg.to_string());
+        if p.is_none() {
+            *p = Some(msg.to_string());
+        }
     }
+    inner.durable_cv.notify_all();
 }
 
 /// Records in the metadata (inside `w`) that the WAL is applied up to `seq`
@@ -1267,6 +1327,12 @@ fn put_wal_mark(t: &mut Tables<'_>, log: &LogState, m: Mark) -> Result<()> {
 /// mark. Its data and most metadata pages were synced before (by the
 /// flusher, or by the caller for a full checkpoint).
 fn commit_mark(inner: &Inner, log: &mut LogState, m: Mark) -> Result<()> {
+    // The durable commit also persists every group committed to redb so far:
+    // their WAL records must be on disk first.
+    inner.drain_wal_jobs();
+    if let Some(p) = poisoned_msg(inner) {
+        return Err(StoreError::Poisoned(p));
+    }
     let mut w = inner.db.begin_write()?;
     w.set_durability(Durability::Immediate);
     {
@@ -1293,6 +1359,7 @@ fn checkpoint(inner: &Inner, log: &mut LogState) -> std::result::Result<(), Stri
         seq: log.wal.last_seq(),
         head: log.wal.tail_pos(),
     };
+    inner.drain_wal_jobs();
     let r = inner
         .data
         .sync_data()
@@ -1382,16 +1449,27 @@ fn committer_loop(inner: &Inner, mut log: LogState, rx: Receiver<Msg>) {
         }
     }
     // Clean close: checkpoint so that the next open has nothing to replay.
+    inner.drain_wal_jobs();
     if poisoned_msg(inner).is_none() {
         let _ = checkpoint(inner, &mut log);
     }
 }
 
-fn commit_batch(inner: &Inner, log: &mut LogState, batch: Vec<Pending>) {
-    let results = process_batch(inner, log, &batch);
+/// Completes a group's transactions: `results[i]` for those that failed on
+/// their own, `failed` (the store's failure) or Ok for the rest.
+fn finish_group(
+    inner: &Inner,
+    batch: Vec<Pending>,
+    results: Vec<Option<Result<()>>>,
+    failed: Option<&str>,
+) {
     let mut released = 0;
     for (p, r) in batch.into_iter().zip(results) {
         released += p.bytes;
+        let r = r.unwrap_or_else(|| match failed {
+            None => Ok(()),
+            Some(msg) => Err(StoreError::Poisoned(msg.to_string())),
+        });
         // After a failed commit (poisoned) the blocks may be referenced by a
         // commit that did reach the disk: keep them until reopen rebuilds the map.
         if matches!(&r, Err(e) if !matches!(e, StoreError::Poisoned(_))) {
@@ -1405,38 +1483,182 @@ fn commit_batch(inner: &Inner, log: &mut LogState, batch: Vec<Pending>) {
     inner.inflight_cv.notify_all();
 }
 
-enum Attempt {
-    Retry,
-    Committed(Vec<(u64, u64)>),
-}
-
-/// Commits a batch: one WAL record and one sync for all of it.
-/// A transaction that fails is reported alone and the rest retried.
-fn process_batch(inner: &Inner, log: &mut LogState, batch: &[Pending]) -> Vec<Result<()>> {
+/// Applies a batch as one group (a transaction that fails is reported alone
+/// and the rest retried) and hands it to the WAL writer, which acknowledges
+/// it once durable.
+fn commit_batch(inner: &Inner, log: &mut LogState, batch: Vec<Pending>) {
     let mut results: Vec<Option<Result<()>>> = batch.iter().map(|_| None).collect();
     if let Some(p) = poisoned_msg(inner) {
-        return batch
-            .iter()
-            .map(|_| Err(StoreError::Poisoned(p.clone())))
-            .collect();
+        finish_group(inner, batch, results, Some(&p));
+        return;
     }
     loop {
-        match try_batch(inner, log, batch, &mut results) {
+        match try_batch(inner, log, &batch, &mut results) {
             Ok(Attempt::Retry) => continue,
-            Ok(Attempt::Committed(freed)) => {
-                release_after_commit(inner, freed);
-                return results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect();
+            Ok(Attempt::Committed(c)) => {
+                log.pipeline.send(
+                    inner,
+                    WalJob {
+                        commit: c,
+                        batch,
+                        results,
+                    },
+                );
+                return;
             }
             Err(e) => {
                 let msg = e.to_string();
                 poison(inner, &msg);
-                return results
-                    .into_iter()
-                    .map(|r| r.unwrap_or_else(|| Err(StoreError::Poisoned(msg.clone()))))
-                    .collect();
+                finish_group(inner, batch, results, Some(&msg));
+                return;
             }
         }
     }
+}
+
+/// What a group attempt left for the WAL writer to finish.
+struct Committed {
+    /// The group's WAL record and its file offset; None when the group was
+    /// made durable by a direct metadata commit.
+    record: Option<(u64, Vec<u8>)>,
+    /// Large writes were put in place: fdatasync(data) before the record.
+    sync_data_first: bool,
+    /// Blocks the group freed (reusable once durable and older readers drained).
+    freed: Vec<(u64, u64)>,
+    /// Reader-epoch sequence of the group's redb commit.
+    commit_seq: u64,
+    /// `visible_groups` number of the group.
+    group: u64,
+}
+
+enum Attempt {
+    Retry,
+    Committed(Committed),
+}
+
+/// A group on its way to the disk.
+struct WalJob {
+    commit: Committed,
+    batch: Vec<Pending>,
+    results: Vec<Option<Result<()>>>,
+}
+
+/// The WAL writer thread: writes the records of the groups the committer
+/// hands it (several at a time when they queue up), makes them durable with
+/// one fdatasync, then publishes durability and acknowledges. The committer
+/// meanwhile applies the next group.
+struct WalPipeline {
+    tx: Option<SyncSender<WalJob>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// Groups queued for the WAL writer before the committer waits.
+const WAL_PIPELINE_DEPTH: usize = 4;
+/// Most groups the WAL writer makes durable with one sync.
+const WAL_JOBS_PER_SYNC: usize = 16;
+
+impl WalPipeline {
+    fn spawn(inner: Arc<Inner>, wal: Arc<dyn StoreFile>) -> Result<WalPipeline> {
+        let (tx, rx) = sync_channel::<WalJob>(WAL_PIPELINE_DEPTH);
+        let handle = std::thread::Builder::new()
+            .name("store-wal".into())
+            .spawn(move || wal_writer_loop(&inner, &*wal, rx))
+            .map_err(|e| StoreError::io("spawn WAL writer thread", e))?;
+        Ok(WalPipeline {
+            tx: Some(tx),
+            handle: Some(handle),
+        })
+    }
+    fn send(&self, inner: &Inner, job: WalJob) {
+        if let Ok(mut n) = inner.wal_jobs.lock() {
+            *n += 1;
+        }
+        let sent = match &self.tx {
+            Some(tx) => tx.send(job).map_err(|e| e.0),
+            None => Err(job),
+        };
+        if let Err(job) = sent {
+            let msg = "WAL writer thread is gone";
+            poison(inner, msg);
+            finish_group(inner, job.batch, job.results, Some(msg));
+            job_done(inner, 1);
+        }
+    }
+}
+
+impl Drop for WalPipeline {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn job_done(inner: &Inner, n: u64) {
+    if let Ok(mut j) = inner.wal_jobs.lock() {
+        *j = j.saturating_sub(n);
+    }
+    inner.wal_jobs_cv.notify_all();
+}
+
+fn wal_writer_loop(inner: &Inner, wal: &dyn StoreFile, rx: Receiver<WalJob>) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < WAL_JOBS_PER_SYNC {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        let r = write_jobs(inner, wal, &jobs);
+        if let Err(e) = &r {
+            poison(inner, &e.to_string());
+        }
+        let n = jobs.len() as u64;
+        for job in jobs {
+            match &r {
+                Ok(()) => {
+                    let c = job.commit;
+                    release_after_durable(inner, c.commit_seq, c.freed);
+                    if let Ok(mut d) = inner.durable_groups.lock() {
+                        *d = (*d).max(c.group);
+                    }
+                    inner.durable_cv.notify_all();
+                    finish_group(inner, job.batch, job.results, None);
+                }
+                Err(e) => {
+                    let msg = poisoned_msg(inner).unwrap_or_else(|| e.to_string());
+                    finish_group(inner, job.batch, job.results, Some(&msg));
+                }
+            }
+        }
+        job_done(inner, n);
+    }
+}
+
+/// Large data first, then every record, then one WAL sync.
+fn write_jobs(inner: &Inner, wal: &dyn StoreFile, jobs: &[WalJob]) -> Result<()> {
+    if let Some(p) = poisoned_msg(inner) {
+        return Err(StoreError::Poisoned(p));
+    }
+    if jobs.iter().any(|j| j.commit.sync_data_first) {
+        // Large data must be durable before the record that maps it.
+        inner
+            .data
+            .sync_data()
+            .map_err(|e| StoreError::io("data file fdatasync", e))?;
+    }
+    let mut wrote = false;
+    for (off, rec) in jobs.iter().filter_map(|j| j.commit.record.as_ref()) {
+        wal::write_record(wal, *off, rec).map_err(|e| StoreError::io("WAL write", e))?;
+        wrote = true;
+    }
+    if wrote {
+        wal.sync_data()
+            .map_err(|e| StoreError::io("WAL fdatasync", e))?;
+    }
+    Ok(())
 }
 
 /// One attempt at a group. The exact order (see README "fsync discipline"):
@@ -1524,41 +1746,64 @@ fn try_batch(
     }
     let (freed, next_id) = (std::mem::take(&mut b.freed), b.next_id);
     drop(b);
-    let sync_data = || -> Result<()> {
-        inner
-            .data
-            .sync_data()
-            .map_err(|e| StoreError::io("data file fdatasync", e))
-    };
-    match record {
+    use std::sync::atomic::Ordering;
+    let committed = match record {
         Some(rec) => {
-            if !runs.is_empty() {
-                // Large data must be durable before the record that maps it.
-                sync_data()?;
-            }
-            log.wal
-                .append(&rec)
-                .map_err(|e| StoreError::io("WAL append", e))?;
+            let off = log
+                .wal
+                .reserve(rec.len() as u64)
+                .ok_or_else(|| StoreError::Corrupt("WAL reservation lost".into()))?;
+            // Counted before the commit: a reader that sees this group waits for it.
+            let group = inner.visible_groups.fetch_add(1, Ordering::SeqCst) + 1;
             w.commit()?;
+            Committed {
+                record: Some((off, rec)),
+                sync_data_first: !runs.is_empty(),
+                freed,
+                commit_seq: publish_commit(inner)?,
+                group,
+            }
         }
         None => {
-            sync_data()?;
+            inner.drain_wal_jobs();
+            if let Some(p) = poisoned_msg(inner) {
+                return Err(StoreError::Poisoned(p));
+            }
+            inner
+                .data
+                .sync_data()
+                .map_err(|e| StoreError::io("data file fdatasync", e))?;
             w.set_durability(Durability::Immediate);
+            let group = inner.visible_groups.fetch_add(1, Ordering::SeqCst) + 1;
             w.commit()?;
             log.wal.advance_head(full.head);
             log.last_checkpoint = Instant::now();
+            Committed {
+                record: None,
+                sync_data_first: false,
+                freed,
+                commit_seq: publish_commit(inner)?,
+                group,
+            }
         }
-    }
+    };
     *lock(&inner.next_id)? = next_id;
-    Ok(Attempt::Committed(freed))
+    Ok(Attempt::Committed(committed))
 }
 
-fn release_after_commit(inner: &Inner, freed: Vec<(u64, u64)>) {
+/// A group's redb commit is visible: readers that start from now see it.
+fn publish_commit(inner: &Inner) -> Result<u64> {
+    let mut rd = lock(&inner.readers)?;
+    rd.committed_seq += 1;
+    Ok(rd.committed_seq)
+}
+
+/// Blocks freed by commit `seq` (now durable) go back to the allocator once
+/// every reader that started before that commit has finished.
+fn release_after_durable(inner: &Inner, seq: u64, freed: Vec<(u64, u64)>) {
     let Ok(mut rd) = inner.readers.lock() else {
         return;
     };
-    rd.committed_seq += 1;
-    let seq = rd.committed_seq;
     if !freed.is_empty() {
         rd.held.push_back((seq, freed));
     }

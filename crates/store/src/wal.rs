@@ -31,7 +31,6 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io;
 use std::rc::Rc;
-use std::sync::Arc;
 
 /// WAL records are padded to (and O_DIRECT-written in) multiples of this.
 pub(crate) const WAL_ALIGN: u64 = 4096;
@@ -165,7 +164,6 @@ pub(crate) fn encode_record(
 /// The append side of the log, owned by the committer thread. Positions are
 /// logical (ever-growing) byte offsets; the file offset is `pos % capacity`.
 pub(crate) struct WalWriter {
-    file: Arc<dyn StoreFile>,
     capacity_bytes: u64,
     /// Logical position of the first live (not yet checkpointed) record.
     head: u64,
@@ -178,16 +176,9 @@ pub(crate) struct WalWriter {
 
 impl WalWriter {
     /// An empty log whose next record is `next_seq`, written at file offset `at`.
-    pub fn new(
-        file: Arc<dyn StoreFile>,
-        capacity_bytes: u64,
-        at: u64,
-        next_seq: u64,
-        store_id: [u8; 16],
-    ) -> WalWriter {
+    pub fn new(capacity_bytes: u64, at: u64, next_seq: u64, store_id: [u8; 16]) -> WalWriter {
         debug_assert_eq!(capacity_bytes % WAL_ALIGN, 0);
         WalWriter {
-            file,
             capacity_bytes,
             head: at,
             tail: at,
@@ -235,21 +226,25 @@ impl WalWriter {
     pub fn fits(&self, len: u64) -> bool {
         self.place(len).is_some()
     }
-    /// Writes `record` (from [`encode_record`] with `next_seq`) after the
-    /// tail and makes it durable. On error the log must not be used again
-    /// (the store poisons itself): the file may hold a torn record.
-    pub fn append(&mut self, record: &[u8]) -> io::Result<()> {
-        debug_assert_eq!(record.len() as u64 % WAL_ALIGN, 0);
-        let len = record.len() as u64;
-        let at = self
-            .place(len)
-            .ok_or_else(|| io::Error::other("WAL record does not fit (caller checks fits())"))?;
-        self.file
-            .write_at_direct(record, at % self.capacity_bytes)?;
-        self.file.sync_data()?;
+    /// Reserves room for the next record (`len` bytes, from [`encode_record`]
+    /// with `next_seq`) and returns its file offset; the caller writes it there
+    /// (see [`write_record`]). None if it does not fit.
+    pub fn reserve(&mut self, len: u64) -> Option<u64> {
+        debug_assert_eq!(len % WAL_ALIGN, 0);
+        let at = self.place(len)?;
         self.tail = at + len;
         self.next_seq += 1;
-        Ok(())
+        Some(at % self.capacity_bytes)
+    }
+    /// Reserves and writes `record` and makes it durable (tests; the store
+    /// pipelines [`WalWriter::reserve`] and [`write_record`] instead).
+    #[cfg(test)]
+    pub fn append(&mut self, file: &dyn StoreFile, record: &[u8]) -> io::Result<()> {
+        let at = self
+            .reserve(record.len() as u64)
+            .ok_or_else(|| io::Error::other("WAL record does not fit"))?;
+        write_record(file, at, record)?;
+        file.sync_data()
     }
     /// A checkpoint made every record before logical position `pos` durable
     /// in the metadata: their space is free again.
@@ -257,6 +252,13 @@ impl WalWriter {
         debug_assert!(pos >= self.head && pos <= self.tail);
         self.head = pos.clamp(self.head, self.tail);
     }
+}
+
+/// Writes one record at its reserved offset (not yet durable: the caller
+/// syncs once for all the records it wrote). On error the log must not be
+/// used again (the store poisons itself): the file may hold a torn record.
+pub(crate) fn write_record(file: &dyn StoreFile, offset: u64, record: &[u8]) -> io::Result<()> {
+    file.write_at_direct(record, offset)
 }
 
 /// Lays out a new WAL file: `bytes` reserved and written with zeros (so
@@ -294,10 +296,9 @@ pub(crate) fn scan(
 ) -> io::Result<Vec<RecordPos>> {
     let mut out = Vec::new();
     let mut off = start;
-    let mut seq = first_seq;
     // Each record is at least one block: more steps than blocks means a loop.
     let max_steps = capacity_bytes / WAL_ALIGN + 1;
-    for _ in 0..max_steps {
+    for seq in first_seq..first_seq + max_steps {
         let found = match read_record_at(file, capacity_bytes, store_id, off, seq)? {
             Some(pos) => Some(pos),
             None if off != 0 => read_record_at(file, capacity_bytes, store_id, 0, seq)?,
@@ -308,7 +309,6 @@ pub(crate) fn scan(
         };
         off = (pos.offset + pos.padded_len()) % capacity_bytes;
         out.push(pos);
-        seq += 1;
     }
     Ok(out)
 }
@@ -550,20 +550,20 @@ mod tests {
         let f = SimFile::new(FaultPlan::new());
         let cap = 44 << 10;
         format(&*f, cap).unwrap();
-        let mut w = WalWriter::new(f.clone(), cap, 0, 1, [7; 16]);
+        let mut w = WalWriter::new(cap, 0, 1, [7; 16]);
         let rec = |w: &WalWriter| sample(w.next_seq()); // 8 KiB each
         for _ in 0..5 {
             let r = rec(&w);
-            w.append(&r).unwrap();
+            w.append(&*f, &r).unwrap();
         }
         // 40 KiB used: a sixth record does not fit until the head moves.
         assert!(!w.fits(8 << 10));
         let head3 = 16 << 10; // records 3.. start here
         w.advance_head(head3);
         let r = rec(&w);
-        w.append(&r).unwrap(); // seq 6 skips the 4 KiB at the end: offset 0
+        w.append(&*f, &r).unwrap(); // seq 6 skips the 4 KiB at the end: offset 0
         let r = rec(&w);
-        w.append(&r).unwrap(); // seq 7 at 8 KiB
+        w.append(&*f, &r).unwrap(); // seq 7 at 8 KiB
         assert_eq!(w.file_offset(w.tail_pos()), 16 << 10);
         assert!(!w.fits(4 << 10)); // the head (record 3) is right there
         let found = scan(&*f, cap, &[7; 16], head3, 3).unwrap();

@@ -5,7 +5,7 @@
 
 use crate::hash::{hash32_2, hash32_3};
 use crate::map::{Bucket, CrushMap, RuleStep};
-use crate::straw2::{straw2_choose, Straw2Scratch};
+use crate::straw2::{choose_small, straw2_choose, SmallDraw, Straw2Scratch, SMALL_DRAWS};
 use crate::CRUSH_ITEM_NONE;
 
 /// Placeholder for a not-yet-chosen `indep` position (Ceph's CRUSH_ITEM_UNDEF).
@@ -216,19 +216,51 @@ impl Mapper<'_> {
                 break;
             }
             // Large buckets keep vectors busy on their own and are drawn
-            // in place; small ones share vectors in one batch.
+            // in place; small ones share vectors: a few of at most 16
+            // items in registers, others in one batch.
             let mut direct = [None; MAX_DRAW_AHEAD];
+            let mut small = [SmallDraw {
+                items: &[],
+                weights: &[],
+                r: 0,
+            }; SMALL_DRAWS];
+            let mut n_small = 0;
+            let mut all_small = true;
+            for &(bid, r, _) in next.iter().take(reps) {
+                if let Some(b) = map.bucket(bid).filter(|b| !b.items.is_empty()) {
+                    if b.items.len() < DRAW_IN_PLACE_ITEMS {
+                        if b.items.len() <= 16 && n_small < SMALL_DRAWS {
+                            small[n_small] = SmallDraw {
+                                items: &b.items,
+                                weights: &b.weights,
+                                r,
+                            };
+                            n_small += 1;
+                        } else {
+                            all_small = false;
+                        }
+                    }
+                }
+            }
+            let mut small_out = [0i32; SMALL_DRAWS];
+            let use_small =
+                all_small && n_small > 0 && choose_small(&small[..n_small], self.x, &mut small_out);
             self.straw2.clear_batch();
             for (&(bid, r, _), d) in next.iter().zip(direct.iter_mut()).take(reps) {
                 if let Some(b) = map.bucket(bid).filter(|b| !b.items.is_empty()) {
                     if b.items.len() >= DRAW_IN_PLACE_ITEMS {
                         *d = Some(straw2_choose(&b.items, &b.weights, self.x, r, self.straw2));
-                    } else {
+                    } else if !use_small {
                         self.straw2.push_draw(&b.items, &b.weights, r);
                     }
                 }
             }
-            self.straw2.run_batch(self.x, self.batch_out);
+            self.batch_out.clear();
+            if use_small {
+                self.batch_out.extend_from_slice(&small_out[..n_small]);
+            } else {
+                self.straw2.run_batch(self.x, self.batch_out);
+            }
             let mut got = self.batch_out.iter();
             live = 0;
             for (rep, n) in next.iter_mut().enumerate().take(reps) {

@@ -92,6 +92,51 @@ impl Straw2Scratch {
     }
 }
 
+/// One draw of a small batch: attempt `r` over a bucket's items.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SmallDraw<'a> {
+    pub(crate) items: &'a [i32],
+    pub(crate) weights: &'a [u32],
+    pub(crate) r: u32,
+}
+
+/// Most draws [`choose_small`] takes at once.
+pub(crate) const SMALL_DRAWS: usize = 4;
+
+/// Makes up to [`SMALL_DRAWS`] draws over buckets of at most 16 items side
+/// by side, without copying their items (`out[i]` is draw i's pick).
+/// Returns false, having done nothing, when the draws do not fit or the
+/// CPU lacks AVX-512; the caller then uses a batch or single draws.
+pub(crate) fn choose_small(draws: &[SmallDraw<'_>], x: u32, out: &mut [i32]) -> bool {
+    let fits = draws.len() <= SMALL_DRAWS
+        && out.len() >= draws.len()
+        && draws
+            .iter()
+            .all(|d| (1..=16).contains(&d.items.len()) && d.items.len() == d.weights.len());
+    if !fits {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx512::available() {
+            // SAFETY: the CPU has AVX-512F and AVX-512VL, and the draws fit
+            // (checked above).
+            unsafe {
+                match draws.len() {
+                    1 => avx512::choose_small::<1>(draws, x, out),
+                    2 => avx512::choose_small::<2>(draws, x, out),
+                    3 => avx512::choose_small::<3>(draws, x, out),
+                    4 => avx512::choose_small::<4>(draws, x, out),
+                    _ => return draws.is_empty(),
+                }
+            }
+            return true;
+        }
+    }
+    let _ = x;
+    false
+}
+
 /// The straw2 choice over `items` with 16.16 `weights`: the first item with
 /// the highest trunc(ln / weight) draw, as Ceph's `bucket_straw2_choose`.
 ///
@@ -657,6 +702,55 @@ mod avx512 {
         (top, first as usize)
     }
 
+    /// [`super::choose_small`] on AVX-512 for `K` draws: one masked
+    /// 16-lane vector per draw, all hashed side by side and picked from
+    /// registers.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX-512VL; `draws.len() == K`, every
+    /// draw has 1..=16 items and as many weights, `out.len() >= K`.
+    #[target_feature(enable = "avx512f,avx512vl")]
+    pub(super) unsafe fn choose_small<const K: usize>(
+        draws: &[super::SmallDraw<'_>],
+        x: u32,
+        out: &mut [i32],
+    ) {
+        debug_assert!(draws.len() == K && out.len() >= K);
+        let mut masks = [0u16; K];
+        let mut ids = [_mm512_setzero_si512(); K];
+        let mut rs = [_mm512_setzero_si512(); K];
+        for (k, d) in draws.iter().enumerate().take(K) {
+            debug_assert!((1..=16).contains(&d.items.len()) && d.items.len() == d.weights.len());
+            masks[k] = mask16(d.items.len());
+            // SAFETY: masked to the draw's items.
+            ids[k] = unsafe { _mm512_maskz_loadu_epi32(masks[k], d.items.as_ptr()) };
+            rs[k] = _mm512_set1_epi32(d.r as i32);
+        }
+        // SAFETY: same CPU features.
+        let (h, _, _) = unsafe { hash_group::<K, 0, 0>(x, (ids, [], []), (rs, [], [])) };
+        for (k, d) in draws.iter().enumerate().take(K) {
+            let m = masks[k];
+            let hv = _mm512_maskz_mov_epi32(m, h[k]);
+            let top = _mm512_reduce_max_epu32(hv);
+            let w0 = d.weights[0];
+            // SAFETY: masked to the draw's weights.
+            let w = unsafe { _mm512_maskz_loadu_epi32(m, d.weights.as_ptr().cast()) };
+            let differ = _mm512_mask_cmpneq_epu32_mask(m, w, _mm512_set1_epi32(w0 as i32));
+            if differ == 0 {
+                if let Some(floor) = super::winning_floor(top, w0) {
+                    let hit = _mm512_mask_cmpge_epu32_mask(m, hv, _mm512_set1_epi32(floor as i32));
+                    out[k] = d.items[hit.trailing_zeros() as usize];
+                    continue;
+                }
+            }
+            let mut buf = [0u32; 16];
+            // SAFETY: buf holds 16 lanes.
+            unsafe { _mm512_storeu_si512(buf.as_mut_ptr().cast(), hv) };
+            let n = d.items.len();
+            out[k] = d.items[super::choose_general(&buf[..n], d.weights)];
+        }
+    }
+
     /// One straw2 draw: [`super::straw2_choose`] on AVX-512.
     ///
     /// # Safety
@@ -865,6 +959,7 @@ mod tests {
         #[test]
         fn straw2_batch_equals_reference(
             draws in prop::collection::vec((1usize..70, any::<bool>(), 0u32..200), 1..8),
+            small_sizes in any::<bool>(),
             x in any::<u32>(),
             seed in any::<i32>(),
         ) {
@@ -872,6 +967,7 @@ mod tests {
             scratch.clear_batch();
             let mut want = Vec::new();
             for (d, &(n, equal, r)) in draws.iter().enumerate() {
+                let n = if small_sizes { (n - 1) % 16 + 1 } else { n };
                 let items: Vec<i32> = (0..n as i32).map(|i| seed.wrapping_add(i * 7 + d as i32)).collect();
                 let weights: Vec<u32> = (0..n as u32).map(|i| if equal { 0x40000 } else { 0x8000 + i * 0x1357 }).collect();
                 want.push(straw2_choose_reference(&items, &weights, x, r));
@@ -879,7 +975,23 @@ mod tests {
             }
             let mut got = Vec::new();
             scratch.run_batch(x, &mut got);
-            prop_assert_eq!(got, want);
+            prop_assert_eq!(&got, &want);
+            // The same draws through `choose_small` when they fit.
+            let kept: Vec<(Vec<i32>, Vec<u32>, u32)> = draws
+                .iter()
+                .enumerate()
+                .map(|(d, &(n, equal, r))| {
+                    let n = if small_sizes { (n - 1) % 16 + 1 } else { n };
+                    let items: Vec<i32> = (0..n as i32).map(|i| seed.wrapping_add(i * 7 + d as i32)).collect();
+                    let weights: Vec<u32> = (0..n as u32).map(|i| if equal { 0x40000 } else { 0x8000 + i * 0x1357 }).collect();
+                    (items, weights, r)
+                })
+                .collect();
+            let small: Vec<SmallDraw<'_>> = kept.iter().map(|(i, w, r)| SmallDraw { items: i, weights: w, r: *r }).collect();
+            let mut out = vec![0; small.len()];
+            if choose_small(&small, x, &mut out) {
+                prop_assert_eq!(out, want);
+            }
         }
     }
 

@@ -1649,10 +1649,24 @@ fn write_jobs(inner: &Inner, wal: &dyn StoreFile, jobs: &[WalJob]) -> Result<()>
             .sync_data()
             .map_err(|e| StoreError::io("data file fdatasync", e))?;
     }
+    // Records that follow each other in the file go out in one write.
     let mut wrote = false;
+    let mut run: Option<(u64, Vec<u8>)> = None;
+    let wio = |e| StoreError::io("WAL write", e);
     for (off, rec) in jobs.iter().filter_map(|j| j.commit.record.as_ref()) {
-        wal::write_record(wal, *off, rec).map_err(|e| StoreError::io("WAL write", e))?;
+        match &mut run {
+            Some((start, buf)) if *start + buf.len() as u64 == *off => buf.extend_from_slice(rec),
+            _ => {
+                if let Some((start, buf)) = run.take() {
+                    wal::write_record(wal, start, &buf).map_err(wio)?;
+                }
+                run = Some((*off, rec.clone()));
+            }
+        }
         wrote = true;
+    }
+    if let Some((start, buf)) = run {
+        wal::write_record(wal, start, &buf).map_err(wio)?;
     }
     if wrote {
         wal.sync_data()

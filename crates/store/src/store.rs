@@ -252,8 +252,9 @@ impl Inner {
     }
 
     /// Writes every block-aligned `Write` of `txn` into new blocks from the
-    /// calling thread (O_DIRECT), so many submitters overlap their data I/O;
-    /// the committer then syncs the data file once per group and commits metadata.
+    /// calling thread, so many submitters overlap their data I/O: large ones
+    /// with O_DIRECT (synced by the WAL writer before the group's record),
+    /// small ones through the page cache (their bytes ride in the record).
     fn prewrite(&self, txn: &Transaction) -> Result<Vec<Option<Prewrite>>> {
         let bs = self.block_size;
         let mut pre: Vec<Option<Prewrite>> = Vec::with_capacity(txn.ops.len());

@@ -252,3 +252,36 @@ fn second_open_is_refused_while_locked() {
         Err(StoreError::Format { .. })
     ));
 }
+
+#[test]
+fn zero_frees_whole_blocks_visible_in_statfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::create(cfg(dir.path())).unwrap();
+    let c = CollectionId::pg(1, 3);
+    let o = ObjectId::new(3, "z");
+    let mut t = Transaction::new();
+    t.create_collection(c)
+        .write(c, o.clone(), 0, vec![7u8; 1 << 20]);
+    s.commit(t).unwrap();
+    let before = s.statfs().unwrap().used_bytes;
+    assert_eq!(s.stat(&c, &o).unwrap().allocated_bytes, 1 << 20);
+    // Blocks 2..129 are wholly inside the range and are freed; the partial
+    // edge blocks 1 and 129 are rewritten (one new block each, old one freed).
+    let (off, len) = (4096 + 100, 512 << 10);
+    let mut t = Transaction::new();
+    t.zero(c, o.clone(), off, len);
+    s.commit(t).unwrap();
+    let mut t = Transaction::new();
+    t.meta_set(c, "tick", Bytes::from_static(b"1"));
+    s.commit(t).unwrap();
+    let freed = 127 * 4096;
+    assert_eq!(before - s.statfs().unwrap().used_bytes, freed);
+    assert_eq!(s.stat(&c, &o).unwrap().allocated_bytes, (1 << 20) - freed);
+    let d = s.read(&c, &o, 0, 1 << 20).unwrap();
+    assert!(d[..off as usize].iter().all(|&b| b == 7));
+    assert!(d[off as usize..(off + len) as usize]
+        .iter()
+        .all(|&b| b == 0));
+    assert!(d[(off + len) as usize..].iter().all(|&b| b == 7));
+    assert!(s.deep_fsck().unwrap().is_clean());
+}

@@ -4,12 +4,14 @@
 # fdatasync; fio uses O_DIRECT where the filesystem allows), and prints both
 # and the ratio. Usage:
 #   bench/store.sh [DIR] [SECONDS]
-# Env: CAIRN=path/to/cairn (default: target/release/cairn), CACHE=128M.
+# Env: CAIRN=path/to/cairn (default: target/release/cairn), CACHE=128M,
+#      RUNS=N (repeat every workload N times, default 1).
 set -euo pipefail
 DIR=${1:-/var/tmp/cairn-store-bench}
 SECS=${2:-10}
 CAIRN=${CAIRN:-$(dirname "$0")/../target/release/cairn}
 CACHE=${CACHE:-128M}
+RUNS=${RUNS:-1}
 command -v fio >/dev/null || { echo "fio is not installed (apt-get install fio)" >&2; exit 1; }
 [[ -x $CAIRN ]] || { echo "no cairn binary at $CAIRN (cargo build --release -p cairn-cli, or set CAIRN=)" >&2; exit 1; }
 mkdir -p "$DIR"
@@ -55,16 +57,19 @@ row() { # row LABEL "cairn" "fio"
   python3 -c "print('%-22s ratio %.2f x fio' % ('', $cm / max($fm, 1e-9)))"
 }
 
-echo "store bench in $DIR, ${SECS}s per run, O_DIRECT for fio: $DIRECT, store_cache_bytes $CACHE"
-rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
-c=$(cairn_run --size 4M --threads 16); f=$(fio_run w4m write 4M 16 64M)
-row "4M write, 16 threads" "$c" "$f"
-rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
-c=$(cairn_run --size 4K --threads 64); f=$(fio_run w4k randwrite 4K 64 16M)
-row "4K write, 64 threads" "$c" "$f"
-rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
-c=$(cairn_run --size 4M --threads 16 --read); f=$(fio_run r4m randread 4M 16 64M)
-row "4M read, 16 threads" "$c" "$f"
-c=$(cairn_run --size 4K --threads 64 --read); f=$(fio_run r4k randread 4K 64 16M)
-row "4K read, 64 threads" "$c" "$f"
+echo "store bench in $DIR, ${SECS}s per run, ${RUNS} run(s), O_DIRECT for fio: $DIRECT, store_cache_bytes $CACHE"
+for run in $(seq 1 "$RUNS"); do
+  [[ $RUNS -gt 1 ]] && echo "--- run $run of $RUNS"
+  rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
+  c=$(cairn_run --size 4M --threads 16); f=$(fio_run w4m write 4M 16 64M)
+  row "4M write, 16 threads" "$c" "$f"
+  rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
+  c=$(cairn_run --size 4K --threads 64); f=$(fio_run w4k randwrite 4K 64 16M)
+  row "4K write, 64 threads" "$c" "$f"
+  rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
+  c=$(cairn_run --size 4M --threads 16 --read); f=$(fio_run r4m randread 4M 16 64M)
+  row "4M read, 16 threads" "$c" "$f"
+  c=$(cairn_run --size 4K --threads 64 --read); f=$(fio_run r4k randread 4K 64 16M)
+  row "4K read, 64 threads" "$c" "$f"
+done
 rm -rf "$DIR/store" "$DIR/fio"

@@ -216,6 +216,36 @@ pub enum MonCommand {
     OsdAutoOut {
         id: i32,
     },
+
+    // ---- read-only, answered from the leader's PG statistics ----
+    /// `pg stat`: PG counts by state, objects, usage.
+    PgStat,
+    /// `pg dump [pgs_brief]` / `pg ls`: every PG with its state.
+    PgDump {
+        brief: bool,
+    },
+    /// `osd df [tree]`: per-OSD usage and PG counts.
+    OsdDf {
+        tree: bool,
+    },
+    /// `pg PGID query`: a PG's placement and its primary's report.
+    PgQuery {
+        pgid: PgId,
+    },
+
+    // ---- reports from OSDs to the monitor leader (never in the map) ----
+    /// OSD `id` is alive; its store usage and the PGs it is primary for.
+    OsdBeacon {
+        id: i32,
+        beacon: crate::pgmap::OsdBeacon,
+    },
+    /// OSD `id` reports that `target` missed its heartbeats for
+    /// `osd_heartbeat_grace` (`failed`), or withdraws that report.
+    OsdFailureReport {
+        id: i32,
+        target: i32,
+        failed: bool,
+    },
 }
 
 impl MonCommand {
@@ -246,6 +276,31 @@ impl MonCommand {
                 | PgMap { .. }
                 | ConfigGet { .. }
                 | ConfigDump
+                | PgStat
+                | PgDump { .. }
+                | OsdDf { .. }
+                | PgQuery { .. }
+                | OsdBeacon { .. }
+                | OsdFailureReport { .. }
+        )
+    }
+
+    /// True for reports OSDs send the monitor leader (beacons, failure
+    /// reports): neither queries of the map nor changes to it.
+    pub fn is_report(&self) -> bool {
+        matches!(
+            self,
+            MonCommand::OsdBeacon { .. } | MonCommand::OsdFailureReport { .. }
+        )
+    }
+
+    /// True for queries answered from the leader's PG statistics (a
+    /// follower sends the caller to the leader).
+    pub fn needs_pg_stats(&self) -> bool {
+        use MonCommand::*;
+        matches!(
+            self,
+            Status | Health { .. } | PgStat | PgDump { .. } | OsdDf { .. } | PgQuery { .. }
         )
     }
 
@@ -262,7 +317,10 @@ impl MonCommand {
                 CapsNeed::mon(Perms::RWX)
             }
             OsdNew { .. } | OsdPurge { .. } => CapsNeed::mon(Perms::RWX),
-            OsdBoot { id, .. } | OsdAlive { id, .. } => CapsNeed {
+            OsdBoot { id, .. }
+            | OsdAlive { id, .. }
+            | OsdBeacon { id, .. }
+            | OsdFailureReport { id, .. } => CapsNeed {
                 or_entity: Some(EntityName::osd(*id)),
                 ..CapsNeed::mon(Perms::RWX)
             },
@@ -329,6 +387,12 @@ impl MonCommand {
             OsdAlive { .. } => "osd alive",
             OsdFailed { .. } => "osd failed",
             OsdAutoOut { .. } => "osd auto-out",
+            PgStat => "pg stat",
+            PgDump { .. } => "pg dump",
+            OsdDf { .. } => "osd df",
+            PgQuery { .. } => "pg query",
+            OsdBeacon { .. } => "osd beacon",
+            OsdFailureReport { .. } => "osd failure report",
         }
     }
 }

@@ -197,7 +197,7 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "mon_osd_report_timeout",
         OptKind::Secs { min: 1, max: 86400 },
         "900",
-        "seconds without OSD reports before the mon marks it down",
+        "seconds without an OSD's beacon before the monitors mark it down",
     ),
     opt(
         "mon_target_pg_per_osd",
@@ -207,6 +207,12 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         },
         "100",
         "PGs per OSD the autoscaler aims for",
+    ),
+    opt(
+        "osd_beacon_report_interval",
+        OptKind::Secs { min: 1, max: 3600 },
+        "5",
+        "seconds between an OSD's beacons to the monitors (they carry its PG statistics and usage, so Cairn sends them more often than Ceph's 300)",
     ),
     opt(
         "osd_class_update_on_start",

@@ -1,7 +1,7 @@
 //! Health checks on the monitor side: from the map plus what the runtime
 //! observed (quorum, clock offsets, key file permissions) to a report of
-//! named checks. Reported only: nothing here changes the map. PG checks are
-//! added by the OSD side.
+//! named checks. Reported only: nothing here changes the map. PG and usage
+//! checks come from the leader's PG statistics (`pgmap`).
 
 use crate::model::{ClusterMap, PoolKind};
 use serde::{Deserialize, Serialize};
@@ -21,6 +21,9 @@ pub struct HealthInputs {
     pub mon_clock_offsets_ms: BTreeMap<String, i64>,
     /// Key files found readable by users other than their owner.
     pub insecure_key_files: Vec<String>,
+    /// The leader's PG statistics; `None` where they are not known (the
+    /// PG and usage checks are then skipped).
+    pub pgmap: Option<crate::pgmap::PgMapView>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -139,6 +142,10 @@ impl ClusterMap {
         checks.extend(self.check_too_few_osds());
         checks.extend(self.check_no_redundancy());
         checks.extend(self.check_placement());
+        if let Some(view) = &obs.pgmap {
+            checks.extend(self.pg_health_checks(view));
+        }
+        checks.extend(self.check_too_many_pgs());
         checks.extend(check_auth_insecure(obs));
         HealthReport::from_checks(checks)
     }

@@ -17,9 +17,12 @@ pub mod config;
 mod decisions;
 mod ecprofile;
 mod error;
+pub mod failure;
 pub mod health;
 mod model;
 mod parse;
+pub mod pgmap;
+mod pgquery;
 mod query;
 
 pub use apply::{
@@ -32,6 +35,7 @@ pub use command::{MonCommand, OsdSelector};
 pub use decisions::{stable_mod, PgMapping};
 pub use ecprofile::EC_MAX_CHUNKS;
 pub use error::{CommandError, ErrorKind, ParseError};
+pub use failure::FailureJudge;
 pub use health::{HealthCheck, HealthInputs, HealthReport, HealthStatus, PlacementShortfall};
 pub use model::{
     decode_secret, encode_secret, ApplyContext, AuthEntity, ClusterMap, EcProfile, Incremental,
@@ -41,4 +45,5 @@ pub use parse::{
     command_help, input_file_arg, output_file_arg, parse_command, parse_command_with_input,
     parse_osd_id,
 };
+pub use pgmap::{OsdBeacon, OsdStatsEntry, PgEntry, PgMapView, PgReport, PgTotals};
 pub use query::{format_age, format_bytes};

@@ -50,6 +50,11 @@ const HELP: &[(&str, &str)] = &[
     ("osd pool application enable POOL APP", "tag a pool with the application using it (rbd, cephfs, rgw)"),
     ("osd pool delete NAME NAME --yes-i-really-really-mean-it", "delete a pool and all its data (needs mon_allow_pool_delete=true)"),
     ("pg map PGID", "show the up and acting OSDs of a PG such as 1.1f"),
+    ("pg stat", "summarise PG states, objects and usage (from the OSDs' reports)"),
+    ("pg dump [pgs_brief]", "list every PG with its state, version and OSDs (pgs_brief: state and OSDs only)"),
+    ("pg ls", "same as 'pg dump pgs_brief'"),
+    ("pg PGID query", "show a PG's placement and what its primary last reported"),
+    ("osd df [tree]", "show each OSD's size, use and PG count (tree: grouped by host)"),
     ("auth ls", "list entities, their keys and caps"),
     ("auth get NAME", "show an entity's keyring"),
     ("auth print-key NAME", "print only an entity's key"),
@@ -185,7 +190,18 @@ pub fn parse_command_with_input(
             ["map", pgid] => Ok(MonCommand::PgMap {
                 pgid: pgid.parse().map_err(|e: String| usage_err("pg map", &e))?,
             }),
-            _ => Err(usage_err("pg map", "wrong arguments")),
+            ["stat"] => Ok(MonCommand::PgStat),
+            ["dump"] => Ok(MonCommand::PgDump { brief: false }),
+            ["dump", "pgs_brief"] | ["ls"] => Ok(MonCommand::PgDump { brief: true }),
+            [pgid, "query"] => Ok(MonCommand::PgQuery {
+                pgid: pgid
+                    .parse()
+                    .map_err(|e: String| usage_err("pg query", &e))?,
+            }),
+            _ => Err(usage_err(
+                "pg",
+                "use 'pg map PGID', 'pg stat', 'pg dump [pgs_brief]', 'pg ls' or 'pg PGID query'",
+            )),
         },
         Some(other) => Err(usage_err("", &format!("unknown command '{other}'"))),
     }
@@ -227,6 +243,8 @@ fn parse_osd(w: &[&str], input: Option<&[u8]>) -> Result<MonCommand, ParseError>
         ["dump"] => Ok(MonCommand::OsdDump),
         ["ls"] => Ok(MonCommand::OsdLs),
         ["stat"] => Ok(MonCommand::OsdStat),
+        ["df"] => Ok(MonCommand::OsdDf { tree: false }),
+        ["df", "tree"] => Ok(MonCommand::OsdDf { tree: true }),
         ["set" | "unset", flag] => {
             let flag: OsdFlag = flag.parse().map_err(|e: String| usage_err("osd set", &e))?;
             Ok(if w[0] == "set" {

@@ -11,14 +11,14 @@ use std::fmt::Write as _;
 
 /// Column alignment in plain tables.
 #[derive(Clone, Copy)]
-enum Align {
+pub(crate) enum Align {
     Left,
     Right,
 }
 
 /// Renders rows under headers, columns separated by two spaces, trailing
 /// blanks trimmed.
-fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|(h, _)| h.len()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -177,6 +177,14 @@ impl ClusterMap {
                 Ok(Reply::new(format!("{}\n", ent.key), json!(ent.key)))
             }
             PgMap { pgid } => self.q_pg_map(*pgid),
+            PgStat => Ok(self.q_pg_stat(ctx)),
+            PgDump { brief } => Ok(self.q_pg_dump(ctx, *brief)),
+            OsdDf { tree } => Ok(self.q_osd_df(ctx, *tree)),
+            PgQuery { pgid } => self.q_pg_query(ctx, *pgid),
+            OsdBeacon { .. } | OsdFailureReport { .. } => Err(CommandError::invalid(format!(
+                "'{}' is an OSD report for the monitor leader's runtime, not a query of the map",
+                cmd.verb()
+            ))),
             ConfigGet { who, key } => self.q_config_get(who, key.as_deref()),
             ConfigDump => Ok(self.q_config_dump()),
             _ => Err(CommandError::invalid(format!(
@@ -216,17 +224,58 @@ impl ClusterMap {
         let _ = writeln!(s, "  data:");
         let pgs: u64 = self.pools.values().map(|p| u64::from(p.pg_num)).sum();
         let _ = writeln!(s, "    pools:   {} pools, {pgs} pgs", self.pools.len());
-        let (used, total) = self.usage_bytes();
+        let totals = rt.health.pgmap.as_ref().map(|v| self.pg_totals(v));
+        let (used, total, avail) = match &totals {
+            Some(t) => (t.used_bytes, t.total_bytes, t.available_bytes),
+            None => {
+                let (u, t) = self.usage_bytes();
+                (u, t, t.saturating_sub(u))
+            }
+        };
+        if let Some(t) = &totals {
+            let _ = writeln!(
+                s,
+                "    objects: {} objects, {}",
+                t.objects,
+                format_bytes(t.data_bytes)
+            );
+        }
         let _ = writeln!(
             s,
             "    usage:   {} used, {} / {} avail",
             format_bytes(used),
-            format_bytes(total.saturating_sub(used)),
+            format_bytes(avail),
             format_bytes(total)
         );
-        if pgs > 0 {
-            let _ = writeln!(s, "    pgs:     {pgs} unknown (no PG states reported yet)");
+        match &totals {
+            Some(t) if pgs > 0 => {
+                for (i, line) in crate::pgquery::state_lines(t).iter().enumerate() {
+                    let head = if i == 0 {
+                        "    pgs:     "
+                    } else {
+                        "             "
+                    };
+                    let _ = writeln!(s, "{head}{line}");
+                }
+            }
+            None if pgs > 0 => {
+                let _ = writeln!(s, "    pgs:     {pgs} unknown (no PG states reported yet)");
+            }
+            _ => {}
         }
+        let pgs_by_state: Vec<Value> = totals
+            .as_ref()
+            .map(|t| {
+                t.by_state
+                    .iter()
+                    .map(|(k, v)| json!({ "state_name": k, "count": v }))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (objects, data_bytes) = totals
+            .as_ref()
+            .map(|t| (t.objects, t.data_bytes))
+            .unwrap_or((0, 0));
         let json = json!({
             "fsid": self.fsid,
             "health": report.to_json(false),
@@ -235,7 +284,9 @@ impl ClusterMap {
             "quorum_age": rt.quorum_age_secs,
             "monmap": { "epoch": self.epoch.0, "num_mons": self.mons.len() },
             "osdmap": { "epoch": self.epoch.0, "num_osds": n, "num_up_osds": up, "num_in_osds": inn },
-            "pgmap": { "num_pools": self.pools.len(), "num_pgs": pgs, "bytes_used": used, "bytes_total": total },
+            "pgmap": { "num_pools": self.pools.len(), "num_pgs": pgs, "pgs_by_state": pgs_by_state,
+                "num_objects": objects, "data_bytes": data_bytes,
+                "bytes_used": used, "bytes_avail": avail, "bytes_total": total },
         });
         Reply::new(s, json)
     }

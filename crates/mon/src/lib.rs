@@ -13,6 +13,7 @@ pub mod client;
 pub mod clustermap;
 pub mod join;
 pub mod node;
+pub mod osdreports;
 pub mod proto;
 pub mod service;
 pub mod state;

@@ -11,6 +11,7 @@
 
 use crate::clustermap::{encode_command, incremental_from_log};
 use crate::node::{mon_id_for, ProposeError, RaftMon, RaftTiming, RaftView};
+use crate::osdreports::LeaderReports;
 use crate::proto::*;
 use crate::store::Catchup;
 use crate::transport::{handle_rpc, RaftRpc, RaftRpcReply, RaftTransport};
@@ -43,6 +44,8 @@ pub const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MON_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Concurrent commands and subscriptions served per client connection.
 pub const COMMANDS_INFLIGHT_PER_CONN: usize = 32;
+/// Period of the leader's failure and down-out decisions.
+pub const OSD_JUDGE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Everything a mon daemon needs to run.
 #[derive(Debug, Clone)]
@@ -211,6 +214,9 @@ pub struct MonService {
     peers: Mutex<BTreeMap<String, PeerSeen>>,
     /// (term, leader) last seen and since when: the quorum's age.
     quorum_since: Mutex<Option<(u64, Option<MonId>, Instant)>>,
+    /// On the leader: beacons, PG statistics and the failure judge of the
+    /// current term (never replicated; a new leader starts afresh).
+    osd_reports: Mutex<Option<LeaderReports>>,
 }
 
 impl MonService {
@@ -251,6 +257,7 @@ impl MonService {
             transport,
             peers: Mutex::new(BTreeMap::new()),
             quorum_since: Mutex::new(None),
+            osd_reports: Mutex::new(None),
         });
         Ok((svc, listener))
     }
@@ -283,6 +290,8 @@ impl MonService {
         tasks.push(tokio::spawn(async move { me.join_loop().await }));
         let me = self.clone();
         tasks.push(tokio::spawn(async move { me.conf_loop().await }));
+        let me = self.clone();
+        tasks.push(tokio::spawn(async move { me.osd_judge_loop().await }));
         shutdown.await;
         tracing::info!("mon.{}: shutting down", self.cfg.name);
         for t in &tasks {
@@ -497,6 +506,7 @@ impl MonService {
                 quorum,
                 mon_clock_offsets_ms,
                 insecure_key_files,
+                pgmap: self.pg_view(view, map),
             },
             leader: leader_name,
             quorum_age_secs: self.quorum_age(view).as_secs(),
@@ -531,6 +541,15 @@ impl MonService {
         if let Err(e) = map.authorize(caller, &cmd) {
             return self.response(Err(CommandFailure::Refused(e.to_string())));
         }
+        let leader = view.leader.as_ref().map(|(id, _)| *id) == Some(self.mon.id);
+        if (cmd.is_report() || cmd.needs_pg_stats()) && !leader {
+            // Beacons, failure reports and PG statistics live on the leader.
+            return self.response(Err(not_leader(&view)));
+        }
+        if cmd.is_report() {
+            let r = self.handle_report(&view, &map, &cmd).await;
+            return self.response(r);
+        }
         if !cmd.is_mutation() {
             let ctx = QueryContext {
                 caller: caller.clone(),
@@ -541,24 +560,33 @@ impl MonService {
                 .map_err(|e| CommandFailure::Refused(e.to_string()));
             return self.response(r);
         }
-        if view.leader.as_ref().map(|(id, _)| *id) != Some(self.mon.id) {
+        if !leader {
             return self.response(Err(not_leader(&view)));
         }
+        let r = self.propose_checked(caller, &map, &cmd).await;
+        self.response(r)
+    }
+
+    /// Validates a mutation on a copy of `map`, then commits it through Raft.
+    async fn propose_checked(
+        &self,
+        caller: &EntityName,
+        map: &ClusterMap,
+        cmd: &MonCommand,
+    ) -> Result<Reply, CommandFailure> {
         let ctx = ApplyContext {
             caller: caller.clone(),
             generated_secret: Some(Secret::generate().as_bytes().to_owned()),
         };
         // Validate on a copy first so Raft membership only changes for a
         // command the map accepts.
-        if let Err(e) = map.clone().apply(&cmd, &ctx) {
-            return self.response(Err(CommandFailure::Refused(e.to_string())));
+        if let Err(e) = map.clone().apply(cmd, &ctx) {
+            return Err(CommandFailure::Refused(e.to_string()));
         }
-        if let Err(f) = self.membership_for(&cmd).await {
-            return self.response(Err(f));
-        }
-        let r = match self
+        self.membership_for(cmd).await?;
+        match self
             .mon
-            .propose(encode_command(&cmd, &ctx), PROPOSE_TIMEOUT)
+            .propose(encode_command(cmd, &ctx), PROPOSE_TIMEOUT)
             .await
         {
             Ok(applied) => match applied.outcome {
@@ -570,8 +598,80 @@ impl MonService {
                 Err(e) => Err(CommandFailure::Refused(e)),
             },
             Err(e) => Err(propose_failure(e)),
-        };
-        self.response(r)
+        }
+    }
+
+    /// The leader's per-term OSD bookkeeping, created for a new term.
+    fn with_reports<T>(&self, view: &RaftView, f: impl FnOnce(&mut LeaderReports) -> T) -> T {
+        let mut g = self.osd_reports.lock().unwrap_or_else(|p| p.into_inner());
+        if g.as_ref().map(|r| r.term) != Some(view.term) {
+            *g = Some(LeaderReports::new(view.term));
+        }
+        match g.as_mut() {
+            Some(r) => f(r),
+            None => unreachable!("set just above"),
+        }
+    }
+
+    /// PG statistics for queries (the leader's; `None` elsewhere).
+    fn pg_view(&self, view: &RaftView, map: &ClusterMap) -> Option<cairn_map::PgMapView> {
+        if view.leader.as_ref().map(|(id, _)| *id) != Some(self.mon.id) {
+            return None;
+        }
+        Some(self.with_reports(view, |r| r.view(Instant::now(), map)))
+    }
+
+    /// A beacon or failure report from an OSD (on the leader). A map
+    /// change it settles is proposed in the background.
+    async fn handle_report(
+        &self,
+        view: &RaftView,
+        map: &ClusterMap,
+        cmd: &MonCommand,
+    ) -> Result<Reply, CommandFailure> {
+        let decision = self
+            .with_reports(view, |r| r.handle(Instant::now(), map, cmd))
+            .map_err(CommandFailure::Refused)?;
+        if let Some(change) = decision {
+            self.propose_decision(map, change).await;
+        }
+        Ok(Reply::new("", serde_json::Value::Null))
+    }
+
+    /// Commits a change the monitors decided themselves (as this mon).
+    async fn propose_decision(&self, map: &ClusterMap, cmd: MonCommand) {
+        let me = EntityName::mon(&self.cfg.name);
+        match self.propose_checked(&me, map, &cmd).await {
+            Ok(reply) => tracing::info!("mon.{}: {}", self.cfg.name, reply.plain.trim()),
+            Err(e) => tracing::warn!("mon.{}: {} failed: {e:?}", self.cfg.name, cmd.verb()),
+        }
+    }
+
+    /// Every second on the leader: failures from missed beacons or stale
+    /// reports, and down OSDs due to be marked out.
+    async fn osd_judge_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(OSD_JUDGE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let view = self.mon.view();
+            if view.leader.as_ref().map(|(id, _)| *id) != Some(self.mon.id) {
+                *self.osd_reports.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                continue;
+            }
+            if self.quorum_ok(&view).is_err() {
+                continue;
+            }
+            let Some(map) = self.mon.read_local(|m| m.cloned()) else {
+                continue;
+            };
+            let changes = self.with_reports(&view, |r| r.tick(Instant::now(), &map));
+            for cmd in changes {
+                // Each decision on the map as it is after the previous one.
+                let map = self.mon.read_local(|m| m.cloned()).unwrap_or_else(|| map.clone());
+                self.propose_decision(&map, cmd).await;
+            }
+        }
     }
 
     /// Raft membership part of `mon add` / `mon remove`.

@@ -8,11 +8,16 @@
 //!   push) before a PG serves I/O.
 //! - `auth`: who may connect (keys from the map's auth table, or tickets
 //!   sealed with the OSD service secret) and what they may do (osd caps).
+//! - `heartbeat`: pings to PG peers and neighbours, failure reports to the
+//!   monitors (`HeartbeatTracker` is the pure part).
+//! - `beacon`: periodic usage and PG statistics to the monitors.
 //!
 //! Replicated pools only; erasure-coded pools are not served yet.
 
 pub mod auth;
+mod beacon;
 pub mod exec;
+pub mod heartbeat;
 mod peering;
 pub mod pg;
 mod runtime;

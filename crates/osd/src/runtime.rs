@@ -290,6 +290,13 @@ impl Osd {
         shared.tasks.spawn(accept_loop(s2, listener));
         let s3 = shared.clone();
         shared.tasks.spawn(map_loop(s3));
+        if let Some(mon) = shared.mon.clone() {
+            // Heartbeats and beacons need the monitors to report to.
+            shared
+                .tasks
+                .spawn(crate::heartbeat::run(shared.clone(), mon.clone()));
+            shared.tasks.spawn(crate::beacon::run(shared.clone(), mon));
+        }
         Ok(Osd { shared })
     }
 
@@ -446,6 +453,10 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
             msg.msg_type,
             conn.peer()
         ));
+    }
+    if msg.msg_type == crate::heartbeat::MSG_HB_PING {
+        crate::heartbeat::answer_ping(shared, conn, msg).await;
+        return Ok(());
     }
     let de = |e: cairn_types::DecodeError| e.to_string();
     let (pgid, pm) = match msg.msg_type {
@@ -625,6 +636,22 @@ impl Shared {
         self.spawn_conn(conn.clone());
         *g = Some((gen, conn.clone()));
         Ok((gen, conn))
+    }
+
+    /// Spawns a task that ends when the OSD stops.
+    pub(crate) fn tasks_spawn<F>(&self, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.spawn(fut);
+    }
+
+    /// Every PG's published stats, by PG.
+    pub(crate) fn pg_stat_map(&self) -> Vec<(PgId, PgStat)> {
+        lock(&self.stats)
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect()
     }
 
     pub(crate) fn spawn_conn(self: &Arc<Self>, conn: Connection) {

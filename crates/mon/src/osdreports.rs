@@ -1,0 +1,112 @@
+//! What the monitor leader keeps in memory about the OSDs, outside the
+//! Raft-replicated map (like Ceph's mgr PGMap and the mon's failure
+//! tracking): the last beacon of each OSD (store usage and PG reports) and
+//! the failure judge. Both belong to one leadership term: a new leader (or
+//! a new term) starts empty, so every timer restarts on the new leader's
+//! monotonic clock and nothing depends on clocks agreeing across machines.
+//! Proposing the judge's decisions is the service's job.
+
+use cairn_map::{ClusterMap, FailureJudge, MonCommand, OsdBeacon, OsdStatsEntry, PgMapView};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A beacon older than this many beacon intervals is stale: its PGs show
+/// `stale+…` and its usage no longer counts.
+pub const BEACON_STALE_INTERVALS: u64 = 3;
+/// A beacon is never stale sooner than this.
+pub const BEACON_STALE_MIN: Duration = Duration::from_secs(10);
+/// A stale beacon is forgotten after this (its PGs then show `unknown`).
+pub const BEACON_FORGET_AFTER: Duration = Duration::from_secs(600);
+
+/// The leader's per-term OSD bookkeeping.
+pub struct LeaderReports {
+    /// Raft term this state belongs to.
+    pub term: u64,
+    judge: FailureJudge,
+    beacons: BTreeMap<i32, (Instant, OsdBeacon)>,
+}
+
+/// How old a beacon may be before it is stale, from the map's config.
+pub fn beacon_stale_after(map: &ClusterMap) -> Duration {
+    let interval = map
+        .config_value("osd", "osd_beacon_report_interval")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(5);
+    Duration::from_secs(interval * BEACON_STALE_INTERVALS).max(BEACON_STALE_MIN)
+}
+
+impl LeaderReports {
+    pub fn new(term: u64) -> LeaderReports {
+        LeaderReports {
+            term,
+            judge: FailureJudge::new(),
+            beacons: BTreeMap::new(),
+        }
+    }
+
+    /// Handles a report command from an OSD; returns a map change to
+    /// propose, if the report settles one. Errors say why it was refused.
+    pub fn handle(
+        &mut self,
+        now: Instant,
+        map: &ClusterMap,
+        cmd: &MonCommand,
+    ) -> Result<Option<MonCommand>, String> {
+        match cmd {
+            MonCommand::OsdBeacon { id, beacon } => {
+                if !map.osds.contains_key(id) {
+                    return Err(format!("osd.{id} is not in the map"));
+                }
+                beacon.validate(*id)?;
+                self.judge.beacon(now.into_std(), map, *id);
+                self.beacons.insert(*id, (now, beacon.clone()));
+                Ok(None)
+            }
+            MonCommand::OsdFailureReport { id, target, failed } => {
+                if !map.osds.contains_key(target) {
+                    return Err(format!("osd.{target} is not in the map"));
+                }
+                let decision = self.judge.report(now.into_std(), map, *id, *target, *failed);
+                if let Some(MonCommand::OsdFailed { id: t }) = &decision {
+                    tracing::info!(
+                        "osd.{t} failed: reported by {:?} (heartbeats)",
+                        self.judge.reporters(*t)
+                    );
+                }
+                Ok(decision)
+            }
+            other => Err(format!("'{}' is not an OSD report", other.verb())),
+        }
+    }
+
+    /// Periodic decisions (failures from reports or missed beacons, OSDs
+    /// due to be marked out); also forgets old beacons.
+    pub fn tick(&mut self, now: Instant, map: &ClusterMap) -> Vec<MonCommand> {
+        self.beacons.retain(|id, (at, _)| {
+            map.osds.contains_key(id) && now.duration_since(*at) <= BEACON_FORGET_AFTER
+        });
+        self.judge.tick(now.into_std(), map)
+    }
+
+    /// The PG statistics as queries and health checks see them.
+    pub fn view(&self, now: Instant, map: &ClusterMap) -> PgMapView {
+        let stale_after = beacon_stale_after(map);
+        let osds = self
+            .beacons
+            .iter()
+            .map(|(id, (at, b))| {
+                let age = now.duration_since(*at);
+                (
+                    *id,
+                    OsdStatsEntry {
+                        age_secs: age.as_secs(),
+                        stale: age > stale_after,
+                        beacon: b.clone(),
+                    },
+                )
+            })
+            .collect();
+        PgMapView { osds }
+    }
+}

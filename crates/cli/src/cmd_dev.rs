@@ -6,7 +6,6 @@
 use crate::cmd_daemon;
 use crate::cmd_disk::{self, AddOpts};
 use crate::conn;
-use crate::osdhost::OsdStatus;
 use crate::GlobalArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use cairn_map::{MonCommand, PoolKind};
@@ -117,7 +116,7 @@ fn up(dir: &Path, osds: u32, osd_size: &str, detach: bool) -> Result<()> {
         rt.block_on(create_osds_and_pools(&conf, &dir, osds, size))
             .map_err(stop_on_err)?;
     }
-    let clean = rt.block_on(wait_clean(&conf, &dir, CLEAN_TIMEOUT));
+    let clean = rt.block_on(wait_clean(&conf, CLEAN_TIMEOUT));
     if clean.is_ok() {
         // Reported states are the OSDs' own; prove them by writing to every
         // PG of `rbd` once, and say plainly if some PG does not serve I/O.
@@ -257,12 +256,18 @@ async fn create_osds_and_pools(conf: &Path, dir: &Path, osds: u32, size: u64) ->
     Ok(())
 }
 
-/// One status line: epoch, OSDs up/in, PG states.
-async fn status_line(mon: &MonClient, dir: &Path) -> Result<(String, usize, usize)> {
+/// One status line: epoch, OSDs up/in, PG states (from the monitors' PG
+/// statistics).
+async fn status_line(mon: &MonClient) -> Result<(String, usize, usize)> {
     let sub = mon.subscribe().await.map_err(|e| anyhow!("{e}"))?;
     let map = sub.map;
-    let stats = OsdStatus::load_all(dir);
-    let (n, by) = crate::cmd_pg::pg_summary(&map, &stats);
+    let stat = mon
+        .command(&cairn_map::MonCommand::PgStat)
+        .await
+        .map_err(|e| anyhow!("{e}"))?;
+    let n = stat.json["num_pgs"].as_u64().unwrap_or(0) as usize;
+    let by: std::collections::BTreeMap<String, usize> =
+        serde_json::from_value(stat.json["by_state"].clone()).unwrap_or_default();
     let up = map.osds.values().filter(|o| o.up).count();
     let inn = map.osds.values().filter(|o| o.is_in).count();
     let clean = by.get("active+clean").copied().unwrap_or(0);
@@ -281,12 +286,12 @@ async fn status_line(mon: &MonClient, dir: &Path) -> Result<(String, usize, usiz
     ))
 }
 
-async fn wait_clean(conf: &Path, dir: &Path, timeout: Duration) -> Result<usize> {
+async fn wait_clean(conf: &Path, timeout: Duration) -> Result<usize> {
     let mon = admin(conf)?;
     let start = Instant::now();
     let mut last;
     loop {
-        match status_line(&mon, dir).await {
+        match status_line(&mon).await {
             Ok((_, n, clean)) if n > 0 && clean == n => return Ok(n),
             Ok((line, _, _)) => last = line,
             Err(e) => last = e.to_string(),
@@ -310,7 +315,7 @@ async fn status_loop(conf: &Path, dir: &Path) {
         return;
     };
     loop {
-        let line = match status_line(&mon, dir).await {
+        let line = match status_line(&mon).await {
             Ok((l, _, _)) => l,
             Err(e) => format!("status: {e}"),
         };

@@ -1,9 +1,11 @@
 //! The OSDs a node daemon hosts: each disk recorded under `<node>/osds/`
 //! runs as its own supervised task (own store, listener, id, key, map
 //! subscription); one that fails is restarted with a backoff and never
-//! takes the process down. Also a simple peer prober that reports OSDs of
-//! other nodes that stopped answering (the OSD runtime has no heartbeats
-//! yet). Owns no PG logic (cairn-osd) and no disk preparation (cmd_disk).
+//! takes the process down. Each OSD talks to the monitors with its own
+//! `osd.N` key: boot, `up_thru`, heartbeat failure reports and beacons
+//! (which carry its PG statistics) are forwarded from the OSD runtime.
+//! Owns no PG logic or failure detection (cairn-osd) and no disk
+//! preparation (cmd_disk).
 
 use anyhow::{anyhow, Context, Result};
 use cairn_map::{MonCommand, OsdReported};
@@ -27,14 +29,10 @@ const SCAN_INTERVAL: Duration = Duration::from_secs(1);
 /// Backoff after an OSD failed to start, doubling up to the max.
 const RESTART_BACKOFF_MIN: Duration = Duration::from_secs(2);
 const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(60);
-/// Period of PG stat snapshots and of the "am I still up in the map" check.
+/// Period of the "am I still up in the map" check.
 const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 /// A boot message is resent at most this often while the map shows us down.
 const REBOOT_INTERVAL: Duration = Duration::from_secs(3);
-/// Peer probe period, connect timeout, and failed probes before reporting.
-const PROBE_INTERVAL: Duration = Duration::from_secs(1);
-const PROBE_TIMEOUT: Duration = Duration::from_millis(700);
-const PROBE_FAILURES_TO_REPORT: u32 = 4;
 /// Bound on each command this daemon sends to the monitors.
 const MON_CMD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Store cache per OSD (part of the daemon's memory budget).
@@ -101,40 +99,6 @@ impl OsdRecord {
     pub fn keyring_path(&self, node: &Path) -> PathBuf {
         OsdRecord::dir(node, self.id).join("keyring")
     }
-
-    pub fn stats_path(node: &Path, id: i32) -> PathBuf {
-        OsdRecord::dir(node, id).join("pgstats.json")
-    }
-}
-
-/// What a running OSD last reported about itself (`osds/osd.N/pgstats.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct OsdStatus {
-    pub osd: i32,
-    pub addr: String,
-    /// Unix seconds of the snapshot.
-    pub stamp: u64,
-    pub total_bytes: u64,
-    /// Used bytes measured when the OSD started (the running store is owned
-    /// by the OSD runtime, which does not report usage yet).
-    pub used_bytes_at_start: u64,
-    pub pgs: Vec<PgSnap>,
-}
-
-/// One PG as an OSD reported it.
-pub type PgSnap = cairn_osd::PgStat;
-
-impl OsdStatus {
-    /// Every OSD status file under a node dir (stale files included; check `stamp`).
-    pub fn load_all(node: &Path) -> Vec<OsdStatus> {
-        let Ok(recs) = OsdRecord::load_all(node) else {
-            return Vec::new();
-        };
-        recs.keys()
-            .filter_map(|id| std::fs::read(OsdRecord::stats_path(node, *id)).ok())
-            .filter_map(|t| serde_json::from_slice(&t).ok())
-            .collect()
-    }
 }
 
 /// Where a node's OSDs listen: `[osd] public_addr`, else the mon's IP.
@@ -161,8 +125,6 @@ pub async fn run(
 ) {
     let mut running: HashMap<i32, (watch::Sender<bool>, tokio::task::JoinHandle<()>)> =
         HashMap::new();
-    let local: Arc<std::sync::Mutex<Vec<i32>>> = Arc::default();
-    tokio::spawn(probe_peers(mon.clone(), local.clone(), stop.clone()));
     loop {
         match OsdRecord::load_all(&node) {
             Ok(recs) => {
@@ -195,7 +157,6 @@ pub async fn run(
                         let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
                     }
                 }
-                *local.lock().unwrap_or_else(|p| p.into_inner()) = recs.keys().copied().collect();
             }
             Err(e) => tracing::warn!("reading disk records under {}: {e:#}", node.display()),
         }
@@ -245,13 +206,6 @@ async fn supervise(
         }
         backoff = (backoff * 2).min(RESTART_BACKOFF_MAX);
     }
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// Runs one OSD until stopped (Ok) or until it cannot continue (Err).
@@ -346,21 +300,6 @@ async fn run_one(
                 Err(e) => tracing::warn!("osd.{id}: boot: {e}"),
             }
         }
-        let status = OsdStatus {
-            osd: id,
-            addr: addr.clone(),
-            stamp: unix_now(),
-            total_bytes: reported.total_bytes,
-            used_bytes_at_start: reported.used_bytes,
-            pgs: osd.pg_stats(),
-        };
-        if let Ok(text) = serde_json::to_vec(&status) {
-            let _ = cairn_mon::service::write_file_atomic(
-                &OsdRecord::stats_path(node, id),
-                &text,
-                0o644,
-            );
-        }
         tokio::select! {
             _ = tokio::time::sleep(STATUS_INTERVAL) => {}
             _ = stop.changed() => break Ok(()),
@@ -369,54 +308,5 @@ async fn run_one(
     osd.stop();
     drop(osd);
     fwd.abort();
-    let _ = std::fs::remove_file(OsdRecord::stats_path(node, id));
     result
-}
-
-/// Reports OSDs of other nodes that the map shows up but that no longer
-/// accept connections (a crude stand-in for OSD heartbeats).
-async fn probe_peers(
-    mon: Arc<MonClient>,
-    local: Arc<std::sync::Mutex<Vec<i32>>>,
-    stop: watch::Receiver<bool>,
-) {
-    let map_rx = loop {
-        if *stop.borrow() {
-            return;
-        }
-        match crate::conn::follow_map(&mon).await {
-            Ok(rx) => break rx,
-            Err(e) => {
-                tracing::debug!("peer prober: {e:#}");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
-    };
-    let mut failures: HashMap<i32, u32> = HashMap::new();
-    while !*stop.borrow() {
-        let map = map_rx.borrow().clone();
-        let mine = local.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let targets: Vec<(i32, SocketAddr)> = map
-            .osds
-            .values()
-            .filter(|o| o.up && !mine.contains(&o.id))
-            .filter_map(|o| Some((o.id, o.addrs.first()?.parse().ok()?)))
-            .collect();
-        failures.retain(|id, _| targets.iter().any(|(t, _)| t == id));
-        for (id, addr) in targets {
-            let ok = matches!(
-                tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr)).await,
-                Ok(Ok(_))
-            );
-            let n = failures.entry(id).or_insert(0);
-            *n = if ok { 0 } else { *n + 1 };
-            if *n == PROBE_FAILURES_TO_REPORT {
-                tracing::warn!("osd.{id} at {addr} does not answer; reporting it failed");
-                if let Err(e) = mon.command(&MonCommand::OsdFailed { id }).await {
-                    tracing::warn!("reporting osd.{id} failed: {e}");
-                }
-            }
-        }
-        tokio::time::sleep(PROBE_INTERVAL).await;
-    }
 }

@@ -25,8 +25,16 @@ pub fn admin_creds() -> Credentials {
     }
 }
 
+/// Beacons the stand-in monitor received: OSD -> (when, beacon).
+pub type Beacons = Arc<Mutex<BTreeMap<i32, (Instant, OsdBeacon)>>>;
+
 pub struct Cluster {
     pub dir: tempfile::TempDir,
+    /// OSDs are started with a monitor link: they heartbeat each other and
+    /// send failure reports and beacons, which the stand-in monitor judges
+    /// with `FailureJudge` (as the real leader does).
+    pub monitored: bool,
+    pub beacons: Beacons,
     /// The map as the monitors would hold it (OSDs' `OsdAlive` requests
     /// are applied to it by a background task).
     pub map: Arc<Mutex<ClusterMap>>,
@@ -48,6 +56,20 @@ impl Cluster {
     /// `hosts` x `per_host` OSDs, one replicated pool `rbd` (size 3,
     /// min_size 2, `pg_num` PGs), every PG active.
     pub async fn start(hosts: usize, per_host: usize, pg_num: u32, data_bytes: u64) -> Cluster {
+        Cluster::start_with(hosts, per_host, pg_num, data_bytes, Vec::new(), false).await
+    }
+
+    /// Like `start`, with central config set first and, when `monitored`,
+    /// OSDs linked to the stand-in monitor (heartbeats, beacons, failure
+    /// judgement).
+    pub async fn start_with(
+        hosts: usize,
+        per_host: usize,
+        pg_num: u32,
+        data_bytes: u64,
+        config: Vec<(&str, &str)>,
+        monitored: bool,
+    ) -> Cluster {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
@@ -64,20 +86,33 @@ impl Cluster {
                 &[("mon", "allow *"), ("osd", "allow *"), ("mgr", "allow *")],
             ),
         );
+        let mut map = map;
+        for (k, v) in config {
+            map.apply(
+                &MonCommand::ConfigSet {
+                    who: "global".into(),
+                    key: k.into(),
+                    value: v.into(),
+                    force: false,
+                },
+                &ctx(None),
+            )
+            .unwrap_or_else(|e| panic!("config {k}={v}: {e}"));
+        }
         let (tx, _) = watch::channel(Arc::new(map.clone()));
         let tx = Arc::new(tx);
         let map = Arc::new(Mutex::new(map));
-        let (mon_tx, mut mon_rx) = tokio::sync::mpsc::channel::<MonCommand>(1024);
-        let (m2, tx2) = (map.clone(), tx.clone());
-        tokio::spawn(async move {
-            while let Some(cmd) = mon_rx.recv().await {
-                let mut m = m2.lock().unwrap();
-                if m.apply(&cmd, &ctx(None)).is_ok() {
-                    tx2.send_replace(Arc::new(m.clone()));
-                }
-            }
-        });
+        let (mon_tx, mon_rx) = tokio::sync::mpsc::channel::<MonCommand>(1024);
+        let beacons: Beacons = Arc::default();
+        tokio::spawn(stand_in_monitor(
+            map.clone(),
+            tx.clone(),
+            mon_rx,
+            beacons.clone(),
+        ));
         let mut c = Cluster {
+            monitored,
+            beacons,
             mon_tx,
             dir: tempfile::Builder::new()
                 .prefix("cairn-osd-test")
@@ -170,7 +205,8 @@ impl Cluster {
     /// Starts osd.`id` on `store` and marks it up with its address.
     pub async fn boot(&mut self, id: i32, store: Store) {
         let cfg = OsdConfig::new(id, Secret::from_bytes(self.secrets[&id]));
-        let osd = Osd::start(cfg, store, self.map_rx())
+        let mon = self.monitored.then(|| self.mon_tx.clone());
+        let osd = Osd::start_with_mon(cfg, store, self.map_rx(), mon)
             .await
             .expect("osd start");
         let addr = osd.addr().to_string();
@@ -196,6 +232,35 @@ impl Cluster {
             drop(osd);
         }
         self.apply(MonCommand::OsdDown { ids: vec![id] });
+    }
+
+    /// Kills osd.`id` without telling the monitors (like kill -9 of its
+    /// process): only its peers' heartbeats can get it marked down.
+    pub fn crash(&mut self, id: i32) {
+        if let Some(Some(osd)) = self.osds.insert(id, None) {
+            osd.stop();
+            drop(osd);
+        }
+    }
+
+    /// The stand-in monitor's PG statistics (beacons older than
+    /// `stale_after` are stale), as the monitor leader builds them.
+    pub fn pg_view(&self, stale_after: Duration) -> PgMapView {
+        let b = self.beacons.lock().unwrap();
+        let osds = b
+            .iter()
+            .map(|(id, (at, beacon))| {
+                (
+                    *id,
+                    OsdStatsEntry {
+                        age_secs: at.elapsed().as_secs(),
+                        stale: at.elapsed() > stale_after,
+                        beacon: beacon.clone(),
+                    },
+                )
+            })
+            .collect();
+        PgMapView { osds }
     }
 
     /// Reopens osd.`id`'s store (waiting for the killed instance to let go) and boots it.
@@ -265,6 +330,48 @@ impl Cluster {
                 panic!("only {clean} of {want} PGs active+clean after {within:?}: {st:?}");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Applies the OSDs' requests to the map like the monitors would: map
+/// changes (`OsdAlive`) directly; beacons and failure reports through a
+/// `FailureJudge`, ticked every 250 ms, whose decisions are applied.
+async fn stand_in_monitor(
+    map: Arc<Mutex<ClusterMap>>,
+    tx: Arc<watch::Sender<Arc<ClusterMap>>>,
+    mut rx: tokio::sync::mpsc::Receiver<MonCommand>,
+    beacons: Beacons,
+) {
+    let mut judge = FailureJudge::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        let decided: Vec<MonCommand> = tokio::select! {
+            cmd = rx.recv() => {
+                let Some(cmd) = cmd else { return };
+                let m = map.lock().unwrap().clone();
+                match cmd {
+                    MonCommand::OsdBeacon { id, beacon } => {
+                        judge.beacon(Instant::now(), &m, id);
+                        beacons.lock().unwrap().insert(id, (Instant::now(), beacon));
+                        Vec::new()
+                    }
+                    MonCommand::OsdFailureReport { id, target, failed } => {
+                        judge.report(Instant::now(), &m, id, target, failed).into_iter().collect()
+                    }
+                    other => vec![other],
+                }
+            }
+            _ = tick.tick() => {
+                let m = map.lock().unwrap().clone();
+                judge.tick(Instant::now(), &m)
+            }
+        };
+        for cmd in decided {
+            let mut m = map.lock().unwrap();
+            if m.apply(&cmd, &ctx(None)).is_ok() {
+                tx.send_replace(Arc::new(m.clone()));
+            }
         }
     }
 }

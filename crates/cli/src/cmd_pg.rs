@@ -112,4 +112,3 @@ fn osd_map(map: &ClusterMap, pool: &str, obj: &str, json: bool) -> Result<()> {
     }
     Ok(())
 }
-

@@ -132,6 +132,8 @@ fn every_help_usage_parses() {
             .replace("max_bytes|max_objects VALUE", "max_bytes 1G")
             .replace("KEY|all", "all")
             .replace("[detail]", "")
+            .replace("[pgs_brief]", "pgs_brief")
+            .replace("[tree]", "tree")
             .replace("POOL APP", "p rbd")
             .replace("[SERVICE CAPS]...", "mon allow")
             .replace("WHO KEY VALUE [--force]", "osd osd_max_backfills 2")

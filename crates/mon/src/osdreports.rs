@@ -67,7 +67,9 @@ impl LeaderReports {
                 if !map.osds.contains_key(target) {
                     return Err(format!("osd.{target} is not in the map"));
                 }
-                let decision = self.judge.report(now.into_std(), map, *id, *target, *failed);
+                let decision = self
+                    .judge
+                    .report(now.into_std(), map, *id, *target, *failed);
                 if let Some(MonCommand::OsdFailed { id: t }) = &decision {
                     tracing::info!(
                         "osd.{t} failed: reported by {:?} (heartbeats)",

@@ -668,7 +668,10 @@ impl MonService {
             let changes = self.with_reports(&view, |r| r.tick(Instant::now(), &map));
             for cmd in changes {
                 // Each decision on the map as it is after the previous one.
-                let map = self.mon.read_local(|m| m.cloned()).unwrap_or_else(|| map.clone());
+                let map = self
+                    .mon
+                    .read_local(|m| m.cloned())
+                    .unwrap_or_else(|| map.clone());
                 self.propose_decision(&map, cmd).await;
             }
         }

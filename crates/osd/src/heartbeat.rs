@@ -51,7 +51,10 @@ pub struct HbPong {
 pub enum HbAction {
     Ping(i32),
     /// Tell the monitors `target` failed (`failed`) or answers again.
-    Report { target: i32, failed: bool },
+    Report {
+        target: i32,
+        failed: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -204,12 +207,7 @@ pub fn heartbeat_peers(map: &ClusterMap, me: i32) -> BTreeMap<i32, Epoch> {
     }
     ids.remove(&me);
     ids.into_iter()
-        .filter_map(|o| {
-            map.osds
-                .get(&o)
-                .filter(|i| i.up)
-                .map(|i| (o, i.up_from))
-        })
+        .filter_map(|o| map.osds.get(&o).filter(|i| i.up).map(|i| (o, i.up_from)))
         .collect()
 }
 
@@ -296,7 +294,9 @@ pub(crate) async fn run(shared: Arc<Shared>, mon: crate::runtime::MonRequests) {
                             "osd.{me}: osd.{target} has not answered heartbeats for {grace:?}; reporting it failed"
                         );
                     } else {
-                        tracing::info!("osd.{me}: osd.{target} answers again; withdrawing the failure report");
+                        tracing::info!(
+                            "osd.{me}: osd.{target} answers again; withdrawing the failure report"
+                        );
                     }
                     let cmd = MonCommand::OsdFailureReport {
                         id: me,
@@ -352,7 +352,10 @@ async fn ping(shared: &Arc<Shared>, conns: &HbConns, peer: i32, timeout: Duratio
                     c
                 }
                 Err(e) => {
-                    tracing::debug!("osd.{}: heartbeat connect to osd.{peer}: {e}", shared.cfg.id);
+                    tracing::debug!(
+                        "osd.{}: heartbeat connect to osd.{peer}: {e}",
+                        shared.cfg.id
+                    );
                     return false;
                 }
             }
@@ -363,8 +366,10 @@ async fn ping(shared: &Arc<Shared>, conns: &HbConns, peer: i32, timeout: Duratio
         epoch: shared.map_rx.borrow().epoch,
     };
     match conn.call(MSG_HB_PING, encode(&msg), timeout).await {
-        Ok(m) => m.msg_type == MSG_HB_PONG
-            && decode::<HbPong>("heartbeat pong", &m.payload).is_ok_and(|p| p.from == peer),
+        Ok(m) => {
+            m.msg_type == MSG_HB_PONG
+                && decode::<HbPong>("heartbeat pong", &m.payload).is_ok_and(|p| p.from == peer)
+        }
         Err(e) => {
             if e.is_connection_error() {
                 conns.lock().await.remove(&peer);
@@ -396,19 +401,37 @@ mod tests {
         for k in 1..=3 {
             t.on_reply(t0 + s * k, 1);
             let a = t.tick(t0 + s * k, interval, grace);
-            assert!(!a.iter().any(|x| matches!(x, HbAction::Report { .. })), "{a:?}");
+            assert!(
+                !a.iter().any(|x| matches!(x, HbAction::Report { .. })),
+                "{a:?}"
+            );
         }
         let a = t.tick(t0 + s * 3 + Duration::from_millis(10), interval, grace);
-        assert!(a.contains(&HbAction::Report { target: 2, failed: true }), "{a:?}");
+        assert!(
+            a.contains(&HbAction::Report {
+                target: 2,
+                failed: true
+            }),
+            "{a:?}"
+        );
         assert_eq!(t.reported(), vec![2]);
         // Not repeated before another interval, repeated after.
         let a = t.tick(t0 + s * 3 + Duration::from_millis(500), interval, grace);
         assert!(!a.iter().any(|x| matches!(x, HbAction::Report { .. })));
         let a = t.tick(t0 + s * 4 + Duration::from_millis(20), interval, grace);
-        assert!(a.contains(&HbAction::Report { target: 2, failed: true }));
+        assert!(a.contains(&HbAction::Report {
+            target: 2,
+            failed: true
+        }));
         // It answers: the report is withdrawn once.
         let a = t.on_reply(t0 + s * 5, 2);
-        assert_eq!(a, vec![HbAction::Report { target: 2, failed: false }]);
+        assert_eq!(
+            a,
+            vec![HbAction::Report {
+                target: 2,
+                failed: false
+            }]
+        );
         assert!(t.on_reply(t0 + s * 5, 2).is_empty());
         assert!(t.reported().is_empty());
     }
@@ -420,7 +443,10 @@ mod tests {
         let mut t = HeartbeatTracker::new();
         t.set_peers(t0, &peers(&[(1, 5)]));
         let a = t.tick(t0 + s * 5, s, 3 * s);
-        assert!(a.contains(&HbAction::Report { target: 1, failed: true }));
+        assert!(a.contains(&HbAction::Report {
+            target: 1,
+            failed: true
+        }));
         // osd.1 rebooted (new up_from): fresh grace, no report pending.
         assert!(t.set_peers(t0 + s * 6, &peers(&[(1, 9)])).is_empty());
         assert!(t.reported().is_empty());
@@ -430,7 +456,13 @@ mod tests {
         t.tick(t0 + s * 10, s, 3 * s);
         assert_eq!(t.reported(), vec![1]);
         let a = t.set_peers(t0 + s * 11, &BTreeMap::new());
-        assert_eq!(a, vec![HbAction::Report { target: 1, failed: false }]);
+        assert_eq!(
+            a,
+            vec![HbAction::Report {
+                target: 1,
+                failed: false
+            }]
+        );
         assert!(t.peers().is_empty());
     }
 }

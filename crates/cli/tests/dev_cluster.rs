@@ -88,6 +88,12 @@ fn dev_up_rados_bench_down_restart() {
     assert!(st.starts_with("rbd/o1 size 3000000"), "{st}");
     let pg = dev.ok(&["pg", "stat"]);
     assert!(pg.starts_with("32 pgs: 32 active+clean"), "{pg}");
+    // `cairn -s` from the monitors' PG statistics (the OSDs' beacons).
+    let s = dev.ok(&["-s"]);
+    assert!(
+        s.contains("pgs:     32 active+clean") && s.contains("objects: ") && s.contains("usage:"),
+        "{s}"
+    );
 
     let b = dev.ok(&[
         "rados",

@@ -1,7 +1,10 @@
 //! Real `cairn` processes: three node daemons (mon + two OSDs each) on
 //! 127.0.x.{1,2,3}; objects of random sizes written and read back
-//! byte-exact through `cairn rados`; a whole daemon killed with SIGKILL
-//! during a write load on size 3 / min_size 2, the load continuing, and
+//! byte-exact through `cairn rados`; `cairn -s` showing every PG
+//! active+clean from the OSDs' beacons; a whole daemon killed with SIGKILL
+//! during a write load on size 3 / min_size 2: its OSDs marked down by
+//! their peers' heartbeats (grace 3 s; the time to down and to every PG
+//! active again is printed), PG_DEGRADED raised, the load continuing, and
 //! every acknowledged object read back after the restart. Every daemon is
 //! killed by PID when the test ends (also on failure).
 
@@ -25,30 +28,42 @@ fn rados(c: &Cluster, args: &[&str], input: Option<&Path>) -> Run {
     run_cmd(cmd)
 }
 
+/// (PGs, PGs in each state) from the monitors' PG statistics.
+fn pg_states(c: &Cluster) -> (u64, serde_json::Map<String, serde_json::Value>) {
+    let r = c.cairn(&["pg", "stat", "-f", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap_or_default();
+    let by = v["by_state"].as_object().cloned().unwrap_or_default();
+    (v["num_pgs"].as_u64().unwrap_or(0), by)
+}
+
 fn wait_clean(c: &Cluster, within: Duration) {
     let t0 = Instant::now();
     loop {
-        // PG states come from the nodes' OSD status files: read all three.
-        let mut args = vec!["pg", "stat", "-f", "json"];
-        let dirs: Vec<String> = c
-            .nodes
-            .iter()
-            .map(|n| n.dir.display().to_string())
-            .collect();
-        for d in &dirs {
-            args.push("--data");
-            args.push(d);
-        }
-        let r = c.cairn(&args);
-        let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap_or_default();
-        let total = v["num_pgs"].as_u64().unwrap_or(0);
-        let clean = v["by_state"]["active+clean"].as_u64().unwrap_or(0);
+        let (total, by) = pg_states(c);
+        let clean = by.get("active+clean").and_then(|v| v.as_u64()).unwrap_or(0);
         if total > 0 && clean == total {
             return;
         }
-        assert!(t0.elapsed() < within, "PGs not active+clean: {r:?}");
+        assert!(t0.elapsed() < within, "PGs not active+clean: {by:?}");
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// True when every PG is active (none stale, unknown, peering or down).
+fn all_active(c: &Cluster) -> bool {
+    let (total, by) = pg_states(c);
+    let active: u64 = by
+        .iter()
+        .filter(|(s, _)| s.split('+').any(|w| w == "active") && !s.contains("stale"))
+        .filter_map(|(_, n)| n.as_u64())
+        .sum();
+    total > 0 && active == total
+}
+
+fn osds_up(c: &Cluster) -> u64 {
+    let r = c.cairn(&["osd", "stat", "-f", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap_or_default();
+    v["num_up_osds"].as_u64().unwrap_or(u64::MAX)
 }
 
 fn add_disks(c: &Cluster, per_node: usize) {
@@ -77,6 +92,15 @@ fn three_daemons_objects_and_kill9() {
     c.join("b", &[]);
     c.join("c", &[]);
     c.until_quorum(3);
+    // Short failure detection for the test: heartbeats every second,
+    // reported after 3 s of silence; beacons every second.
+    for (k, v) in [
+        ("osd_heartbeat_interval", "1"),
+        ("osd_heartbeat_grace", "3"),
+        ("osd_beacon_report_interval", "1"),
+    ] {
+        c.ok(&["config", "set", "osd", k, v]);
+    }
     add_disks(&c, 2);
     let ls = c.ok(&["disk", "ls", "--data", c.nodes[1].dir.to_str().unwrap()]);
     assert!(ls.contains("osd.2") && ls.contains("node-b"), "{ls}");
@@ -87,6 +111,13 @@ fn three_daemons_objects_and_kill9() {
     wait_clean(&c, Duration::from_secs(60));
     let tree = c.ok(&["osd", "tree"]);
     assert_eq!(tree.matches(" up ").count(), 6, "{tree}");
+    let s = c.ok(&["-s"]);
+    assert!(
+        s.contains("pgs:     16 active+clean") && s.contains("usage:") && s.contains("HEALTH_OK"),
+        "{s}"
+    );
+    let df = c.ok(&["osd", "df", "tree"]);
+    assert!(df.contains("host node-b") && df.contains("TOTAL"), "{df}");
 
     // Random sizes 0..8 MiB, byte-exact round trips.
     let work = c.tmp.path().join("work");
@@ -154,6 +185,32 @@ fn three_daemons_objects_and_kill9() {
     let before = acked.lock().unwrap().len();
     c.kill9("c");
     let killed_at = Instant::now();
+    // Heartbeats get node c's two OSDs marked down, then every PG is
+    // active again on the other two nodes.
+    while osds_up(&c) != 4 {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(30),
+            "node c's OSDs not marked down by heartbeats: {}",
+            c.cairn(&["osd", "tree"]).stdout
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let down_after = killed_at.elapsed();
+    while !all_active(&c) {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(60),
+            "PGs not active again after kill -9 of node c: {:?}",
+            pg_states(&c).1
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "kill -9 of node c (mon c, osd.4, osd.5): marked down after {:.1} s, every PG active after {:.1} s (grace 3 s)",
+        down_after.as_secs_f64(),
+        killed_at.elapsed().as_secs_f64()
+    );
+    let h = c.cairn(&["health", "detail"]);
+    assert!(h.stdout.contains("PG_DEGRADED") && h.stdout.contains("OSD_DOWN"), "{h:?}");
     // The load must keep going with node c gone.
     while acked.lock().unwrap().len() < before + 8 {
         assert!(

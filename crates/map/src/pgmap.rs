@@ -163,8 +163,8 @@ impl ClusterMap {
                 };
                 let current = m
                     .primary
-                    .and_then(|p| by_current.get(&(p, pgid)).copied())
-                    .filter(|_| m.primary.is_some_and(|p| self.is_up(p)));
+                    .filter(|p| self.is_up(*p))
+                    .and_then(|p| by_current.get(&(p, pgid)).copied());
                 let (state, report) = match (current, any.get(&pgid)) {
                     (Some(r), _) => (r.state.clone(), Some(r.clone())),
                     (None, Some(r)) => (format!("stale+{}", r.state), Some((*r).clone())),
@@ -222,7 +222,11 @@ impl ClusterMap {
                 continue;
             };
             for m in maps {
-                for o in m.up.into_iter().filter(|o| *o >= 0) {
+                for o in m
+                    .up
+                    .into_iter()
+                    .filter(|o| *o >= 0 && *o != cairn_crush::CRUSH_ITEM_NONE)
+                {
                     *n.entry(o).or_insert(0) += 1;
                 }
             }

@@ -62,7 +62,13 @@ fn report_of(map: &ClusterMap, pgid: PgId, st: &PgStat, count: Option<&Count>) -
         .map(|p| p.size as usize)
         .unwrap_or(st.acting.len());
     let objects = count.map(|c| c.objects).unwrap_or(0);
-    let missing = size.saturating_sub(st.acting.iter().filter(|o| **o >= 0).count()) as u64;
+    // Holes in EC acting sets are not OSDs of the map.
+    let members = st
+        .acting
+        .iter()
+        .filter(|o| map.osds.contains_key(o))
+        .count();
+    let missing = size.saturating_sub(members) as u64;
     PgReport {
         pgid,
         state: st.state.clone(),

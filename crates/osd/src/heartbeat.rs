@@ -195,15 +195,18 @@ pub fn heartbeat_peers(map: &ClusterMap, me: i32) -> BTreeMap<i32, Epoch> {
             }
         }
     }
-    let up: Vec<i32> = map.osds.values().filter(|o| o.up).map(|o| o.id).collect();
-    if let Some(pos) = up.iter().position(|o| *o > me).or(Some(up.len())) {
-        let n = up.len();
-        if n > 0 {
-            for k in 0..HB_NEIGHBOURS_EACH_SIDE.min(n) {
-                ids.insert(up[(pos + k) % n]);
-                ids.insert(up[(pos + n - 1 - k) % n]);
-            }
-        }
+    // Other up OSDs in id order; `pos` is where `me` would sit.
+    let up: Vec<i32> = map
+        .osds
+        .values()
+        .filter(|o| o.up && o.id != me)
+        .map(|o| o.id)
+        .collect();
+    let n = up.len();
+    let pos = up.iter().position(|o| *o > me).unwrap_or(n);
+    for k in 0..HB_NEIGHBOURS_EACH_SIDE.min(n) {
+        ids.insert(up[(pos + k) % n]);
+        ids.insert(up[(pos + n - 1 - k) % n]);
     }
     ids.remove(&me);
     ids.into_iter()
@@ -434,6 +437,57 @@ mod tests {
         );
         assert!(t.on_reply(t0 + s * 5, 2).is_empty());
         assert!(t.reported().is_empty());
+    }
+
+    #[test]
+    fn pgless_osds_watch_their_neighbours_by_id() {
+        let mut map = cairn_map::ClusterMap::new_cluster(
+            "5afc28eb-61b3-45f1-b441-6f913fd70505",
+            cairn_map::MonInfo {
+                name: "a".into(),
+                addr: "127.0.0.1:1".into(),
+                rank: 0,
+            },
+            cairn_map::AuthEntity::new(&[1; 32], &[("mon", "allow *")]),
+        );
+        let ctx = cairn_map::ApplyContext {
+            caller: EntityName::client("admin"),
+            generated_secret: None,
+        };
+        for i in 0..4 {
+            let uuid = format!("00000000-0000-0000-0000-{i:012x}");
+            let r = map
+                .apply(
+                    &MonCommand::OsdNew {
+                        uuid: uuid.clone(),
+                        id: None,
+                        host: format!("h{i}"),
+                        weight: 1.0,
+                        class: None,
+                    },
+                    &ctx,
+                )
+                .expect("osd new");
+            let id = r.json["osdid"].as_i64().expect("id") as i32;
+            map.apply(
+                &MonCommand::OsdBoot {
+                    id,
+                    uuid,
+                    addrs: vec![format!("127.0.0.1:{}", 7000 + id)],
+                    reported: cairn_map::OsdReported::default(),
+                },
+                &ctx,
+            )
+            .expect("boot");
+        }
+        // No pools: only neighbours, wrapping around.
+        let ids = |m: &ClusterMap, me| heartbeat_peers(m, me).into_keys().collect::<Vec<_>>();
+        assert_eq!(ids(&map, 0), vec![1, 3]);
+        assert_eq!(ids(&map, 2), vec![1, 3]);
+        assert_eq!(ids(&map, 3), vec![0, 2]);
+        map.apply(&MonCommand::OsdDown { ids: vec![1] }, &ctx)
+            .expect("down");
+        assert_eq!(ids(&map, 0), vec![2, 3], "down OSDs are skipped");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! its store usage (statfs) and a report of each PG it is primary for:
 //! state, up/acting, log length, last_update, object and byte counts, and
 //! degraded copies (objects x acting members missing). Object counts come
-//! from a scan of the PG's collection, redone only when the PG's
-//! `last_update` moved. The monitors keep these in memory (`pg stat`,
+//! from a scan of the PG's collection, redone when the PG's `last_update`
+//! moved (twice: see `Count`). The monitors keep these in memory (`pg stat`,
 //! `status`, PG health checks) and treat the beacon as a liveness signal.
 //! Owns no PG state (it reads what the PG actors publish).
 
@@ -23,10 +23,14 @@ const COUNT_PAGE: usize = 1024;
 /// A PG with more objects than this is counted up to this many per beacon.
 pub const COUNT_OBJECTS_MAX: u64 = 1_000_000;
 
-/// Object and byte count of a PG at a given `last_update`.
+/// Object and byte count of a PG at a given `last_update`. The PG
+/// publishes a new `last_update` when a write is ordered, before it is
+/// committed, so a scan right then may miss it: a count is trusted only
+/// once a second scan saw the same `last_update` (`settled`).
 #[derive(Debug, Clone)]
 struct Count {
     last_update: String,
+    settled: bool,
     objects: u64,
     bytes: u64,
 }
@@ -104,7 +108,11 @@ async fn build(
     counts.retain(|pg, _| mine.iter().any(|(p, _)| p == pg));
     let stale: Vec<(PgId, String)> = mine
         .iter()
-        .filter(|(p, s)| counts.get(p).is_none_or(|c| c.last_update != s.last_update))
+        .filter(|(p, s)| {
+            counts
+                .get(p)
+                .is_none_or(|c| !c.settled || c.last_update != s.last_update)
+        })
         .map(|(p, s)| (*p, s.last_update.clone()))
         .collect();
     let store = shared.store.clone();
@@ -120,10 +128,12 @@ async fn build(
     for (p, last_update, r) in fresh {
         match r {
             Ok((objects, bytes)) => {
+                let settled = counts.get(&p).is_some_and(|c| c.last_update == last_update);
                 counts.insert(
                     p,
                     Count {
                         last_update,
+                        settled,
                         objects,
                         bytes,
                     },

@@ -210,7 +210,10 @@ fn three_daemons_objects_and_kill9() {
         killed_at.elapsed().as_secs_f64()
     );
     let h = c.cairn(&["health", "detail"]);
-    assert!(h.stdout.contains("PG_DEGRADED") && h.stdout.contains("OSD_DOWN"), "{h:?}");
+    assert!(
+        h.stdout.contains("PG_DEGRADED") && h.stdout.contains("OSD_DOWN"),
+        "{h:?}"
+    );
     // The load must keep going with node c gone.
     while acked.lock().unwrap().len() < before + 8 {
         assert!(

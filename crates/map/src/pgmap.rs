@@ -222,10 +222,9 @@ impl ClusterMap {
                 continue;
             };
             for m in maps {
-                for o in m
-                    .up
-                    .into_iter()
-                    .filter(|o| *o >= 0 && *o != cairn_crush::CRUSH_ITEM_NONE)
+                for o in
+                    m.up.into_iter()
+                        .filter(|o| *o >= 0 && *o != cairn_crush::CRUSH_ITEM_NONE)
                 {
                     *n.entry(o).or_insert(0) += 1;
                 }

@@ -35,8 +35,11 @@ struct Count {
     bytes: u64,
 }
 
+/// (objects, bytes) of a PG, or why they could not be counted.
+type CountResult = Result<(u64, u64), String>;
+
 /// Counts the objects and their bytes in `pgid`'s collection.
-fn count_pg(store: &Store, pgid: PgId) -> Result<(u64, u64), String> {
+fn count_pg(store: &Store, pgid: PgId) -> CountResult {
     let coll = coll_of(pgid);
     let (mut objects, mut bytes) = (0u64, 0u64);
     let mut start = ListStart::Beginning;
@@ -117,7 +120,7 @@ async fn build(
         .collect();
     let store = shared.store.clone();
     let (fresh, statfs) = tokio::task::spawn_blocking(move || {
-        let fresh: Vec<(PgId, String, Result<(u64, u64), String>)> = stale
+        let fresh: Vec<(PgId, String, CountResult)> = stale
             .into_iter()
             .map(|(p, lu)| (p, lu, count_pg(&store, p)))
             .collect();

@@ -2,10 +2,11 @@
 //! shares PGs with, plus its nearest up neighbours by id (so an OSD without
 //! PGs is still watched), every `osd_heartbeat_interval`, over its own
 //! authenticated connection per peer (never queued behind replication
-//! traffic). A peer that has not answered for `osd_heartbeat_grace` is
-//! reported failed to the monitors, again every interval while it stays
-//! silent; the report is withdrawn as soon as it answers. Only this
-//! process's monotonic clock is used.
+//! traffic). A peer that has left a ping unanswered for
+//! `osd_heartbeat_grace` (counted from the oldest ping sent since its last
+//! answer, as Ceph does) is reported failed to the monitors, again every
+//! interval while it stays silent; the report is withdrawn as soon as it
+//! answers. Only this process's monotonic clock is used.
 //!
 //! [`HeartbeatTracker`] is the pure state machine (events in, actions out);
 //! [`run`] is the tokio edge that sends pings and reports. Owns neither the
@@ -61,8 +62,9 @@ pub enum HbAction {
 struct PeerState {
     /// The peer's `up_from`: a new boot restarts its bookkeeping.
     up_from: Epoch,
-    /// Last reply, or when the peer was added (the grace runs from here).
-    last_heard: Instant,
+    /// When the oldest ping not followed by any answer was sent: the
+    /// grace runs from here.
+    unanswered_since: Option<Instant>,
     last_ping: Option<Instant>,
     /// When we last reported it failed (`None` = not reported).
     reported_at: Option<Instant>,
@@ -81,9 +83,9 @@ impl HeartbeatTracker {
         }
     }
 
-    /// The peers to watch now (id -> `up_from`). New peers start with a full
-    /// grace; dropped peers that were reported get their report withdrawn.
-    pub fn set_peers(&mut self, now: Instant, want: &BTreeMap<i32, Epoch>) -> Vec<HbAction> {
+    /// The peers to watch now (id -> `up_from`). New or rebooted peers start
+    /// afresh; dropped peers that were reported get their report withdrawn.
+    pub fn set_peers(&mut self, want: &BTreeMap<i32, Epoch>) -> Vec<HbAction> {
         let mut out = Vec::new();
         let gone: Vec<i32> = self
             .peers
@@ -104,7 +106,7 @@ impl HeartbeatTracker {
         for (&p, &up_from) in want {
             let fresh = PeerState {
                 up_from,
-                last_heard: now,
+                unanswered_since: None,
                 last_ping: None,
                 reported_at: None,
             };
@@ -120,11 +122,11 @@ impl HeartbeatTracker {
     }
 
     /// `peer` answered a ping.
-    pub fn on_reply(&mut self, now: Instant, peer: i32) -> Vec<HbAction> {
+    pub fn on_reply(&mut self, peer: i32) -> Vec<HbAction> {
         let Some(st) = self.peers.get_mut(&peer) else {
             return Vec::new();
         };
-        st.last_heard = now;
+        st.unanswered_since = None;
         if st.reported_at.take().is_some() {
             return vec![HbAction::Report {
                 target: peer,
@@ -134,8 +136,9 @@ impl HeartbeatTracker {
         Vec::new()
     }
 
-    /// Pings due every `interval`; failure reports after `grace` of
-    /// silence, repeated every `interval` while the silence lasts.
+    /// Pings due every `interval`; a failure report once a ping has gone
+    /// unanswered for `grace`, repeated every `interval` while the silence
+    /// lasts.
     pub fn tick(&mut self, now: Instant, interval: Duration, grace: Duration) -> Vec<HbAction> {
         let mut out = Vec::new();
         for (&p, st) in self.peers.iter_mut() {
@@ -144,9 +147,12 @@ impl HeartbeatTracker {
                 .is_none_or(|t| now.saturating_duration_since(t) >= interval)
             {
                 st.last_ping = Some(now);
+                st.unanswered_since.get_or_insert(now);
                 out.push(HbAction::Ping(p));
             }
-            if now.saturating_duration_since(st.last_heard) > grace
+            if st
+                .unanswered_since
+                .is_some_and(|t| now.saturating_duration_since(t) > grace)
                 && st
                     .reported_at
                     .is_none_or(|t| now.saturating_duration_since(t) >= interval)
@@ -251,7 +257,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mon: crate::runtime::MonRequests) {
         let mut acts = Vec::new();
         tokio::select! {
             _ = tick.tick() => {}
-            Some(p) = reply_rx.recv() => acts.extend(tracker.on_reply(Instant::now(), p)),
+            Some(p) = reply_rx.recv() => acts.extend(tracker.on_reply(p)),
             Some(p) = done_rx.recv() => { in_flight.remove(&p); }
             r = map_rx.changed() => if r.is_err() { return },
         }
@@ -265,7 +271,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mon: crate::runtime::MonRequests) {
                 // Marked down: our reports would not count; watch nobody.
                 BTreeMap::new()
             };
-            acts.extend(tracker.set_peers(now, &peers));
+            acts.extend(tracker.set_peers(&peers));
             conns.lock().await.retain(|p, _| peers.contains_key(p));
         }
         let interval = secs_cfg(&map, me, "osd_heartbeat_interval", 6);
@@ -397,12 +403,12 @@ mod tests {
         let s = Duration::from_secs(1);
         let (interval, grace) = (s, 3 * s);
         let mut t = HeartbeatTracker::new();
-        assert!(t.set_peers(t0, &peers(&[(1, 5), (2, 5)])).is_empty());
+        assert!(t.set_peers(&peers(&[(1, 5), (2, 5)])).is_empty());
         let a = t.tick(t0, interval, grace);
         assert_eq!(a, vec![HbAction::Ping(1), HbAction::Ping(2)]);
         // osd.1 answers, osd.2 stays silent.
         for k in 1..=3 {
-            t.on_reply(t0 + s * k, 1);
+            t.on_reply(1);
             let a = t.tick(t0 + s * k, interval, grace);
             assert!(
                 !a.iter().any(|x| matches!(x, HbAction::Report { .. })),
@@ -427,7 +433,7 @@ mod tests {
             failed: true
         }));
         // It answers: the report is withdrawn once.
-        let a = t.on_reply(t0 + s * 5, 2);
+        let a = t.on_reply(2);
         assert_eq!(
             a,
             vec![HbAction::Report {
@@ -435,7 +441,7 @@ mod tests {
                 failed: false
             }]
         );
-        assert!(t.on_reply(t0 + s * 5, 2).is_empty());
+        assert!(t.on_reply(2).is_empty());
         assert!(t.reported().is_empty());
     }
 
@@ -495,21 +501,22 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
         let mut t = HeartbeatTracker::new();
-        t.set_peers(t0, &peers(&[(1, 5)]));
+        t.set_peers(&peers(&[(1, 5)]));
+        assert_eq!(t.tick(t0, s, 3 * s), vec![HbAction::Ping(1)]);
         let a = t.tick(t0 + s * 5, s, 3 * s);
         assert!(a.contains(&HbAction::Report {
             target: 1,
             failed: true
         }));
-        // osd.1 rebooted (new up_from): fresh grace, no report pending.
-        assert!(t.set_peers(t0 + s * 6, &peers(&[(1, 9)])).is_empty());
+        // osd.1 rebooted (new up_from): fresh bookkeeping, no report pending.
+        assert!(t.set_peers(&peers(&[(1, 9)])).is_empty());
         assert!(t.reported().is_empty());
         let a = t.tick(t0 + s * 7, s, 3 * s);
         assert!(!a.iter().any(|x| matches!(x, HbAction::Report { .. })));
         // Reported again, then dropped from the set: the report is withdrawn.
-        t.tick(t0 + s * 10, s, 3 * s);
+        t.tick(t0 + s * 10 + Duration::from_millis(1), s, 3 * s);
         assert_eq!(t.reported(), vec![1]);
-        let a = t.set_peers(t0 + s * 11, &BTreeMap::new());
+        let a = t.set_peers(&BTreeMap::new());
         assert_eq!(
             a,
             vec![HbAction::Report {

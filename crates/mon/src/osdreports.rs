@@ -112,3 +112,90 @@ impl LeaderReports {
         PgMapView { osds }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_map::{ApplyContext, AuthEntity, MonInfo, OsdReported};
+    use cairn_types::EntityName;
+
+    fn map_with_osds(n: i32) -> ClusterMap {
+        let mut m = ClusterMap::new_cluster(
+            "5afc28eb-61b3-45f1-b441-6f913fd70505",
+            MonInfo {
+                name: "a".into(),
+                addr: "127.0.0.1:1".into(),
+                rank: 0,
+            },
+            AuthEntity::new(&[1; 32], &[("mon", "allow *")]),
+        );
+        let ctx = ApplyContext {
+            caller: EntityName::client("admin"),
+            generated_secret: None,
+        };
+        for i in 0..n {
+            let uuid = format!("00000000-0000-0000-0000-{i:012x}");
+            let cmd = MonCommand::OsdNew {
+                uuid: uuid.clone(),
+                id: None,
+                host: format!("h{i}"),
+                weight: 1.0,
+                class: None,
+            };
+            let id = m.apply(&cmd, &ctx).expect("new").json["osdid"]
+                .as_i64()
+                .expect("id") as i32;
+            let boot = MonCommand::OsdBoot {
+                id,
+                uuid,
+                addrs: vec![format!("127.0.0.1:{}", 7000 + id)],
+                reported: OsdReported::default(),
+            };
+            m.apply(&boot, &ctx).expect("boot");
+        }
+        m
+    }
+
+    #[test]
+    fn beacons_go_stale_then_are_forgotten_and_reports_decide() {
+        let m = map_with_osds(3);
+        let t0 = Instant::now();
+        let mut r = LeaderReports::new(7);
+        let beacon = |total| MonCommand::OsdBeacon {
+            id: 0,
+            beacon: OsdBeacon {
+                epoch: m.epoch.0,
+                total_bytes: total,
+                used_bytes: 10,
+                available_bytes: 80,
+                pgs: Vec::new(),
+            },
+        };
+        assert_eq!(r.handle(t0, &m, &beacon(100)), Ok(None));
+        // More used than total: refused, nothing kept changes.
+        assert!(r.handle(t0, &m, &beacon(5)).is_err());
+        let v = r.view(t0 + Duration::from_secs(2), &m);
+        assert!(!v.osds[&0].stale && v.osds[&0].beacon.total_bytes == 100);
+        let stale_at = t0 + beacon_stale_after(&m) + Duration::from_secs(1);
+        assert!(r.view(stale_at, &m).osds[&0].stale);
+        r.tick(t0 + BEACON_FORGET_AFTER + Duration::from_secs(1), &m);
+        assert!(r.view(t0, &m).osds.is_empty());
+        // Two hosts report osd.2: the second report settles it.
+        let rep = |id| MonCommand::OsdFailureReport {
+            id,
+            target: 2,
+            failed: true,
+        };
+        assert_eq!(r.handle(t0, &m, &rep(0)), Ok(None));
+        assert_eq!(
+            r.handle(t0, &m, &rep(1)),
+            Ok(Some(MonCommand::OsdFailed { id: 2 }))
+        );
+        let unknown = MonCommand::OsdFailureReport {
+            id: 0,
+            target: 9,
+            failed: true,
+        };
+        assert!(r.handle(t0, &m, &unknown).is_err());
+    }
+}

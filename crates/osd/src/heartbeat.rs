@@ -272,7 +272,15 @@ pub(crate) async fn run(shared: Arc<Shared>, mon: crate::runtime::MonRequests) {
                 BTreeMap::new()
             };
             acts.extend(tracker.set_peers(&peers));
-            conns.lock().await.retain(|p, _| peers.contains_key(p));
+            // Close connections to peers no longer watched (their reader
+            // tasks would otherwise keep them open).
+            conns.lock().await.retain(|p, (_, c)| {
+                let keep = peers.contains_key(p);
+                if !keep {
+                    c.close();
+                }
+                keep
+            });
         }
         let interval = secs_cfg(&map, me, "osd_heartbeat_interval", 6);
         let grace = secs_cfg(&map, me, "osd_heartbeat_grace", 20);
@@ -342,6 +350,10 @@ async fn ping(shared: &Arc<Shared>, conns: &HbConns, peer: i32, timeout: Duratio
     let conn = match cached {
         Some(c) => c,
         None => {
+            // A cached connection to an old address (or a closed one) goes.
+            if let Some((_, old)) = conns.lock().await.remove(&peer) {
+                old.close();
+            }
             let Ok(sa) = addr.parse() else {
                 return false;
             };

@@ -477,13 +477,22 @@ impl Store {
         let data_path = cfg.path.join(DATA_FILE);
         let meta_path = cfg.meta_dir().join(META_FILE);
         let wal_path = cfg.meta_dir().join(WAL_FILE);
-        for p in [&data_path, &meta_path, &wal_path] {
+        for p in [&data_path, &meta_path] {
             if !p.exists() {
                 return Err(StoreError::Format {
                     path: p.display().to_string(),
                     reason: "missing; create the store first ('cairn store mkfs')".into(),
                 });
             }
+        }
+        if !wal_path.exists() {
+            return Err(StoreError::Format {
+                path: wal_path.display().to_string(),
+                reason: format!(
+                    "missing: the store predates the write-ahead log (format 1) or lost its WAL; \
+                     this build reads format {FORMAT_VERSION} only — recreate the store and refill it from replicas"
+                ),
+            });
         }
         let data = Arc::new(OsFile::open(&data_path, false).map_err(|e| io("open data file", e))?);
         let meta = Arc::new(OsFile::open(&meta_path, false).map_err(|e| io("open meta file", e))?);

@@ -285,3 +285,12 @@ fn zero_frees_whole_blocks_visible_in_statfs() {
     assert!(d[(off + len) as usize..].iter().all(|&b| b == 7));
     assert!(s.deep_fsck().unwrap().is_clean());
 }
+
+#[test]
+fn store_without_its_wal_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::create(cfg(dir.path())).unwrap());
+    std::fs::remove_file(dir.path().join(WAL_FILE)).unwrap();
+    let e = Store::open(cfg(dir.path())).err().expect("open must fail");
+    assert!(e.to_string().contains("write-ahead log"), "{e}");
+}

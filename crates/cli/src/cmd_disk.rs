@@ -492,6 +492,7 @@ async fn zap(conf: &Path, node: &Path, path: &Path) -> Result<()> {
         for f in [
             cairn_store::DATA_FILE,
             cairn_store::META_FILE,
+            cairn_store::WAL_FILE,
             "lock",
             "LOCK",
         ] {

@@ -13,6 +13,7 @@ mod cmd_dev;
 mod cmd_disk;
 mod cmd_pg;
 mod cmd_rados;
+mod cmd_rbd;
 mod cmd_store;
 mod conn;
 mod osdhost;
@@ -71,6 +72,8 @@ enum Command {
     Disk(cmd_disk::DiskArgs),
     /// A one-machine dev cluster: `dev up [--dir D] [--osds 3] [--osd-size 10G] [--detach]`, `dev down`.
     Dev(cmd_dev::DevArgs),
+    /// Block images: create, ls, info, resize, rm, du, cp, export, import, status, lock, serve (NBD), map/unmap.
+    Rbd(cmd_rbd::RbdArgs),
 }
 
 /// Flags that take a value, so the verb detection can skip their values.
@@ -128,6 +131,7 @@ fn main() -> ExitCode {
                 Command::Daemon(args) => cmd_daemon::run(args, &cli.global),
                 Command::Disk(args) => cmd_disk::run(args, &cli.global),
                 Command::Dev(args) => cmd_dev::run(args, &cli.global),
+                Command::Rbd(args) => cmd_rbd::run(args, &cli.global),
             }
         }
     };

@@ -51,7 +51,7 @@ impl BlockBackend for Image {
         Box::pin(async move { Image::write(self, offset, data).await.map_err(to_block) })
     }
     fn flush(&self) -> BoxFuture<'_, BlockResult<()>> {
-        Box::pin(async { Ok(()) })
+        Box::pin(async move { Image::flush(self).await.map_err(to_block) })
     }
     fn trim(&self, offset: u64, len: u32, _fua: bool) -> BoxFuture<'_, BlockResult<()>> {
         Box::pin(async move { self.discard(offset, len as u64).await.map_err(to_block) })

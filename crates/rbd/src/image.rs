@@ -538,54 +538,74 @@ impl Image {
 
     /// Discards a range, freeing space: whole objects are removed, a range
     /// reaching an object's end truncates it, others are zeroed in place.
-    /// Afterwards the range reads as zeros.
+    /// Afterwards the range reads as zeros. Large ranges run at most
+    /// MAX_PARALLEL_OBJECT_OPS object ops at a time.
     pub async fn discard(&self, offset: u64, len: u64) -> Result<(), RbdError> {
         self.check_writable()?;
         self.check_range(offset, len)?;
         let size = self.size_bytes();
-        let mut set = JoinSet::new();
-        for e in split(self.object_bytes, offset, len) {
-            let io = self.data.clone();
-            let oid = data_object(&self.id, e.objno);
-            let obj_start = e.objno * self.object_bytes;
-            let obj_end = (obj_start + self.object_bytes).min(size);
-            let reaches_end = obj_start + e.offset + e.len >= obj_end;
-            set.spawn(async move {
-                let ops = if e.offset == 0 && reaches_end {
-                    vec![SubOp::Remove]
-                } else if reaches_end {
-                    vec![SubOp::AssertExists, SubOp::Truncate { size: e.offset }]
-                } else {
-                    vec![
-                        SubOp::AssertExists,
-                        SubOp::Zero {
-                            offset: e.offset,
-                            len: e.len,
-                        },
-                    ]
-                };
-                match io.operate(&oid, ops).await {
-                    Ok(_) => Ok(()),
-                    Err(err) if is_noent(&err) => Ok(()),
-                    Err(err) => Err(err),
-                }
-            });
+        for batch in split(self.object_bytes, offset, len).chunks(MAX_PARALLEL_OBJECT_OPS) {
+            let mut set = JoinSet::new();
+            for e in batch.iter().copied() {
+                let io = self.data.clone();
+                let oid = data_object(&self.id, e.objno);
+                let obj_start = e.objno * self.object_bytes;
+                let obj_end = (obj_start + self.object_bytes).min(size);
+                let reaches_end = obj_start + e.offset + e.len >= obj_end;
+                set.spawn(async move {
+                    let ops = if e.offset == 0 && reaches_end {
+                        vec![SubOp::Remove]
+                    } else if reaches_end {
+                        vec![SubOp::AssertExists, SubOp::Truncate { size: e.offset }]
+                    } else {
+                        vec![
+                            SubOp::AssertExists,
+                            SubOp::Zero {
+                                offset: e.offset,
+                                len: e.len,
+                            },
+                        ]
+                    };
+                    match io.operate(&oid, ops).await {
+                        Ok(_) => Ok(()),
+                        Err(err) if is_noent(&err) => Ok(()),
+                        Err(err) => Err(err),
+                    }
+                });
+            }
+            join_all(set).await?;
         }
-        join_all(set).await
+        Ok(())
     }
 
-    /// Writes zeros that stay allocated (NBD's NO_HOLE).
+    /// Writes zeros that stay allocated (NBD's NO_HOLE, FUSE's ZERO_RANGE).
+    /// One object's worth of zeros is shared by every piece, and at most
+    /// MAX_PARALLEL_OBJECT_OPS pieces are in flight, so memory stays bounded
+    /// however large the range.
     pub async fn write_zeroes_allocated(&self, offset: u64, len: u64) -> Result<(), RbdError> {
         self.check_writable()?;
         self.check_range(offset, len)?;
-        let mut set = JoinSet::new();
-        for e in split(self.object_bytes, offset, len) {
-            let io = self.data.clone();
-            let oid = data_object(&self.id, e.objno);
-            let zeros = Bytes::from(vec![0u8; e.len as usize]);
-            set.spawn(async move { io.write(&oid, e.offset, zeros).await.map(|_| ()) });
+        let zeros = Bytes::from(vec![0u8; self.object_bytes.min(len) as usize]);
+        for batch in split(self.object_bytes, offset, len).chunks(MAX_PARALLEL_OBJECT_OPS) {
+            let mut set = JoinSet::new();
+            for e in batch.iter().copied() {
+                let io = self.data.clone();
+                let oid = data_object(&self.id, e.objno);
+                let piece = zeros.slice(..e.len as usize);
+                set.spawn(async move { io.write(&oid, e.offset, piece).await.map(|_| ()) });
+            }
+            join_all(set).await?;
         }
-        join_all(set).await
+        Ok(())
+    }
+
+    /// Makes every acknowledged write durable. Cairn acknowledges a write
+    /// only once it is durable on every acting replica and this layer
+    /// caches nothing, so there is nothing left to wait for; callers (NBD
+    /// FLUSH, FUSE fsync) still call it so that a future cache cannot be
+    /// added without honouring flushes.
+    pub async fn flush(&self) -> Result<(), RbdError> {
+        Ok(())
     }
 
     /// Changes the size; shrinking frees the objects past the new end.

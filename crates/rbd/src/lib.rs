@@ -3,14 +3,18 @@
 //! `rbd_data.<id>.<objno:016x>` in a data pool; an exclusive lock keeps one
 //! writer at a time. [`Image`] implements cairn-nbd's `BlockBackend`.
 //!
+//! [`fuse`] exposes an open image as a file on a FUSE mount (what
+//! `cairn rbd map` attaches with `losetup` where the kernel has no nbd).
+//!
 //! Not here yet: snapshots and clones (they need clone-on-write in the
-//! OSD), lock fencing (blocklisting a broken lock's old holder), and
-//! `map`/`unmap` (nbd-client or FUSE+loop).
+//! OSD) and lock fencing (blocklisting a broken lock's old holder).
 
 mod backend;
 pub mod error;
+pub mod fuse;
 pub mod header;
 pub mod image;
+pub mod map;
 pub mod serve;
 pub mod transfer;
 

@@ -8,7 +8,10 @@ use crate::error::RbdError;
 use crate::header::data_object;
 use crate::image::{CreateOptions, Rbd};
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWrite, AsyncWriteExt};
+
+/// Granularity at which export to a file skips zeros (leaving holes).
+pub const SPARSE_BLOCK_BYTES: usize = 4096;
 
 /// Called with (bytes done, bytes total) after each chunk.
 pub type Progress<'a> = &'a mut (dyn FnMut(u64, u64) + Send);
@@ -42,6 +45,45 @@ impl Rbd {
         out.flush()
             .await
             .map_err(|e| stream_err("flushing the export stream", e))?;
+        Ok(size)
+    }
+
+    /// Writes the whole image into `file` (from offset 0), leaving holes
+    /// where the image reads as zeros (4 KiB granularity); the file ends up
+    /// exactly `size_bytes` long and is fsynced. Reads without the lock, as
+    /// [`Rbd::export`].
+    pub async fn export_to_file(
+        &self,
+        name: &str,
+        file: &mut tokio::fs::File,
+        progress: Progress<'_>,
+    ) -> Result<u64, RbdError> {
+        let img = self.open_read_only(name).await?;
+        let size = img.size_bytes();
+        let chunk = img.object_size_bytes();
+        let werr = |e| stream_err("writing the export file", e);
+        file.set_len(0).await.map_err(werr)?;
+        let mut pos = 0u64;
+        while pos < size {
+            let n = chunk.min(size - pos);
+            let data = img.read(pos, n).await?;
+            let mut at = 0usize;
+            while at < data.len() {
+                let end = (at + SPARSE_BLOCK_BYTES).min(data.len());
+                let block = &data[at..end];
+                if block.iter().any(|b| *b != 0) {
+                    file.seek(std::io::SeekFrom::Start(pos + at as u64))
+                        .await
+                        .map_err(werr)?;
+                    file.write_all(block).await.map_err(werr)?;
+                }
+                at = end;
+            }
+            pos += n;
+            progress(pos, size);
+        }
+        file.set_len(size).await.map_err(werr)?;
+        file.sync_all().await.map_err(werr)?;
         Ok(size)
     }
 
@@ -100,9 +142,9 @@ impl Rbd {
         Ok(n)
     }
 
-    /// Copies image `src` to a new image `dst` (same size and object size;
-    /// data pool `dst_data_pool` or the source's). Only existing objects
-    /// are copied, so the copy is as thin as the source.
+    /// Copies image `src` to a new image `dst` in the same pool (same size
+    /// and object size; data pool `dst_data_pool` or the source's). Only
+    /// existing objects are copied, so the copy is as thin as the source.
     pub async fn copy(
         &self,
         src: &str,
@@ -110,20 +152,39 @@ impl Rbd {
         dst_data_pool: Option<&str>,
         progress: Progress<'_>,
     ) -> Result<(), RbdError> {
+        self.copy_to(src, self, dst, dst_data_pool, progress).await
+    }
+
+    /// Like [`Rbd::copy`], into image `dst` of `dst_rbd` (another pool).
+    pub async fn copy_to(
+        &self,
+        src: &str,
+        dst_rbd: &Rbd,
+        dst: &str,
+        dst_data_pool: Option<&str>,
+        progress: Progress<'_>,
+    ) -> Result<(), RbdError> {
         let from = self.info(src).await?;
         let src_data = self.rados().ioctx(&from.data_pool)?;
-        let to = self
+        // A new image in another pool keeps its data in its own pool unless
+        // told otherwise; in the same pool it follows the source.
+        let default_pool = if dst_rbd.pool_name() == self.pool_name() {
+            from.data_pool.clone()
+        } else {
+            dst_rbd.pool_name().to_string()
+        };
+        let to = dst_rbd
             .create(
                 dst,
                 &CreateOptions {
                     size_bytes: from.size_bytes,
                     object_size_bytes: Some(from.object_size_bytes),
-                    data_pool: Some(dst_data_pool.unwrap_or(&from.data_pool).to_string()),
+                    data_pool: Some(dst_data_pool.unwrap_or(&default_pool).to_string()),
                 },
             )
             .await?;
-        let img = self.open(dst, "client.copy", false).await?;
-        let dst_data = self.rados().ioctx(&to.data_pool)?;
+        let img = dst_rbd.open(dst, "client.copy", false).await?;
+        let dst_data = dst_rbd.rados().ioctx(&to.data_pool)?;
         let total = from.object_count();
         let result = async {
             for objno in 0..total {

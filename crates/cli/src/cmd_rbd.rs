@@ -890,7 +890,19 @@ fn map_image(g: &GlobalArgs, s: &Spec, read_only: bool) -> Result<()> {
     let ready = dir.join(format!("{id}.ready"));
     let _ = std::fs::remove_file(&ready);
     let log_path = dir.join(format!("{id}.log"));
-    let helper_pid = spawn_helper(g, s, &endpoint, nbd, &ready, read_only, &log_path)?;
+    let helper_pid = match spawn_helper(g, s, &endpoint, nbd, &ready, read_only, &log_path) {
+        Ok(pid) => pid,
+        Err(e) => {
+            if nbd {
+                let _ = std::fs::remove_file(&endpoint);
+            } else {
+                map::fuse_unmount(&endpoint);
+                let _ = std::fs::remove_dir(&endpoint);
+            }
+            let _ = std::fs::remove_file(&ready);
+            return Err(e);
+        }
+    };
     let cleanup = |device: Option<&str>| {
         if let Some(d) = device {
             let _ = if nbd {

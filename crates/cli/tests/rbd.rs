@@ -469,6 +469,30 @@ fn rbd_commands_and_nbd_clients() {
             ],
         );
 
+        // fio's nbd engine: random 4 KiB writes at depth 32, verified.
+        if have("fio", "fio") {
+            let uri = format!("--uri={url}");
+            let (ok, text) = tool(
+                "fio",
+                &[
+                    "--name=cairn",
+                    "--ioengine=nbd",
+                    &uri,
+                    "--rw=randwrite",
+                    "--bs=4k",
+                    "--iodepth=32",
+                    "--size=2M",
+                    "--offset=48M",
+                    "--verify=crc32c",
+                    "--verify_state_save=0",
+                    "--do_verify=1",
+                    "--verify_fatal=1",
+                ],
+                Duration::from_secs(120),
+            );
+            assert!(ok, "fio: {text}");
+        }
+
         // Kill the server mid-write: what was flushed is intact; each
         // in-flight 64 KiB write (inside one object) landed whole or not.
         let mut writer = Command::new("qemu-io");
@@ -678,6 +702,21 @@ fn rbd_map_mkfs_dd_fstrim_xfs_repair() {
     };
     let dev = Dev::up(osd_size);
     dev.ok(&["rbd", "create", "seed", "--size", image_size]);
+    // A map that fails half-way (here: the helper cannot open the image)
+    // says why and leaves nothing behind.
+    let e = dev.fails(&["rbd", "map", "nope"]);
+    assert!(
+        e.contains("rbd/nope") && e.contains("does not exist"),
+        "{e}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dev.map_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| !n.ends_with(".log"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert!(dev.ok(&["rbd", "showmapped"]).is_empty());
     seed_test(&dev, "seed", count);
 
     // The same with the data on an EC 2+1 pool, when the OSDs serve one.

@@ -923,7 +923,7 @@ fn map_image(g: &GlobalArgs, s: &Spec, read_only: bool) -> Result<()> {
     let device = if nbd {
         map::free_nbd_device().and_then(|d| map::attach_nbd(&endpoint, &s.name, &d).map(|_| d))
     } else {
-        map::attach_loop(&endpoint.join(&s.name))
+        map::attach_loop(&endpoint.join(&s.name), read_only)
     };
     let device = match device {
         Ok(d) => d,

@@ -683,6 +683,27 @@ fn seed_test(dev: &Dev, image: &str, count: u64) {
     assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 0);
     sh("umount", &[mnt_s]);
     dev.ok(&["rbd", "unmap", image]);
+
+    // A read-only map takes no lock and gives a read-only device.
+    let device = dev
+        .ok(&["rbd", "map", image, "--read-only"])
+        .trim()
+        .to_string();
+    assert!(dev.ok(&["rbd", "lock", "ls", image]).contains("no locks"));
+    assert_eq!(sh("blockdev", &["--getro", &device]).trim(), "1");
+    let (ok, _) = tool(
+        "dd",
+        &[
+            "if=/dev/zero",
+            &format!("of={device}"),
+            "bs=4k",
+            "count=1",
+            "oflag=direct",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!ok, "wrote to a read-only mapping");
+    dev.ok(&["rbd", "unmap", &device]);
     assert!(std::fs::read_dir(dev.map_dir())
         .unwrap()
         .flatten()

@@ -199,28 +199,32 @@ fn run(cmd: &mut Command, what: &str) -> Result<String, RbdError> {
 }
 
 /// Attaches `file` to a free loop device (direct I/O when the kernel
-/// allows it) and returns the device path.
-pub fn attach_loop(file: &Path) -> Result<String, RbdError> {
-    let direct = run(
-        Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(file),
-        "losetup --find --show --direct-io=on",
-    );
-    match direct {
-        Ok(dev) if dev.starts_with("/dev/") => Ok(dev),
-        Ok(other) => Err(RbdError::Stream(format!(
-            "losetup printed '{other}' instead of a device"
-        ))),
+/// allows it; read-only if asked) and returns the device path.
+pub fn attach_loop(file: &Path, read_only: bool) -> Result<String, RbdError> {
+    let attach = |direct: bool| {
+        let mut cmd = Command::new("losetup");
+        cmd.args(["--find", "--show"]);
+        if direct {
+            cmd.arg("--direct-io=on");
+        }
+        if read_only {
+            cmd.arg("--read-only");
+        }
+        run(cmd.arg(file), "losetup --find --show")
+    };
+    let dev = match attach(true) {
+        Ok(dev) => dev,
         Err(e) => {
             tracing::info!("direct I/O loop device refused ({e}); trying buffered");
-            let dev = run(
-                Command::new("losetup").args(["--find", "--show"]).arg(file),
-                "losetup --find --show",
-            )?;
-            Ok(dev)
+            attach(false)?
         }
+    };
+    if !dev.starts_with("/dev/") {
+        return Err(RbdError::Stream(format!(
+            "losetup printed '{dev}' instead of a device"
+        )));
     }
+    Ok(dev)
 }
 
 /// The loop device's sysfs name (`loop3` for `/dev/loop3`).

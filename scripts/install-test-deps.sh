@@ -12,6 +12,7 @@ want fio fio                # raw-disk baselines in bench/
 want faketime faketime      # clock-skew tests
 want qemu-io qemu-utils      # NBD tests with a real client (qemu-io, qemu-img)
 want nbdinfo libnbd-bin     # NBD tests with a real client (nbdinfo)
+want mkfs.xfs xfsprogs      # cairn rbd map test (mkfs.xfs, xfs_repair, as in the seed)
 
 if ((${#need_apt[@]})); then
   SUDO=""

@@ -9,7 +9,9 @@
 #   - 4 KiB random writes, iodepth 32 (over the first 1 GiB)
 #   - 1 MiB sequential writes, iodepth 8 (the first 1 GiB)
 #   - 1 MiB sequential reads, iodepth 8 (the same 1 GiB, now written)
-# then `cairn rados bench` 4 KiB and 4 MiB writes on the same pool for
+# then (as root, with /dev/fuse) the same three through `cairn rbd map` with
+# fio's libaio engine on the mapped block device (direct I/O), then
+# `cairn rados bench` 4 KiB and 4 MiB writes on the same pool for
 # comparison. Each phase runs RUNTIME seconds (default 20). fio's JSON and
 # a one-line summary per phase land in OUT_DIR; the summary is also printed.
 #
@@ -34,7 +36,9 @@ fi
 
 T=$(mktemp -d "${BASE_DIR:-/tmp}/cairnrbd.XXXXXX")
 SERVE=""
+MAPPED=""
 cleanup() {
+  [[ -n $MAPPED ]] && "$CAIRN" rbd unmap "$MAPPED" >/dev/null 2>&1 || true
   if [[ -n $SERVE ]]; then
     kill "$SERVE" 2>/dev/null || true
     for _ in $(seq 100); do kill -0 "$SERVE" 2>/dev/null || break; sleep 0.1; done
@@ -80,6 +84,37 @@ EOF
 } | tee "$OUT/summary.txt"
 
 kill "$SERVE"; wait "$SERVE" 2>/dev/null || true; SERVE=""
+
+# The same through `cairn rbd map` (FUSE + loop here; nbd-client where the
+# kernel has nbd), with fio's libaio engine on the block device. Root only.
+if [[ $(id -u) == 0 && -e /dev/fuse ]]; then
+  export CAIRN_RBD_MAP_DIR=$T/map
+  DEV=$("$CAIRN" rbd map bench)
+  MAPPED=$DEV
+  log "mapped at $DEV"
+  run_dev_fio() { # name rw bs iodepth
+    log "fio $1 on $DEV"
+    fio --name="$1" --filename="$DEV" --ioengine=libaio --direct=1 --rw="$2" --bs="$3" \
+        --iodepth="$4" --size=1G --time_based --runtime="$RUNTIME" \
+        --output-format=json >"$OUT/fio_map_$1.json"
+    python3 - "$OUT/fio_map_$1.json" "map $1" <<'EOF2'
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+side = j["write"] if j["write"]["io_bytes"] else j["read"]
+lat = side.get("clat_ns", {}).get("mean", 0) / 1e6
+print(f"{sys.argv[2]:<22} {side['iops']:>10.0f} IOPS {side['bw_bytes']/2**20:>9.1f} MiB/s  mean lat {lat:.2f} ms")
+EOF2
+  }
+  {
+    echo "# through cairn rbd map ($DEV, fio libaio direct)"
+    run_dev_fio randwrite-4k-qd32 randwrite 4k 32
+    run_dev_fio write-1m-qd8 write 1M 8
+    run_dev_fio read-1m-qd8 read 1M 8
+  } | tee -a "$OUT/summary.txt"
+  "$CAIRN" rbd unmap "$DEV"; MAPPED=""
+else
+  log "not root or no /dev/fuse: skipping the rbd map phase"
+fi
 
 log "rados bench on the same pool"
 {

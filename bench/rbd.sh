@@ -66,7 +66,7 @@ run_fio() { # name rw bs iodepth
   log "fio $name"
   fio --name="$name" --ioengine=nbd --uri="$URI" --rw="$rw" --bs="$bs" \
       --iodepth="$depth" --size=1G --time_based --runtime="$RUNTIME" \
-      --output-format=json >"$OUT/fio_$name.json"
+      --output-format=json --output="$OUT/fio_$name.json" >/dev/null
   python3 - "$OUT/fio_$name.json" "$name" <<'EOF'
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]
@@ -96,7 +96,7 @@ if [[ $(id -u) == 0 && -e /dev/fuse ]]; then
     log "fio $1 on $DEV"
     fio --name="$1" --filename="$DEV" --ioengine=libaio --direct=1 --rw="$2" --bs="$3" \
         --iodepth="$4" --size=1G --time_based --runtime="$RUNTIME" \
-        --output-format=json >"$OUT/fio_map_$1.json"
+        --output-format=json --output="$OUT/fio_map_$1.json" >/dev/null
     python3 - "$OUT/fio_map_$1.json" "map $1" <<'EOF2'
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]

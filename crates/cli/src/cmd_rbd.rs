@@ -44,7 +44,9 @@ pub struct RbdArgs {
 enum RbdCmd {
     /// Create an image: create [POOL/]NAME --size 10G [--object-size 4M] [--data-pool POOL].
     Create {
+        /// [POOL/]NAME
         image: String,
+        /// Image size: K/M/G/T suffix; a bare number is MiB.
         #[arg(short = 's', long)]
         size: String,
         /// Power of two, 4K..32M (default 4M).
@@ -66,7 +68,9 @@ enum RbdCmd {
     Info { image: String },
     /// Change an image's size; shrinking needs --allow-shrink.
     Resize {
+        /// [POOL/]NAME
         image: String,
+        /// Image size: K/M/G/T suffix; a bare number is MiB.
         #[arg(short = 's', long)]
         size: String,
         #[arg(long)]

@@ -309,7 +309,7 @@ pub fn run(args: RbdArgs, g: &GlobalArgs) -> Result<()> {
             bail!("rbd flatten: clones are not implemented yet, so there is nothing to flatten")
         }
         RbdCmd::Showmapped => showmapped(g),
-        RbdCmd::Unmap { target } => unmap(&target, pool),
+        RbdCmd::Unmap { target } => unmap(g, &target, pool),
         RbdCmd::Map { image, read_only } => map_image(g, &spec(&image, pool)?, read_only),
         RbdCmd::MapHelper {
             image,
@@ -873,7 +873,7 @@ fn map_image(g: &GlobalArgs, s: &Spec, read_only: bool) -> Result<()> {
             "cleaning up a stale mapping of {s} at {} (helper gone)",
             m.device
         );
-        undo_mapping(&m)?;
+        undo_mapping(g, &m)?;
     }
     let nbd = map::kernel_nbd_available();
     if !nbd {
@@ -1030,7 +1030,8 @@ fn spawn_helper(
 
 /// Detaches the device, stops the helper, removes mountpoint/socket and
 /// record. Refuses while the device is mounted.
-fn undo_mapping(m: &Mapping) -> Result<()> {
+fn undo_mapping(g: &GlobalArgs, m: &Mapping) -> Result<()> {
+    let helper_was_dead = !map::pid_alive(m.helper_pid);
     if let Some(at) = map::mounted_at(&m.device) {
         bail!(
             "{} ({}/{}) is mounted at {at}; unmount it first",
@@ -1065,10 +1066,49 @@ fn undo_mapping(m: &Mapping) -> Result<()> {
     let dir = map::map_dir();
     let _ = std::fs::remove_file(dir.join(format!("{}.ready", m.id())));
     m.remove_record(&dir);
+    if helper_was_dead && !m.read_only {
+        release_dead_helpers_lock(g, m);
+    }
     Ok(())
 }
 
-fn unmap(target: &str, pool: Option<&str>) -> Result<()> {
+/// A helper that died (SIGKILL, OOM) leaves the image locked. Its lock
+/// record names it (`…@HOST:PID/map`); since that process is known dead,
+/// the lock is broken — only that exact record, nobody else's.
+fn release_dead_helpers_lock(g: &GlobalArgs, m: &Mapping) {
+    let owner = format!(
+        "client.admin@{}:{}/map",
+        crate::cmd_disk::hostname(),
+        m.helper_pid
+    );
+    let s = Spec {
+        pool: m.pool.clone(),
+        name: m.image.clone(),
+    };
+    let result = runtime().and_then(|rt| {
+        rt.block_on(async {
+            let session = Session::connect(g.conf.as_deref(), None).await?;
+            let rbd = Rbd::new(&session.rados, &s.pool)?;
+            match rbd.lock_status(&s.name).await? {
+                Some(l) if l.owner == owner => {
+                    if rbd.break_lock_if(&s.name, &l).await? {
+                        eprintln!("released the lock {owner} held by the dead map helper on {s}");
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+    });
+    if let Err(e) = result {
+        eprintln!(
+            "warning: {s}: could not release the dead map helper's lock ({e:#}); \
+             'cairn rbd lock break {s}' does it"
+        );
+    }
+}
+
+fn unmap(g: &GlobalArgs, target: &str, pool: Option<&str>) -> Result<()> {
     let all = map::list_mappings(&map::map_dir());
     let found = if target.starts_with("/dev/") {
         all.into_iter().find(|m| m.device == target)
@@ -1080,7 +1120,7 @@ fn unmap(target: &str, pool: Option<&str>) -> Result<()> {
     let m = found.ok_or_else(|| {
         anyhow!("{target} is not mapped on this host ('cairn rbd showmapped' lists mappings)")
     })?;
-    undo_mapping(&m)
+    undo_mapping(g, &m)
 }
 
 fn showmapped(g: &GlobalArgs) -> Result<()> {

@@ -740,6 +740,48 @@ fn rbd_map_mkfs_dd_fstrim_xfs_repair() {
     assert!(dev.ok(&["rbd", "showmapped"]).is_empty());
     seed_test(&dev, "seed", count);
 
+    // A helper killed with SIGKILL: showmapped says so, the next map cleans
+    // up the stale mapping and releases the dead helper's lock; unmap too.
+    let device = dev.ok(&["rbd", "map", "seed"]).trim().to_string();
+    let rec = dev.map_dir().join("rbd@seed.json");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&rec).unwrap()).unwrap();
+    let helper = v["helper_pid"].as_u64().unwrap() as u32;
+    let _ = Command::new("kill")
+        .args(["-9", &helper.to_string()])
+        .status();
+    wait_gone(helper);
+    assert!(dev.ok(&["rbd", "showmapped"]).contains("(dead)"));
+    let again = dev.cairn(&["rbd", "map", "seed"]);
+    assert!(again.ok, "{again:?}");
+    assert!(again.stderr.contains("stale"), "{again:?}");
+    let device2 = again.stdout.trim().to_string();
+    assert!(!dev.ok(&["rbd", "showmapped"]).contains("(dead)"));
+    let (ok, text) = tool(
+        "dd",
+        &[
+            &format!("if={device2}"),
+            "of=/dev/null",
+            "bs=1M",
+            "count=4",
+            "iflag=direct",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(ok, "{text}");
+    let helper2 = {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&rec).unwrap()).unwrap();
+        v["helper_pid"].as_u64().unwrap() as u32
+    };
+    let _ = Command::new("kill")
+        .args(["-9", &helper2.to_string()])
+        .status();
+    wait_gone(helper2);
+    dev.ok(&["rbd", "unmap", "seed"]);
+    assert!(dev.ok(&["rbd", "lock", "ls", "seed"]).contains("no locks"));
+    let _ = device;
+
     // The same with the data on an EC 2+1 pool, when the OSDs serve one.
     let ec = dev.cairn(&[
         "osd",

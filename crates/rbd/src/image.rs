@@ -275,6 +275,27 @@ impl Rbd {
         }
     }
 
+    /// Breaks the lock only if it is still exactly `held` (compare and
+    /// remove in one op), so a lock someone took in the meantime stays.
+    /// Returns whether it was removed.
+    pub async fn break_lock_if(&self, name: &str, held: &LockRecord) -> Result<bool, RbdError> {
+        let id = self.image_id(name).await?;
+        let ops = vec![
+            SubOp::CmpExt {
+                offset: 0,
+                expected: Bytes::from(held.encode()),
+            },
+            SubOp::Remove,
+        ];
+        match self.meta.operate(&lock_object(&id), ops).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_noent(&e) || matches!(e.op_error(), Some(OpError::CmpMismatch { .. })) => {
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Space used: stats every data object of the image.
     pub async fn du(&self, name: &str) -> Result<DiskUsage, RbdError> {
         let header = self.info(name).await?;

@@ -1089,13 +1089,11 @@ fn release_dead_helpers_lock(g: &GlobalArgs, m: &Mapping) {
         rt.block_on(async {
             let session = Session::connect(g.conf.as_deref(), None).await?;
             let rbd = Rbd::new(&session.rados, &s.pool)?;
-            match rbd.lock_status(&s.name).await? {
-                Some(l) if l.owner == owner => {
-                    if rbd.break_lock_if(&s.name, &l).await? {
-                        eprintln!("released the lock {owner} held by the dead map helper on {s}");
-                    }
+            let dead_helpers = rbd.lock_status(&s.name).await?.filter(|l| l.owner == owner);
+            if let Some(l) = dead_helpers {
+                if rbd.break_lock_if(&s.name, &l).await? {
+                    eprintln!("released the lock {owner} held by the dead map helper on {s}");
                 }
-                _ => {}
             }
             Ok(())
         })

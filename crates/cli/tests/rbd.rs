@@ -743,6 +743,7 @@ fn rbd_map_mkfs_dd_fstrim_xfs_repair() {
     // A helper killed with SIGKILL: showmapped says so, the next map cleans
     // up the stale mapping and releases the dead helper's lock; unmap too.
     let device = dev.ok(&["rbd", "map", "seed"]).trim().to_string();
+    assert!(device.starts_with("/dev/"), "{device}");
     let rec = dev.map_dir().join("rbd@seed.json");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&rec).unwrap()).unwrap();
@@ -780,7 +781,6 @@ fn rbd_map_mkfs_dd_fstrim_xfs_repair() {
     wait_gone(helper2);
     dev.ok(&["rbd", "unmap", "seed"]);
     assert!(dev.ok(&["rbd", "lock", "ls", "seed"]).contains("no locks"));
-    let _ = device;
 
     // The same with the data on an EC 2+1 pool, when the OSDs serve one.
     let ec = dev.cairn(&[

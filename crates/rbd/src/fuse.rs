@@ -35,9 +35,10 @@ const ATTR_TTL: Duration = Duration::from_secs(1);
 /// granularity.
 const BLOCK_BYTES: u32 = 4096;
 /// Largest single FUSE write the kernel is told to send.
-const MAX_WRITE_BYTES: u32 = 4 << 20;
-/// Background (async) requests the kernel may keep in flight.
-const MAX_BACKGROUND: u16 = 64;
+const MAX_WRITE_BYTES: u32 = 1 << 20;
+/// Background (async) requests the kernel may keep in flight. With
+/// MAX_WRITE_BYTES this bounds the helper's request buffers to 32 MiB.
+const MAX_BACKGROUND: u16 = 32;
 
 /// The filesystem: a root directory holding one file, the image.
 pub struct ImageFs {

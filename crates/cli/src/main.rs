@@ -111,7 +111,28 @@ fn first_verb(args: &[String]) -> Option<&str> {
     None
 }
 
+/// `cairn pg dump | head` closes stdout early: leave quietly with the
+/// shell's broken-pipe status instead of a panic message. (SIGPIPE stays
+/// ignored, as Rust sets it, so a closed socket is an error the daemons and
+/// clients handle, never a silent death.)
+fn exit_quietly_on_broken_stdout() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default_hook(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_broken_stdout();
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let result = match first_verb(&raw) {
         Some("rados") => cmd_rados::run(&raw),

@@ -5,9 +5,11 @@
 //! primary uses before a PG goes active. Every message is encoded with a
 //! version byte (`cairn_types::encode_versioned`). No I/O here.
 
+mod ec;
 mod msgs;
 mod op;
 
+pub use ec::*;
 pub use msgs::*;
 pub use op::*;
 
@@ -30,6 +32,12 @@ pub mod msg_type {
     /// primary -> member (call): [`crate::PgPush`] (install log entries and objects).
     pub const PG_PUSH: u16 = 0x0509;
     pub const PG_PUSH_REPLY: u16 = 0x050a;
+    /// primary -> EC shard (call): [`crate::EcRead`]; answered with [`EC_READ_REPLY`].
+    pub const EC_READ: u16 = 0x0521;
+    pub const EC_READ_REPLY: u16 = 0x0522;
+    /// primary -> EC shard (call): [`crate::EcRollback`]; answered with [`EC_ROLLBACK_REPLY`].
+    pub const EC_ROLLBACK: u16 = 0x0523;
+    pub const EC_ROLLBACK_REPLY: u16 = 0x0524;
 }
 
 /// Wire format version of every message in this crate.

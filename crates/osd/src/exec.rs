@@ -493,6 +493,8 @@ pub fn list_objects(
     };
     Ok((
         got.into_iter()
+            // EC rollback stashes are internal objects.
+            .filter(|o| !crate::ec_exec::is_internal_ns(&o.namespace))
             .map(|o| (o.hash, ObjectName::new(o.namespace, o.name)))
             .collect(),
         next,

@@ -11,11 +11,16 @@
 //! - `heartbeat`: pings to PG peers and neighbours, failure reports to the
 //!   monitors (`HeartbeatTracker` is the pure part).
 //! - `beacon`: periodic usage and PG statistics to the monitors.
-//!
-//! Replicated pools only; erasure-coded pools are not served yet.
+//! - `ec_pool`, `ec_exec`, `ec_io`, `ec_peering`: erasure-coded PGs (one
+//!   store collection per shard; the primary encodes, gathers chunks for
+//!   reads and rebuilds missing shards at activation).
 
 pub mod auth;
 mod beacon;
+mod ec_exec;
+mod ec_io;
+mod ec_peering;
+pub mod ec_pool;
 pub mod exec;
 pub mod heartbeat;
 mod peering;

@@ -69,7 +69,10 @@ pub(crate) fn serve_pull(store: &Store, coll: CollectionId, what: &PullWhat) -> 
 }
 
 /// Every object of `coll` (backfill scans).
-fn list_all(store: &Store, coll: CollectionId) -> Result<Vec<(u32, ObjectName)>, String> {
+pub(crate) fn list_all(
+    store: &Store,
+    coll: CollectionId,
+) -> Result<Vec<(u32, ObjectName)>, String> {
     let mut out = Vec::new();
     let mut after: Option<ListCursor> = None;
     loop {
@@ -100,7 +103,12 @@ fn install_objects(
 }
 
 /// Replaces the log and info of `coll` in `txn`.
-fn replace_log(txn: &mut Transaction, coll: CollectionId, info: &PgInfo, log: &[LogEntry]) {
+pub(crate) fn replace_log(
+    txn: &mut Transaction,
+    coll: CollectionId,
+    info: &PgInfo,
+    log: &[LogEntry],
+) {
     txn.log_trim(coll, u64::MAX);
     for e in log {
         txn.log_append(coll, e.version.seq, encode(e));
@@ -155,7 +163,7 @@ impl PeeringJob {
         self.shared.cfg.id
     }
 
-    async fn call<T: serde::de::DeserializeOwned>(
+    pub(crate) async fn call<T: serde::de::DeserializeOwned>(
         &self,
         osd: i32,
         ty: u16,
@@ -262,7 +270,7 @@ impl PeeringJob {
 
     /// Has the monitors record `up_thru >= interval_since` for this OSD
     /// (so later primaries know this interval may have accepted writes).
-    async fn ensure_up_thru(&self) -> Result<(), String> {
+    pub(crate) async fn ensure_up_thru(&self) -> Result<(), String> {
         let Some(mon) = &self.shared.mon else {
             return Ok(());
         };
@@ -422,7 +430,7 @@ impl PeeringJob {
     }
 }
 
-async fn commit(store: &Store, txn: Transaction) -> Result<(), String> {
+pub(crate) async fn commit(store: &Store, txn: Transaction) -> Result<(), String> {
     if txn.is_empty() {
         return Ok(());
     }

@@ -48,6 +48,10 @@ pub struct Placement {
     pub epoch: Epoch,
     pub up: Vec<i32>,
     pub acting: Vec<i32>,
+    /// Erasure-coded pools: the acting set by shard position, with
+    /// `ec_pool::SHARD_HOLE` where a shard has no OSD (`up`/`acting` then
+    /// list the live members only). Empty for replicated pools.
+    pub shards: Vec<i32>,
     pub primary: Option<i32>,
     pub size: u32,
     pub min_size: u32,
@@ -61,6 +65,7 @@ impl Placement {
     fn same_interval(&self, o: &Placement) -> bool {
         self.up == o.up
             && self.acting == o.acting
+            && self.shards == o.shards
             && self.primary == o.primary
             && self.size == o.size
             && self.min_size == o.min_size
@@ -914,6 +919,7 @@ mod tests {
             epoch: Epoch(epoch),
             up: acting.to_vec(),
             acting: acting.to_vec(),
+            shards: Vec::new(),
             primary: acting.first().copied(),
             size: 3,
             min_size: 2,

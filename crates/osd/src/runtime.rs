@@ -5,6 +5,9 @@
 //! creates PGs this OSD holds. Owns no protocol decisions (see `pg`).
 
 use crate::auth::{check_op_caps, is_peer_osd, MapKeys};
+use crate::ec_exec;
+use crate::ec_io::EcTarget;
+use crate::ec_pool::EcPg;
 use crate::exec;
 use crate::peering;
 use crate::pg::{PastInterval, Pg, PgAction, PgEvent, PgLimits, Placement, Role, Token};
@@ -12,9 +15,9 @@ use bytes::Bytes;
 use cairn_map::{ClusterMap, PoolKind};
 use cairn_msg::{connect, Connection, Credentials, Listener, Message, MsgConfig, MsgError, Secret};
 use cairn_ops::{
-    decode, encode, msg_type, LogEntry, LogOp, OpError, OpReply, OpRequest, OpStatus, PgInfo,
-    PgNotify, PgPull, PgPush, PgPushReply, PgQuery, PullReply, RepOp, RepOpAck, SubOp, SubOpOutput,
-    Version,
+    decode, encode, msg_type, EcRead, EcRollback, EcRollbackReply, LogEntry, LogOp, Mutation,
+    OpError, OpReply, OpRequest, OpStatus, PgInfo, PgNotify, PgPull, PgPush, PgPushReply, PgQuery,
+    PullReply, RepOp, RepOpAck, SubOp, SubOpOutput, Version,
 };
 use cairn_store::{CollectionId, Store, StoreError, Transaction};
 use cairn_types::{EntityName, Epoch, PgId, PoolId};
@@ -186,6 +189,11 @@ pub(crate) enum PgMsg {
         from: i32,
         interval_since: Epoch,
     },
+    EcRollback {
+        conn: Connection,
+        msg: Message,
+        rb: EcRollback,
+    },
     PeeringDone {
         interval_since: Epoch,
         result: Result<(PgInfo, Vec<LogEntry>), String>,
@@ -342,9 +350,6 @@ async fn map_loop(shared: Arc<Shared>) {
         let map = rx.borrow_and_update().clone();
         let me = shared.cfg.id;
         for (pid, pool) in &map.pools {
-            if pool.kind != PoolKind::Replicated {
-                continue;
-            }
             for seed in 0..pool.pg_num {
                 let Ok(m) = map.pg_to_up(*pid, seed) else {
                     continue;
@@ -376,7 +381,7 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
     if let Some(tx) = pgs.get(&pgid) {
         return Ok(tx.clone());
     }
-    let coll = coll_of(pgid);
+    let coll = pg_collection(shared, pgid)?;
     let store = &shared.store;
     if !store.collection_exists(&coll)? {
         let info = PgInfo {
@@ -411,12 +416,40 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
         sent_gen: HashMap::new(),
         held: Vec::new(),
         peering: None,
+        ec: None,
     };
     shared.tasks.spawn(actor.run());
     let map = shared.map_rx.borrow().clone();
     let _ = tx.try_send(PgMsg::Map(map));
     pgs.insert(pgid, tx.clone());
     Ok(tx)
+}
+
+/// The collection of `pgid` on this OSD: the one already in the store, else
+/// the PG's (replicated) or this OSD's shard's (erasure-coded) collection.
+fn pg_collection(shared: &Arc<Shared>, pgid: PgId) -> Result<CollectionId, StoreError> {
+    if let Some(c) = shared
+        .store
+        .list_collections()?
+        .into_iter()
+        .find(|c| c.pool == pgid.pool.0 && c.seed == pgid.seed)
+    {
+        return Ok(c);
+    }
+    let map = shared.map_rx.borrow().clone();
+    let erasure = map
+        .pools
+        .get(&pgid.pool.0)
+        .is_some_and(|p| p.kind == PoolKind::Erasure);
+    if !erasure {
+        return Ok(coll_of(pgid));
+    }
+    let shard = map
+        .pg_to_up(pgid.pool.0, pgid.seed)
+        .ok()
+        .and_then(|m| m.up.iter().position(|&o| o == shared.cfg.id))
+        .unwrap_or(0);
+    Ok(CollectionId::new(pgid.pool.0, pgid.seed, shard as u8))
 }
 
 fn pg_sender(shared: &Shared, pgid: PgId) -> Option<mpsc::Sender<PgMsg>> {
@@ -470,6 +503,25 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
                 })
                 .await;
             return Ok(());
+        }
+        msg_type::EC_READ => {
+            let r: EcRead = decode("ec read", &msg.payload).map_err(de)?;
+            let reply = ec_exec::serve_read(&shared.store, &r);
+            let _ = conn
+                .reply(&msg, msg_type::EC_READ_REPLY, encode(&reply))
+                .await;
+            return Ok(());
+        }
+        msg_type::EC_ROLLBACK => {
+            let rb: EcRollback = decode("ec rollback", &msg.payload).map_err(de)?;
+            (
+                rb.pgid,
+                PgMsg::EcRollback {
+                    conn: conn.clone(),
+                    msg,
+                    rb,
+                },
+            )
         }
         msg_type::REPOP_ACK => {
             let ack: RepOpAck = decode("repop ack", &msg.payload).map_err(de)?;
@@ -669,8 +721,9 @@ struct PgActor {
     rx: mpsc::Receiver<PgMsg>,
     tx: mpsc::Sender<PgMsg>,
     pending: HashMap<Token, (Connection, Message, Option<OwnedSemaphorePermit>)>,
-    /// Replication sub-ops in flight: seq -> (encoded RepOp, replicas not yet acked).
-    repops: BTreeMap<u64, (Bytes, BTreeSet<i32>)>,
+    /// Replication sub-ops in flight: seq -> replica not yet acked -> its
+    /// encoded RepOp (EC shards each get their own chunk).
+    repops: BTreeMap<u64, BTreeMap<i32, Bytes>>,
     /// Peer connection generation each replica was last sent to on.
     sent_gen: HashMap<i32, u64>,
     /// RepOps from a newer epoch than our map, held until the map arrives.
@@ -678,6 +731,8 @@ struct PgActor {
     /// The activation job running for this interval, if any (aborted when
     /// the interval changes, so a stale job never pushes old state).
     peering: Option<(Epoch, AbortHandle)>,
+    /// Code and shard layout when the pool is erasure-coded.
+    ec: Option<EcPg>,
 }
 
 impl PgActor {
@@ -729,7 +784,7 @@ impl PgActor {
                     return;
                 }
                 let seq = ack.version.seq;
-                if let Some((_, w)) = self.repops.get_mut(&seq) {
+                if let Some(w) = self.repops.get_mut(&seq) {
                     w.remove(&ack.from);
                     if w.is_empty() {
                         self.repops.remove(&seq);
@@ -774,6 +829,7 @@ impl PgActor {
                 });
                 self.run_actions(acts).await;
             }
+            PgMsg::EcRollback { conn, msg, rb } => self.on_ec_rollback(conn, msg, rb).await,
             PgMsg::Query { conn, msg } => {
                 // Catch up with the querier's map first, so that sub-ops of
                 // the interval it closed are refused from now on.
@@ -849,10 +905,34 @@ impl PgActor {
             .and_then(|p| p.primary)
             .and_then(|o| map.osds.get(&o))
             .map(|i| i.up_thru);
+        self.ec = match EcPg::from_map(&map, self.pgid.pool.0, self.pgid.seed) {
+            Ok(ec) => ec,
+            Err(e) => {
+                tracing::error!("pg {}: {e}", self.pgid);
+                return;
+            }
+        };
+        let (up, shards) = match &self.ec {
+            Some(ec) => {
+                if let Some(s) = ec.shard_of(self.me()) {
+                    if s != usize::from(self.coll.shard) {
+                        tracing::error!(
+                            "pg {}: osd.{} moved from shard {} to shard {s}; moving a shard is not supported yet, this copy stays stale",
+                            self.pgid,
+                            self.me(),
+                            self.coll.shard
+                        );
+                    }
+                }
+                (ec.live_members(), ec.shards.clone())
+            }
+            None => (m.up, Vec::new()),
+        };
         let p = Placement {
             epoch: map.epoch,
-            up: m.up.clone(),
-            acting: m.up,
+            up: up.clone(),
+            acting: up,
+            shards,
             primary: m.primary,
             size: pool.size,
             min_size: pool.min_size,
@@ -881,8 +961,8 @@ impl PgActor {
     async fn on_tick(&mut self) {
         // Resend in-flight sub-ops to replicas whose connection was replaced.
         let mut targets: BTreeSet<i32> = BTreeSet::new();
-        for (_, w) in self.repops.values() {
-            targets.extend(w.iter().copied());
+        for w in self.repops.values() {
+            targets.extend(w.keys().copied());
         }
         for r in targets {
             if let Ok((gen, conn)) = self.shared.peer(r).await {
@@ -903,8 +983,7 @@ impl PgActor {
         let msgs: Vec<Bytes> = self
             .repops
             .range(..below)
-            .filter(|(_, (_, w))| w.contains(&r))
-            .map(|(_, (b, _))| b.clone())
+            .filter_map(|(_, w)| w.get(&r).cloned())
             .collect();
         for b in msgs {
             if conn.send(msg_type::REPOP, b).await.is_err() {
@@ -934,10 +1013,22 @@ impl PgActor {
         while let Some(a) = queue.pop_front() {
             match a {
                 PgAction::Reply { token, reply } => self.reply(token, reply),
-                PgAction::Read { token, req } => {
-                    let reply = self.read(&req);
-                    self.reply(token, reply);
-                }
+                PgAction::Read { token, req } => match self.ec_target() {
+                    Some(target) => {
+                        // EC reads gather chunks from other shards: off the actor.
+                        if let Some((conn, msg, permit)) = self.pending.remove(&token) {
+                            self.shared.tasks.spawn(async move {
+                                let reply = target.client_read(&req).await;
+                                let _ = conn.reply(&msg, msg_type::OP_REPLY, encode(&reply)).await;
+                                drop(permit);
+                            });
+                        }
+                    }
+                    None => {
+                        let reply = self.read(&req);
+                        self.reply(token, reply);
+                    }
+                },
                 PgAction::Write {
                     token: _,
                     req,
@@ -1011,22 +1102,44 @@ impl PgActor {
             .statfs()
             .map(|s| s.available_bytes < payload)
             .unwrap_or(false);
+        let ec = self.ec_target();
+        // Mutations per acting member (EC: each shard its own chunk).
+        let mut shard_muts: BTreeMap<i32, Vec<Mutation>> = BTreeMap::new();
         let resolved = if full {
             Err(OpError::NoSpace(format!(
                 "osd.{} has less than {payload} bytes available; add capacity or delete data",
                 self.me()
             )))
+        } else if let Some(t) = &ec {
+            t.prepare_write(&req).await.map(|(plan, writes)| {
+                for (shard, &osd) in t.ec.shards.iter().enumerate() {
+                    if osd != crate::ec_pool::SHARD_HOLE {
+                        let m =
+                            ec_exec::shard_mutations(&plan, &writes, &t.ec.code, shard, version);
+                        shard_muts.insert(osd, m);
+                    }
+                }
+                exec::Resolved {
+                    prior: plan.prior,
+                    mutations: shard_muts.get(&self.me()).cloned().unwrap_or_default(),
+                    outputs: plan.outputs.clone(),
+                    log_op: ec_exec::log_op(&plan),
+                }
+            })
         } else {
             exec::resolve_write(&store, coll, &req.oid, &req.ops, version)
         };
         let (muts, outcome, op, prior) = match resolved {
             Ok(r) => (r.mutations, Ok(r.outputs), r.log_op, r.prior),
-            Err(e) => (
-                Vec::new(),
-                Err(e.clone()),
-                LogOp::Error(e),
-                Version::default(),
-            ),
+            Err(e) => {
+                shard_muts.clear();
+                (
+                    Vec::new(),
+                    Err(e.clone()),
+                    LogOp::Error(e),
+                    Version::default(),
+                )
+            }
         };
         let entry = LogEntry {
             version,
@@ -1036,12 +1149,28 @@ impl PgActor {
             op,
         };
         let old_tail = self.pg.info.log_tail;
+        let trimmed: Vec<LogEntry> = if ec.is_some() {
+            self.pg
+                .log()
+                .filter(|e| e.version <= trim_to)
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
         let more = self.pg.handle(PgEvent::Submitted {
             seq: version.seq,
             entry: entry.clone(),
             outcome,
         });
         let mut txn = Transaction::new();
+        if ec.is_some() {
+            let r = ec_exec::drop_stashes(&store, coll, trimmed.iter(), &mut txn)
+                .and_then(|()| ec_exec::stash_before(&store, coll, &entry, &muts, &mut txn));
+            if let Err(e) = r {
+                tracing::error!("pg {}: keeping rollback data for {version}: {e}", self.pgid);
+            }
+        }
         exec::apply_mutations(&mut txn, coll, &req.oid, &muts);
         txn.log_append(coll, version.seq, encode(&entry));
         if self.pg.info.log_tail > old_tail {
@@ -1060,7 +1189,7 @@ impl PgActor {
                 None
             }
         });
-        let rep = RepOp {
+        let mut rep = RepOp {
             pgid: self.pgid,
             from: self.me(),
             epoch: self.pg.epoch(),
@@ -1070,15 +1199,23 @@ impl PgActor {
             trim_to,
             hash: req.oid.hash(),
         };
-        let bytes = encode(&rep);
+        let per_replica: BTreeMap<i32, Bytes> = if ec.is_some() {
+            replicas
+                .iter()
+                .map(|&r| {
+                    rep.mutations = shard_muts.remove(&r).unwrap_or_default();
+                    (r, encode(&rep))
+                })
+                .collect()
+        } else {
+            let bytes = encode(&rep);
+            replicas.iter().map(|&r| (r, bytes.clone())).collect()
+        };
         if !replicas.is_empty() {
-            self.repops.insert(
-                version.seq,
-                (bytes.clone(), replicas.iter().copied().collect()),
-            );
+            self.repops.insert(version.seq, per_replica.clone());
         }
-        for r in replicas {
-            self.send_repop(r, version.seq, bytes.clone()).await;
+        for (r, bytes) in per_replica {
+            self.send_repop(r, version.seq, bytes).await;
         }
         more
     }
@@ -1144,6 +1281,16 @@ impl PgActor {
         };
         let mut txn = Transaction::new();
         if rep.entry.version > self.pg.info.last_update {
+            if self.ec.is_some() {
+                if let Err(e) = self.ec_stash(&rep, &mut txn) {
+                    tracing::error!(
+                        "pg {}: keeping rollback data for {}: {e}; not applying it",
+                        self.pgid,
+                        rep.entry.version
+                    );
+                    return;
+                }
+            }
             if !self.pg.apply_replicated(&rep.entry, rep.trim_to) {
                 tracing::warn!(
                     "pg {}: gap: got {} from osd.{} but last_update is {}; waiting for peering",
@@ -1198,8 +1345,16 @@ impl PgActor {
             my_log: self.pg.log().cloned().collect(),
         };
         let tx = self.tx.clone();
+        let ec = self.ec.clone();
         let h = self.shared.tasks.spawn(async move {
-            let result = job.run().await;
+            let result = match ec {
+                Some(ec) => {
+                    crate::ec_peering::EcPeeringJob { base: job, ec }
+                        .run()
+                        .await
+                }
+                None => job.run().await,
+            };
             let _ = tx
                 .send(PgMsg::PeeringDone {
                     interval_since,
@@ -1230,6 +1385,50 @@ impl PgActor {
         if let Err(e) = self.shared.store.submit(t) {
             tracing::error!("pg {}: persisting info failed: {e}", self.pgid);
         }
+    }
+
+    /// Where this PG's EC reads and writes go (None: replicated pool).
+    fn ec_target(&self) -> Option<EcTarget> {
+        self.ec.as_ref().map(|ec| EcTarget {
+            shared: self.shared.clone(),
+            pgid: self.pgid,
+            coll: self.coll,
+            ec: ec.clone(),
+            epoch: self.pg.epoch(),
+        })
+    }
+
+    /// EC shard: rollback stash for `rep` and removal of the stashes of the
+    /// entries it trims, ahead of its mutations in `txn`.
+    fn ec_stash(&self, rep: &RepOp, txn: &mut Transaction) -> Result<(), StoreError> {
+        let store = &self.shared.store;
+        let to = rep.trim_to.min(self.pg.info.last_update);
+        let trimmed: Vec<&LogEntry> = self.pg.log().filter(|e| e.version <= to).collect();
+        ec_exec::drop_stashes(store, self.coll, trimmed.into_iter(), txn)?;
+        ec_exec::stash_before(store, self.coll, &rep.entry, &rep.mutations, txn)
+    }
+
+    /// EC shard: undo divergent entries the new primary names.
+    async fn on_ec_rollback(&mut self, conn: Connection, msg: Message, rb: EcRollback) {
+        self.pg.adopt_primary_interval_start(rb.from, rb.epoch);
+        let result = if self.ec.is_none() {
+            Err(format!("pg {} is not erasure-coded here", self.pgid))
+        } else if rb.epoch < self.pg.info.same_interval_since {
+            Err(format!(
+                "rollback from osd.{} for epoch {} is older than this OSD's interval (since {})",
+                rb.from, rb.epoch.0, self.pg.info.same_interval_since.0
+            ))
+        } else {
+            crate::ec_peering::rollback_local(&self.shared.store, self.coll, &rb.entries).await
+        };
+        let r = EcRollbackReply {
+            pgid: self.pgid,
+            from: self.me(),
+            result,
+        };
+        let _ = conn
+            .reply(&msg, msg_type::EC_ROLLBACK_REPLY, encode(&r))
+            .await;
     }
 
     fn publish_stats(&self) {

@@ -1,0 +1,74 @@
+//! OSD <-> OSD messages of erasure-coded PGs: reading byte ranges of one
+//! shard's chunk of an object (client reads, read-modify-write, recovery)
+//! and rolling back divergent log entries on a shard during activation.
+//! Shard writes themselves travel as ordinary [`crate::RepOp`]s carrying
+//! that shard's mutations.
+
+use crate::op::{ObjectName, Version};
+use crate::LogEntry;
+use bytes::Bytes;
+use cairn_types::{Epoch, PgId};
+use serde::{Deserialize, Serialize};
+
+/// Range length meaning "up to the end of the chunk".
+pub const EC_READ_TO_END: u64 = u64::MAX;
+
+/// primary -> shard (call): read `ranges` (offset, len) of the chunk of
+/// `oid` held in collection `pgid` shard `shard`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EcRead {
+    pub pgid: PgId,
+    pub shard: u8,
+    pub from: i32,
+    pub epoch: Epoch,
+    pub oid: ObjectName,
+    pub ranges: Vec<(u64, u64)>,
+    /// Also return every stored attribute of the chunk (recovery).
+    pub with_attrs: bool,
+}
+
+/// What one shard holds of an object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EcChunkData {
+    /// The object version stored with the chunk.
+    pub version: Version,
+    /// Stored attributes (only when asked for).
+    pub attrs: Vec<(String, Bytes)>,
+    /// One buffer per requested range, zero-padded to the requested length.
+    pub data: Vec<Bytes>,
+}
+
+/// Why a shard could not serve a chunk read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EcReadFail {
+    /// The shard has no such object.
+    NoEnt,
+    /// The chunk failed its checksum on that disk (counts as missing).
+    Checksum(String),
+    /// Anything else (no such PG shard here, I/O error...).
+    Other(String),
+}
+
+/// shard -> primary: the answer to an [`EcRead`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EcReadReply {
+    pub result: Result<EcChunkData, EcReadFail>,
+}
+
+/// primary -> shard (call): undo these log entries (newest last) from the
+/// rollback records kept with them; they reached fewer than k shards, so
+/// they were never acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EcRollback {
+    pub pgid: PgId,
+    pub from: i32,
+    pub epoch: Epoch,
+    pub entries: Vec<LogEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EcRollbackReply {
+    pub pgid: PgId,
+    pub from: i32,
+    pub result: Result<(), String>,
+}

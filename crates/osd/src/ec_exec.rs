@@ -1,0 +1,715 @@
+//! Erasure-coded objects against the local store, one shard at a time:
+//! object metadata kept on every shard (`_v` version, `_ec` chunk info with
+//! the logical size, user xattrs), serving chunk-range reads to the
+//! primary, turning a client request into a write plan and each shard's
+//! mutations, and the rollback records (stash objects) that let a write
+//! that reached fewer than k shards be undone at activation. Owns no
+//! network I/O (see `ec_io`) and no ordering (see `pg`).
+
+use crate::ec_pool::EcPg;
+use crate::exec::{map_store_err, store_oid, ATTR_VERSION, USER_ATTR_PREFIX};
+use bytes::Bytes;
+use cairn_ec::{plan_truncate, plan_write, plan_write_full, ChunkInfo, EcError, ShardWrite};
+use cairn_ec::{ErasureCode, WritePlan};
+use cairn_ops::{
+    EcChunkData, EcRead, EcReadFail, EcReadReply, LogEntry, LogOp, Mutation, ObjStat, ObjectName,
+    OpError, SubOp, SubOpOutput, Version, EC_READ_TO_END,
+};
+use cairn_store::{CollectionId, ObjectId, Store, StoreError, Transaction};
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+
+/// Store attribute holding the chunk info (code, shard, logical size).
+pub const ATTR_EC: &str = "_ec";
+/// Stash attribute holding the rollback record.
+const ATTR_ROLLBACK: &str = "_rb";
+/// Namespaces starting with this character are internal (rollback stashes)
+/// and never listed.
+pub const INTERNAL_NS_PREFIX: char = '\u{1}';
+
+/// The stash object keeping what log entry `seq` changed of `name` here.
+pub fn stash_oid(name: &ObjectName, seq: u64) -> ObjectId {
+    ObjectId::new(name.hash(), name.name.clone()).with_namespace(format!(
+        "{INTERNAL_NS_PREFIX}rb.{seq:016x}.{}",
+        name.namespace
+    ))
+}
+
+/// Whether a store namespace is internal (not a client object).
+pub fn is_internal_ns(ns: &str) -> bool {
+    ns.starts_with(INTERNAL_NS_PREFIX)
+}
+
+/// The chunk info attribute for `shard` of an object of `size` bytes. The
+/// whole-chunk crc is not kept (0): the store checksums every block.
+pub fn chunk_info_attr(code: &ErasureCode, shard: usize, size: u64) -> Bytes {
+    Bytes::from(
+        ChunkInfo {
+            k: code.k() as u8,
+            m: code.m() as u8,
+            stripe_unit_bytes: code.geometry().stripe_unit_bytes() as u32,
+            shard: shard as u8,
+            logical_size_bytes: size,
+            chunk_crc32c: 0,
+        }
+        .encode(),
+    )
+}
+
+/// What this shard knows of an object.
+#[derive(Debug, Clone, Default)]
+pub struct ShardMeta {
+    pub exists: bool,
+    /// Logical object size.
+    pub size: u64,
+    pub version: Version,
+}
+
+/// Reads the object's metadata from this shard.
+pub fn load_meta(
+    store: &Store,
+    coll: CollectionId,
+    name: &ObjectName,
+) -> Result<ShardMeta, OpError> {
+    let o = store_oid(name);
+    match store.stat(&coll, &o) {
+        Ok(_) => {}
+        Err(StoreError::NoSuchObject { .. }) => return Ok(ShardMeta::default()),
+        Err(e) => return Err(map_store_err(e)),
+    }
+    let version = store
+        .getattr(&coll, &o, ATTR_VERSION)
+        .map_err(map_store_err)?
+        .map(|b| crate::exec::decode_version(&b))
+        .unwrap_or_default();
+    let size = match store.getattr(&coll, &o, ATTR_EC).map_err(map_store_err)? {
+        Some(b) => {
+            ChunkInfo::decode(&b)
+                .map_err(|e| OpError::Io(format!("object {name}: {e}")))?
+                .logical_size_bytes
+        }
+        None => 0,
+    };
+    Ok(ShardMeta {
+        exists: true,
+        size,
+        version,
+    })
+}
+
+/// Shard side of an [`EcRead`]: straight from the store (the primary
+/// checks versions, so no ordering with writes is needed here).
+pub fn serve_read(store: &Store, req: &EcRead) -> EcReadReply {
+    EcReadReply {
+        result: read_chunk(store, req),
+    }
+}
+
+fn read_chunk(store: &Store, req: &EcRead) -> Result<EcChunkData, EcReadFail> {
+    let coll = CollectionId::new(req.pgid.pool.0, req.pgid.seed, req.shard);
+    let o = store_oid(&req.oid);
+    let fail = |e: StoreError| match e {
+        StoreError::NoSuchObject { .. } => EcReadFail::NoEnt,
+        StoreError::Checksum { .. } => EcReadFail::Checksum(e.to_string()),
+        other => EcReadFail::Other(other.to_string()),
+    };
+    let version_now = || -> Result<Version, EcReadFail> {
+        Ok(store
+            .getattr(&coll, &o, ATTR_VERSION)
+            .map_err(fail)?
+            .map(|b| crate::exec::decode_version(&b))
+            .unwrap_or_default())
+    };
+    let st = store.stat(&coll, &o).map_err(fail)?;
+    let version = version_now()?;
+    let mut data = Vec::with_capacity(req.ranges.len());
+    for &(off, len) in &req.ranges {
+        let len = if len == EC_READ_TO_END {
+            st.size.saturating_sub(off)
+        } else {
+            len
+        };
+        let mut b = store.read(&coll, &o, off, len).map_err(fail)?;
+        b.resize(len as usize, 0);
+        data.push(Bytes::from(b));
+    }
+    let attrs = if req.with_attrs {
+        store
+            .getattrs(&coll, &o)
+            .map_err(fail)?
+            .into_iter()
+            .map(|(k, v)| (k, Bytes::from(v)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if version_now()? != version {
+        return Err(EcReadFail::Other(format!(
+            "object {} changed while it was read",
+            req.oid
+        )));
+    }
+    Ok(EcChunkData {
+        version,
+        attrs,
+        data,
+    })
+}
+
+/// The clear error for omap on an EC pool.
+pub fn omap_refused(ec: &EcPg) -> OpError {
+    OpError::Invalid(format!(
+        "pool '{}' is erasure-coded and cannot hold omap data; keep metadata (omap) in a replicated pool",
+        ec.pool_name
+    ))
+}
+
+fn is_omap(op: &SubOp) -> bool {
+    matches!(
+        op,
+        SubOp::OmapSet { .. }
+            | SubOp::OmapRm { .. }
+            | SubOp::OmapClear
+            | SubOp::OmapSetHeader { .. }
+            | SubOp::OmapGetHeader
+            | SubOp::OmapGetVals { .. }
+            | SubOp::OmapList { .. }
+    )
+}
+
+fn ec_error(ec: &EcPg, name: &ObjectName, e: EcError) -> OpError {
+    match e {
+        EcError::OverwritesDisabled {
+            offset,
+            end,
+            old_size,
+        } => OpError::Invalid(format!(
+            "object {name}: bytes {offset}..{end} of a {old_size}-byte object would be overwritten, but erasure-coded pool '{p}' only takes full writes and appends; run 'cairn osd pool set {p} allow_ec_overwrites true'",
+            p = ec.pool_name
+        )),
+        other => OpError::Invalid(format!("object {name}: {other}")),
+    }
+}
+
+/// Runs a read sub-op that needs only metadata (everything but `Read` and
+/// `CmpExt`). None = the op needs chunk data.
+pub fn run_meta_op(
+    store: &Store,
+    coll: CollectionId,
+    ec: &EcPg,
+    name: &ObjectName,
+    meta: &ShardMeta,
+    op: &SubOp,
+) -> Option<Result<SubOpOutput, OpError>> {
+    let need = || {
+        if meta.exists {
+            Ok(())
+        } else {
+            Err(OpError::NoEnt)
+        }
+    };
+    let o = store_oid(name);
+    let getattr = |n: &str| -> Result<Option<Vec<u8>>, OpError> {
+        if !meta.exists {
+            return Ok(None);
+        }
+        store
+            .getattr(&coll, &o, &format!("{USER_ATTR_PREFIX}{n}"))
+            .map_err(map_store_err)
+    };
+    let r = || {
+        Ok(match op {
+            SubOp::AssertExists => {
+                need()?;
+                SubOpOutput::None
+            }
+            SubOp::AssertVersion { version } => {
+                if meta.version != *version {
+                    return Err(OpError::VersionMismatch {
+                        actual: meta.version,
+                    });
+                }
+                SubOpOutput::None
+            }
+            SubOp::CmpXattr { name, op, value } => match getattr(name)? {
+                Some(stored) if op.holds(&stored, value) => SubOpOutput::None,
+                Some(_) => return Err(OpError::Canceled),
+                None => return Err(OpError::NoData),
+            },
+            SubOp::Stat => {
+                need()?;
+                SubOpOutput::Stat(ObjStat {
+                    size: meta.size,
+                    version: meta.version,
+                })
+            }
+            SubOp::GetXattr { name } => {
+                need()?;
+                match getattr(name)? {
+                    Some(v) => SubOpOutput::Data(v.into()),
+                    None => return Err(OpError::NoData),
+                }
+            }
+            SubOp::GetXattrs => {
+                need()?;
+                let all = store.getattrs(&coll, &o).map_err(map_store_err)?;
+                SubOpOutput::Xattrs(
+                    all.into_iter()
+                        .filter_map(|(k, v)| {
+                            k.strip_prefix(USER_ATTR_PREFIX)
+                                .map(|n| (n.to_string(), Bytes::from(v)))
+                        })
+                        .collect(),
+                )
+            }
+            op if is_omap(op) => return Err(omap_refused(ec)),
+            other => {
+                return Err(OpError::Invalid(format!(
+                    "sub-op {other:?} is not a read or guard"
+                )))
+            }
+        })
+    };
+    match op {
+        SubOp::Read { .. } | SubOp::CmpExt { .. } => None,
+        _ => Some(r()),
+    }
+}
+
+/// One step of an EC write: the same mutation on every shard, or the data
+/// change (each shard gets its own chunk bytes).
+#[derive(Debug, Clone)]
+pub enum Step {
+    Common(Mutation),
+    Data { plan: WritePlan, data: Bytes },
+}
+
+/// A client write resolved against the object's metadata.
+#[derive(Debug, Clone)]
+pub struct EcWritePlan {
+    pub prior: Version,
+    pub outputs: Vec<SubOpOutput>,
+    pub steps: Vec<Step>,
+    pub exists_after: bool,
+    pub size_after: u64,
+}
+
+impl EcWritePlan {
+    /// The data step, if the request changes data.
+    pub fn data_plan(&self) -> Option<(&WritePlan, &Bytes)> {
+        self.steps.iter().find_map(|s| match s {
+            Step::Data { plan, data } => Some((plan, data)),
+            Step::Common(_) => None,
+        })
+    }
+}
+
+/// Resolves a write request on an EC object. At most one sub-op per
+/// request may change data (write_full, write, append, truncate, zero).
+pub fn plan_ops(
+    store: &Store,
+    coll: CollectionId,
+    ec: &EcPg,
+    name: &ObjectName,
+    ops: &[SubOp],
+) -> Result<EcWritePlan, OpError> {
+    let meta = load_meta(store, coll, name)?;
+    let max = store.config().max_object_size;
+    let code = &ec.code;
+    let (existed, mut exists, mut size) = (meta.exists, meta.exists, meta.size);
+    let mut steps: Vec<Step> = Vec::new();
+    let mut outputs = Vec::with_capacity(ops.len());
+    let fits = |end: Option<u64>| match end {
+        Some(e) if e <= max => Ok(()),
+        _ => Err(OpError::TooBig(format!(
+            "write ending past osd_max_object_size ({max} bytes)"
+        ))),
+    };
+    let touch = |exists: &mut bool, steps: &mut Vec<Step>| {
+        if !*exists {
+            steps.push(Step::Common(Mutation::Touch));
+            *exists = true;
+        }
+    };
+    for op in ops {
+        let data_step = |plan: Result<WritePlan, EcError>, data: Bytes| {
+            plan.map(|plan| Step::Data { plan, data })
+                .map_err(|e| ec_error(ec, name, e))
+        };
+        let step = match op {
+            SubOp::WriteFull { data } => {
+                fits(Some(data.len() as u64))?;
+                Some(data_step(
+                    plan_write_full(code, size, data.len() as u64),
+                    data.clone(),
+                )?)
+            }
+            SubOp::Write { offset, data } => {
+                fits(offset.checked_add(data.len() as u64))?;
+                touch(&mut exists, &mut steps);
+                Some(data_step(
+                    plan_write(code, size, *offset, data.len() as u64, ec.allow_overwrites),
+                    data.clone(),
+                )?)
+            }
+            SubOp::Append { data } => {
+                fits(size.checked_add(data.len() as u64))?;
+                touch(&mut exists, &mut steps);
+                Some(data_step(
+                    plan_write(code, size, size, data.len() as u64, ec.allow_overwrites),
+                    data.clone(),
+                )?)
+            }
+            SubOp::Truncate { size: s } => {
+                fits(Some(*s))?;
+                touch(&mut exists, &mut steps);
+                Some(data_step(
+                    plan_truncate(code, size, *s, ec.allow_overwrites),
+                    Bytes::new(),
+                )?)
+            }
+            SubOp::Zero { offset, len } => {
+                if !exists {
+                    return Err(OpError::NoEnt);
+                }
+                if *offset < size {
+                    let len = (*len).min(size - offset);
+                    Some(data_step(
+                        plan_write(code, size, *offset, len, ec.allow_overwrites),
+                        Bytes::from(vec![0u8; len as usize]),
+                    )?)
+                } else {
+                    None
+                }
+            }
+            SubOp::Remove => {
+                if !exists {
+                    return Err(OpError::NoEnt);
+                }
+                steps.clear();
+                if existed {
+                    steps.push(Step::Common(Mutation::Remove));
+                }
+                exists = false;
+                size = 0;
+                outputs.push(SubOpOutput::None);
+                continue;
+            }
+            SubOp::Create { exclusive } => {
+                if exists && *exclusive {
+                    return Err(OpError::Exists);
+                }
+                touch(&mut exists, &mut steps);
+                None
+            }
+            SubOp::SetXattr { name: n, value } => {
+                touch(&mut exists, &mut steps);
+                Some(Step::Common(Mutation::SetAttr {
+                    name: format!("{USER_ATTR_PREFIX}{n}"),
+                    value: value.clone(),
+                }))
+            }
+            SubOp::RmXattr { name: n } => {
+                if !exists {
+                    return Err(OpError::NoEnt);
+                }
+                Some(Step::Common(Mutation::RmAttr {
+                    name: format!("{USER_ATTR_PREFIX}{n}"),
+                }))
+            }
+            SubOp::ListObjects { .. } => {
+                return Err(OpError::Invalid(
+                    "ListObjects cannot be combined with writes".into(),
+                ))
+            }
+            op if is_omap(op) => return Err(omap_refused(ec)),
+            read => {
+                let cur = ShardMeta {
+                    exists,
+                    size,
+                    version: meta.version,
+                };
+                match run_meta_op(store, coll, ec, name, &cur, read) {
+                    Some(r) => outputs.push(r?),
+                    None => {
+                        return Err(OpError::Invalid(format!(
+                            "object {name}: on erasure-coded pool '{}' a data read ({read:?}) cannot be combined with writes in one request",
+                            ec.pool_name
+                        )))
+                    }
+                }
+                continue;
+            }
+        };
+        if let Some(Step::Data { plan, .. }) = &step {
+            if steps.iter().any(|s| matches!(s, Step::Data { .. })) {
+                return Err(OpError::Invalid(format!(
+                    "object {name}: erasure-coded pool '{}' takes one data-changing sub-op (write_full, write, append, truncate, zero) per request",
+                    ec.pool_name
+                )));
+            }
+            exists = true;
+            size = plan.new_size();
+        }
+        steps.extend(step);
+        outputs.push(SubOpOutput::None);
+    }
+    Ok(EcWritePlan {
+        prior: meta.version,
+        outputs,
+        steps,
+        exists_after: exists,
+        size_after: size,
+    })
+}
+
+/// The mutations shard `shard` applies for `plan`, given the shard writes
+/// built for its data step (all `k + m` of them, in shard order).
+pub fn shard_mutations(
+    plan: &EcWritePlan,
+    writes: &[ShardWrite],
+    code: &ErasureCode,
+    shard: usize,
+    version: Version,
+) -> Vec<Mutation> {
+    let mut out = Vec::new();
+    for s in &plan.steps {
+        match s {
+            Step::Common(m) => out.push(m.clone()),
+            Step::Data { .. } => {
+                if let Some(w) = writes.get(shard) {
+                    if w.new_chunk_len != w.old_chunk_len || w.new_chunk_len == 0 {
+                        out.push(Mutation::Truncate {
+                            size: w.new_chunk_len,
+                        });
+                    }
+                    if !w.data.is_empty() {
+                        out.push(Mutation::Write {
+                            offset: w.offset,
+                            data: w.data.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    if plan.exists_after {
+        out.push(Mutation::SetAttr {
+            name: ATTR_VERSION.into(),
+            value: crate::exec::encode_version(version),
+        });
+        out.push(Mutation::SetAttr {
+            name: ATTR_EC.into(),
+            value: chunk_info_attr(code, shard, plan.size_after),
+        });
+    }
+    out
+}
+
+/// The log op of a resolved EC write.
+pub fn log_op(plan: &EcWritePlan) -> LogOp {
+    if plan.exists_after {
+        LogOp::Modify
+    } else {
+        LogOp::Delete
+    }
+}
+
+/// What a stash records about the object before its log entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RollbackRec {
+    existed: bool,
+    old_chunk_len: u64,
+    /// Old chunk bytes kept in the stash (same offsets).
+    saved: Range<u64>,
+}
+
+/// The chunk range `muts` may change of a chunk of `old_len` bytes.
+fn changed_range(muts: &[Mutation], old_len: u64) -> Range<u64> {
+    let mut lo = u64::MAX;
+    let mut hi = 0u64;
+    let mut add = |r: Range<u64>| {
+        let r = r.start.min(old_len)..r.end.min(old_len);
+        if r.start < r.end {
+            lo = lo.min(r.start);
+            hi = hi.max(r.end);
+        }
+    };
+    for m in muts {
+        match m {
+            Mutation::Write { offset, data } => {
+                add(*offset..offset.saturating_add(data.len() as u64))
+            }
+            Mutation::Zero { offset, len } => add(*offset..offset.saturating_add(*len)),
+            Mutation::Truncate { size } => add(*size..old_len),
+            Mutation::Remove => add(0..old_len),
+            _ => {}
+        }
+    }
+    if lo >= hi {
+        0..0
+    } else {
+        lo..hi
+    }
+}
+
+/// Adds to `txn`, before the entry's own mutations, the stash that lets
+/// this shard undo `entry`: the old bytes it changes, the old attributes,
+/// and whether the object existed.
+pub fn stash_before(
+    store: &Store,
+    coll: CollectionId,
+    entry: &LogEntry,
+    muts: &[Mutation],
+    txn: &mut Transaction,
+) -> Result<(), StoreError> {
+    if matches!(entry.op, LogOp::Error(_)) {
+        return Ok(());
+    }
+    let o = store_oid(&entry.oid);
+    let s = stash_oid(&entry.oid, entry.version.seq);
+    if store.exists(&coll, &s)? {
+        txn.remove(coll, s.clone());
+    }
+    let (existed, old_len) = match store.stat(&coll, &o) {
+        Ok(st) => (true, st.size),
+        Err(StoreError::NoSuchObject { .. }) => (false, 0),
+        Err(e) => return Err(e),
+    };
+    let saved = changed_range(muts, old_len);
+    txn.touch(coll, s.clone());
+    let mut attrs: Vec<(String, Bytes)> = Vec::new();
+    if existed {
+        if saved.start < saved.end {
+            txn.clone_range(
+                coll,
+                o.clone(),
+                s.clone(),
+                saved.start,
+                saved.end - saved.start,
+                saved.start,
+            );
+        }
+        attrs.extend(
+            store
+                .getattrs(&coll, &o)?
+                .into_iter()
+                .map(|(k, v)| (k, Bytes::from(v))),
+        );
+    }
+    let rec = RollbackRec {
+        existed,
+        old_chunk_len: old_len,
+        saved,
+    };
+    attrs.push((
+        ATTR_ROLLBACK.into(),
+        Bytes::from(cairn_types::encode_versioned(1, &rec)),
+    ));
+    txn.push(cairn_store::Op::SetAttrs {
+        coll,
+        obj: s,
+        attrs,
+    });
+    Ok(())
+}
+
+/// Adds to `txn` the removal of the stashes of `entries` (trimmed from the
+/// log, or known to be on every shard).
+pub fn drop_stashes<'a>(
+    store: &Store,
+    coll: CollectionId,
+    entries: impl Iterator<Item = &'a LogEntry>,
+    txn: &mut Transaction,
+) -> Result<(), StoreError> {
+    for e in entries {
+        let s = stash_oid(&e.oid, e.version.seq);
+        if store.exists(&coll, &s)? {
+            txn.remove(coll, s);
+        }
+    }
+    Ok(())
+}
+
+/// The transaction that undoes `entry` on this shard from its stash (empty
+/// when there is no stash: the entry changed nothing here, or was undone).
+pub fn rollback_entry(
+    store: &Store,
+    coll: CollectionId,
+    entry: &LogEntry,
+) -> Result<Transaction, StoreError> {
+    let mut txn = Transaction::new();
+    let o = store_oid(&entry.oid);
+    let s = stash_oid(&entry.oid, entry.version.seq);
+    let Some(raw) = (match store.getattr(&coll, &s, ATTR_ROLLBACK) {
+        Ok(v) => v,
+        Err(StoreError::NoSuchObject { .. }) => None,
+        Err(e) => return Err(e),
+    }) else {
+        return Ok(txn);
+    };
+    let (_, rec): (u8, RollbackRec) =
+        cairn_types::decode_versioned("EC rollback record", &raw, 1, 1, 4096)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let exists_now = store.exists(&coll, &o)?;
+    if !rec.existed {
+        if exists_now {
+            txn.remove(coll, o);
+        }
+    } else {
+        if !exists_now {
+            txn.touch(coll, o.clone());
+        }
+        txn.truncate(coll, o.clone(), rec.old_chunk_len);
+        if rec.saved.start < rec.saved.end {
+            txn.clone_range(
+                coll,
+                s.clone(),
+                o.clone(),
+                rec.saved.start,
+                rec.saved.end - rec.saved.start,
+                rec.saved.start,
+            );
+        }
+        let old: Vec<(String, Bytes)> = store
+            .getattrs(&coll, &s)?
+            .into_iter()
+            .filter(|(k, _)| k != ATTR_ROLLBACK)
+            .map(|(k, v)| (k, Bytes::from(v)))
+            .collect();
+        if exists_now {
+            for k in store.getattrs(&coll, &o)?.into_keys() {
+                if !old.iter().any(|(n, _)| *n == k) {
+                    txn.rmattr(coll, o.clone(), k);
+                }
+            }
+        }
+        txn.push(cairn_store::Op::SetAttrs {
+            coll,
+            obj: o,
+            attrs: old,
+        });
+    }
+    txn.remove(coll, s);
+    Ok(txn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_range_covers_writes_and_shrinks() {
+        let w = |o: u64, n: usize| Mutation::Write {
+            offset: o,
+            data: Bytes::from(vec![0u8; n]),
+        };
+        assert_eq!(changed_range(&[w(4096, 4096)], 16384), 4096..8192);
+        assert_eq!(changed_range(&[w(16384, 4096)], 16384), 0..0);
+        assert_eq!(
+            changed_range(&[Mutation::Truncate { size: 4096 }], 16384),
+            4096..16384
+        );
+        assert_eq!(changed_range(&[Mutation::Remove], 100), 0..100);
+    }
+}

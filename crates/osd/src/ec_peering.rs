@@ -1,0 +1,553 @@
+//! Activation of an erasure-coded PG (the primary's side). Like the
+//! replicated activation it queries the acting set and the members of past
+//! intervals and refuses to activate without a member of every interval
+//! that may have written. Then, EC-specific: the authoritative point is the
+//! newest log entry that at least k acting shards hold (an entry on fewer
+//! shards was never acknowledged); shards holding entries past it undo
+//! them from their rollback stashes; every shard that is behind or new gets
+//! the chunks it lacks rebuilt from k up-to-date shards and pushed (or
+//! installed, for the primary's own shard); finally every shard adopts the
+//! authoritative log.
+
+use crate::ec_exec::{self, chunk_info_attr, ATTR_EC};
+use crate::ec_io::call_read;
+use crate::ec_pool::EcPg;
+use crate::exec;
+use crate::peering::{commit, list_all, replace_log, PeeringJob};
+use crate::pg::{check_can_activate, plan_recovery, RecoveryPlan};
+use crate::runtime::META_INFO;
+use bytes::Bytes;
+use cairn_ec::ChunkInfo;
+use cairn_ops::{
+    encode, msg_type, EcRead, EcReadFail, EcRollback, EcRollbackReply, LogEntry, ObjectName,
+    ObjectState, PgInfo, PgNotify, PgPull, PgPush, PgPushReply, PgQuery, PullReply, PullWhat,
+    Version, EC_READ_TO_END,
+};
+use cairn_store::Transaction;
+use std::collections::{BTreeMap, HashSet};
+
+/// Objects per recovery push, at most (bytes are bounded too).
+const EC_RECOVERY_BATCH_OBJECTS: usize = 32;
+/// Objects per listing page when a new shard is backfilled.
+const EC_LIST_PAGE: u32 = 512;
+
+type Notes = BTreeMap<i32, (PgInfo, Vec<LogEntry>)>;
+
+/// One activation run of an EC PG's primary.
+pub(crate) struct EcPeeringJob {
+    pub base: PeeringJob,
+    pub ec: EcPg,
+}
+
+/// Whether a copy with `info` and `log` holds log entry `v` (and so the
+/// history up to it).
+fn holds(info: &PgInfo, log: &[LogEntry], v: Version) -> bool {
+    v == Version::default()
+        || v == info.last_update
+        || v == info.log_tail
+        || (v < info.log_tail && info.last_update >= v)
+        || log.iter().any(|e| e.version == v)
+}
+
+/// The newest version of `auth_log` (or its tail) held by at least `k` of
+/// `members`.
+pub(crate) fn newest_on_k(
+    auth: &PgInfo,
+    auth_log: &[LogEntry],
+    members: &[(&PgInfo, &[LogEntry])],
+    k: usize,
+) -> Option<Version> {
+    let candidates = auth_log
+        .iter()
+        .rev()
+        .map(|e| e.version)
+        .chain(std::iter::once(auth.log_tail));
+    for v in candidates {
+        let n = members.iter().filter(|(i, l)| holds(i, l, v)).count();
+        if n >= k {
+            return Some(v);
+        }
+    }
+    None
+}
+
+impl EcPeeringJob {
+    fn me(&self) -> i32 {
+        self.base.shared.cfg.id
+    }
+
+    /// Runs activation; Ok = the new info and log, on every acting shard.
+    pub async fn run(self) -> Result<(PgInfo, Vec<LogEntry>), String> {
+        let b = &self.base;
+        let store = &b.shared.store;
+        let mut t = Transaction::new();
+        t.meta_set(b.coll, META_INFO, encode(&b.my_info));
+        commit(store, t).await?;
+        b.ensure_up_thru().await?;
+        let notes = self.query_all().await?;
+        let (_, (auth_info, auth_log)) = notes
+            .iter()
+            .max_by_key(|(_, (i, _))| (i.last_epoch_started, i.last_update))
+            .map(|(k, v)| (*k, v.clone()))
+            .ok_or("no copy of the PG answered")?;
+        let responders: Vec<i32> = notes.keys().copied().collect();
+        check_can_activate(&b.past, auth_info.last_epoch_started, &responders)?;
+        let k = self.ec.code.k();
+        let members: Vec<(usize, i32)> = self
+            .ec
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(_, &o)| o != crate::ec_pool::SHARD_HOLE)
+            .map(|(s, &o)| (s, o))
+            .collect();
+        let member_notes: Vec<(&PgInfo, &[LogEntry])> = members
+            .iter()
+            .filter_map(|(_, o)| notes.get(o).map(|(i, l)| (i, &l[..])))
+            .collect();
+        let v = newest_on_k(&auth_info, &auth_log, &member_notes, k).ok_or_else(|| {
+            format!(
+                "fewer than k={k} shards hold any common point of the newest log (shards answering: {}); bring back OSDs that held this PG",
+                member_notes.len()
+            )
+        })?;
+        let auth_log: Vec<LogEntry> = auth_log.into_iter().filter(|e| e.version <= v).collect();
+        let auth_info = PgInfo {
+            last_update: v,
+            last_complete: v,
+            ..auth_info
+        };
+        let auth_versions: HashSet<Version> = auth_log.iter().map(|e| e.version).collect();
+        // Undo entries past the authoritative point (or off its history).
+        for &(_, osd) in &members {
+            let Some((info, log)) = notes.get(&osd) else {
+                continue;
+            };
+            let divergent: Vec<LogEntry> = log
+                .iter()
+                .filter(|e| {
+                    e.version > v
+                        || (e.version > info.log_tail
+                            && e.version > auth_info.log_tail
+                            && !auth_versions.contains(&e.version))
+                })
+                .cloned()
+                .collect();
+            if !divergent.is_empty() {
+                tracing::info!(
+                    "pg {}: rolling back {} entries on osd.{osd} (newer than {v}, on fewer than k shards)",
+                    b.pgid,
+                    divergent.len()
+                );
+                self.rollback(osd, divergent).await?;
+            }
+        }
+        let sources: Vec<usize> = members
+            .iter()
+            .filter(|(_, o)| {
+                notes.get(o).is_some_and(|(i, l)| {
+                    holds(i, l, v)
+                        && !l.iter().any(|e| {
+                            e.version <= v
+                                && e.version > i.log_tail
+                                && e.version > auth_info.log_tail
+                                && !auth_versions.contains(&e.version)
+                        })
+                })
+            })
+            .map(|(s, _)| *s)
+            .collect();
+        for &(shard, osd) in &members {
+            let note = notes.get(&osd).map(|(i, l)| (i, &l[..]));
+            if sources.contains(&shard) {
+                continue;
+            }
+            let plan = plan_recovery(&auth_info, &auth_log, note);
+            tracing::debug!("pg {}: shard {shard} on osd.{osd}: {plan:?}", b.pgid);
+            self.recover_shard(shard, osd, plan, &sources).await?;
+        }
+        let new_info = PgInfo {
+            pgid: Some(b.pgid),
+            last_epoch_started: b.epoch,
+            same_interval_since: b.interval_since,
+            last_active_acting: b.acting.clone(),
+            ..auth_info.clone()
+        };
+        for &(_, osd) in &members {
+            if osd != self.me() {
+                self.push(
+                    osd,
+                    Vec::new(),
+                    None,
+                    Some((new_info.clone(), auth_log.clone())),
+                )
+                .await?;
+            }
+        }
+        let mut txn = Transaction::new();
+        replace_log(&mut txn, b.coll, &new_info, &auth_log);
+        commit(store, txn).await?;
+        Ok((new_info, auth_log))
+    }
+
+    async fn query_all(&self) -> Result<Notes, String> {
+        let b = &self.base;
+        let map = b.shared.map_rx.borrow().clone();
+        let me = self.me();
+        let mut notes: Notes = BTreeMap::new();
+        notes.insert(me, (b.my_info.clone(), b.my_log.clone()));
+        for &o in &b.probe {
+            if o == me || !map.osds.get(&o).is_some_and(|i| i.up) {
+                continue;
+            }
+            let q = PgQuery {
+                pgid: b.pgid,
+                from: me,
+                epoch: b.epoch,
+            };
+            match b
+                .call::<PgNotify>(o, msg_type::PG_QUERY, encode(&q), "pg notify")
+                .await
+            {
+                Ok(n) => {
+                    if let Some(info) = n.info {
+                        notes.insert(o, (info, n.log));
+                    }
+                }
+                Err(e) if b.acting.contains(&o) => {
+                    return Err(format!("acting member osd.{o} did not answer: {e}"))
+                }
+                Err(e) => tracing::info!("pg {}: osd.{o} did not answer: {e}", b.pgid),
+            }
+        }
+        Ok(notes)
+    }
+
+    async fn rollback(&self, osd: i32, entries: Vec<LogEntry>) -> Result<(), String> {
+        let b = &self.base;
+        if osd == self.me() {
+            return rollback_local(&b.shared.store, b.coll, &entries).await;
+        }
+        let rb = EcRollback {
+            pgid: b.pgid,
+            from: self.me(),
+            epoch: b.epoch,
+            entries,
+        };
+        let r: EcRollbackReply = b
+            .call(osd, msg_type::EC_ROLLBACK, encode(&rb), "ec rollback reply")
+            .await?;
+        r.result
+            .map_err(|e| format!("osd.{osd} failed to roll back divergent entries: {e}"))
+    }
+
+    /// Brings shard `shard` (on `osd`) to the authoritative state.
+    async fn recover_shard(
+        &self,
+        shard: usize,
+        osd: i32,
+        plan: RecoveryPlan,
+        sources: &[usize],
+    ) -> Result<(), String> {
+        let (names, keep_only) = match plan {
+            RecoveryPlan::UpToDate => return Ok(()),
+            RecoveryPlan::Log { objects } => (objects, None),
+            RecoveryPlan::Backfill => {
+                let all = self.list_from(sources).await?;
+                let names = all.iter().map(|(_, n)| n.clone()).collect();
+                (names, Some(all))
+            }
+        };
+        tracing::info!(
+            "pg {}: rebuilding {} objects of shard {shard} on osd.{osd} from shards {sources:?}",
+            self.base.pgid,
+            names.len()
+        );
+        let mut batch: Vec<(u32, ObjectName, Option<ObjectState>)> = Vec::new();
+        let mut bytes = 0u64;
+        for n in names {
+            let st = self.rebuild_object(&n, shard, sources).await?;
+            bytes += st.as_ref().map(|s| s.bytes()).unwrap_or(0);
+            batch.push((n.hash(), n, st));
+            if batch.len() >= EC_RECOVERY_BATCH_OBJECTS
+                || bytes >= self.base.shared.cfg.recovery_batch_bytes
+            {
+                self.deliver(osd, std::mem::take(&mut batch), None).await?;
+                bytes = 0;
+            }
+        }
+        self.deliver(osd, batch, keep_only).await
+    }
+
+    /// Every object name of the PG, from an up-to-date shard.
+    async fn list_from(&self, sources: &[usize]) -> Result<Vec<(u32, ObjectName)>, String> {
+        let b = &self.base;
+        let Some(&src) = sources.first() else {
+            return Err("no up-to-date shard to list objects from".into());
+        };
+        let osd = self.ec.shards[src];
+        if osd == self.me() {
+            return list_all(&b.shared.store, b.coll);
+        }
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let p = PgPull {
+                pgid: b.pgid,
+                from: self.me(),
+                epoch: b.epoch,
+                what: PullWhat::List {
+                    after,
+                    limit: EC_LIST_PAGE,
+                },
+            };
+            match b
+                .call::<PullReply>(osd, msg_type::PG_PULL, encode(&p), "pull reply")
+                .await?
+            {
+                PullReply::List { objects, next } => {
+                    all.extend(objects);
+                    match next {
+                        Some(c) => after = Some(c),
+                        None => return Ok(all),
+                    }
+                }
+                PullReply::Refused(e) => return Err(format!("osd.{osd}: {e}")),
+                PullReply::Objects(_) => return Err("unexpected pull reply".into()),
+            }
+        }
+    }
+
+    /// The authoritative state of `name` for `shard`, rebuilt from the
+    /// chunks of up-to-date `sources` (None = the object does not exist).
+    async fn rebuild_object(
+        &self,
+        name: &ObjectName,
+        shard: usize,
+        sources: &[usize],
+    ) -> Result<Option<ObjectState>, String> {
+        let b = &self.base;
+        let code = &self.ec.code;
+        let mut set = tokio::task::JoinSet::new();
+        for &s in sources.iter().filter(|&&s| s != shard) {
+            let req = EcRead {
+                pgid: b.pgid,
+                shard: s as u8,
+                from: self.me(),
+                epoch: b.epoch,
+                oid: name.clone(),
+                ranges: vec![(0, EC_READ_TO_END)],
+                with_attrs: true,
+            };
+            let osd = self.ec.shards[s];
+            let shared = b.shared.clone();
+            set.spawn(async move { (s, call_read(&shared, osd, &req).await) });
+        }
+        let mut found = Vec::new();
+        let mut absent = 0usize;
+        let mut failures = Vec::new();
+        while let Some(j) = set.join_next().await {
+            let Ok((s, r)) = j else { continue };
+            match r {
+                Ok(d) => found.push((s, d)),
+                Err(EcReadFail::NoEnt) => absent += 1,
+                Err(e) => failures.push(format!("shard {s}: {e:?}")),
+            }
+        }
+        let newest = found.iter().map(|(_, d)| d.version).max();
+        let Some(newest) = newest else {
+            if absent >= 1 {
+                return Ok(None);
+            }
+            return Err(format!(
+                "object {name}: no shard could be read to rebuild shard {shard}: {failures:?}"
+            ));
+        };
+        let mut size = None;
+        let mut attrs: Vec<(String, Bytes)> = Vec::new();
+        let mut slots: Vec<Option<Bytes>> = vec![None; code.total()];
+        let mut have = 0;
+        for (s, d) in &found {
+            if d.version != newest {
+                continue;
+            }
+            let info = d
+                .attrs
+                .iter()
+                .find(|(k, _)| k == ATTR_EC)
+                .and_then(|(_, v)| ChunkInfo::decode(v).ok());
+            let Some(info) = info else {
+                failures.push(format!("shard {s}: no chunk info"));
+                continue;
+            };
+            let want_len = code.geometry().chunk_len(info.logical_size_bytes);
+            let Some(chunk) = d.data.first() else {
+                continue;
+            };
+            if chunk.len() as u64 != want_len {
+                failures.push(format!(
+                    "shard {s}: chunk of {} bytes, expected {want_len}",
+                    chunk.len()
+                ));
+                continue;
+            }
+            if size.is_none() {
+                size = Some(info.logical_size_bytes);
+                attrs = d.attrs.clone();
+            }
+            slots[*s] = Some(chunk.clone());
+            have += 1;
+        }
+        let size = size.unwrap_or(0);
+        if have < code.k() {
+            return Err(format!(
+                "object {name}: only {have} shards hold version {newest}, k={} needed to rebuild shard {shard}; failures: {failures:?}",
+                code.k()
+            ));
+        }
+        let data = if code.geometry().chunk_len(size) == 0 {
+            Bytes::new()
+        } else {
+            code.codec()
+                .reconstruct(&slots, &[shard])
+                .map_err(|e| format!("object {name}: {e}"))?
+                .into_iter()
+                .next()
+                .unwrap_or_default()
+        };
+        for (k, v) in attrs.iter_mut() {
+            if k == ATTR_EC {
+                *v = chunk_info_attr(code, shard, size);
+            }
+        }
+        Ok(Some(ObjectState {
+            data,
+            attrs,
+            omap: Vec::new(),
+        }))
+    }
+
+    /// Installs rebuilt objects on `osd` (this OSD: straight into its store).
+    async fn deliver(
+        &self,
+        osd: i32,
+        objects: Vec<(u32, ObjectName, Option<ObjectState>)>,
+        keep_only: Option<Vec<(u32, ObjectName)>>,
+    ) -> Result<(), String> {
+        let b = &self.base;
+        if osd != self.me() {
+            return self.push(osd, objects, keep_only, None).await;
+        }
+        let store = &b.shared.store;
+        let mut txn = Transaction::new();
+        for (_, name, st) in &objects {
+            let exists = store
+                .exists(&b.coll, &exec::store_oid(name))
+                .map_err(|e| e.to_string())?;
+            exec::put_object_state(&mut txn, b.coll, name, exists, st.as_ref());
+        }
+        if let Some(keep) = keep_only {
+            let keep: HashSet<ObjectName> = keep.into_iter().map(|(_, n)| n).collect();
+            for (_, n) in list_all(store, b.coll)? {
+                if !keep.contains(&n) && !objects.iter().any(|(_, o, _)| *o == n) {
+                    txn.remove(b.coll, exec::store_oid(&n));
+                }
+            }
+        }
+        commit(store, txn).await
+    }
+
+    async fn push(
+        &self,
+        osd: i32,
+        objects: Vec<(u32, ObjectName, Option<ObjectState>)>,
+        keep_only: Option<Vec<(u32, ObjectName)>>,
+        finish: Option<(PgInfo, Vec<LogEntry>)>,
+    ) -> Result<(), String> {
+        let b = &self.base;
+        let p = PgPush {
+            pgid: b.pgid,
+            from: self.me(),
+            epoch: b.epoch,
+            objects,
+            keep_only,
+            finish,
+        };
+        let r: PgPushReply = b
+            .call(osd, msg_type::PG_PUSH, encode(&p), "push reply")
+            .await?;
+        r.result
+            .map_err(|e| format!("osd.{osd} failed to install a recovery push: {e}"))
+    }
+}
+
+/// Undoes `entries` (oldest first) on this OSD's shard, newest first, one
+/// transaction each.
+pub(crate) async fn rollback_local(
+    store: &cairn_store::Store,
+    coll: cairn_store::CollectionId,
+    entries: &[LogEntry],
+) -> Result<(), String> {
+    for e in entries.iter().rev() {
+        let txn = ec_exec::rollback_entry(store, coll, e).map_err(|er| er.to_string())?;
+        commit(store, txn).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_ops::LogOp;
+
+    fn e(seq: u64) -> LogEntry {
+        LogEntry {
+            version: Version { epoch: 5, seq },
+            prior_version: Version::default(),
+            reqid: None,
+            oid: ObjectName::new("", format!("o{seq}")),
+            op: LogOp::Modify,
+        }
+    }
+
+    fn info(last: u64) -> PgInfo {
+        PgInfo {
+            last_update: if last == 0 {
+                Version::default()
+            } else {
+                Version {
+                    epoch: 5,
+                    seq: last,
+                }
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn authoritative_point_is_the_newest_entry_on_k_shards() {
+        let log: Vec<LogEntry> = (1..=4).map(e).collect();
+        let (a, b, c) = (info(4), info(3), info(2));
+        let (la, lb, lc) = (&log[..4], &log[..3], &log[..2]);
+        let members = [(&a, la), (&b, lb), (&c, lc)];
+        // 2+1: seq 3 is on two shards, seq 4 on one only.
+        assert_eq!(
+            newest_on_k(&a, &log, &members, 2),
+            Some(Version { epoch: 5, seq: 3 })
+        );
+        assert_eq!(
+            newest_on_k(&a, &log, &members, 3),
+            Some(Version { epoch: 5, seq: 2 })
+        );
+        assert_eq!(
+            newest_on_k(&a, &log, &members, 1),
+            Some(Version { epoch: 5, seq: 4 })
+        );
+        // Fresh PG: nothing written anywhere.
+        let z = info(0);
+        assert_eq!(
+            newest_on_k(&z, &[], &[(&z, &[]), (&z, &[])], 2),
+            Some(Version::default())
+        );
+    }
+}

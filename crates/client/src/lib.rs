@@ -212,12 +212,6 @@ impl Rados {
                 .pools
                 .get(&pool)
                 .ok_or_else(|| ClientError::NoSuchPool(format!("id {pool}")))?;
-            if p.kind != cairn_map::PoolKind::Replicated {
-                return Err(ClientError::Unsupported(format!(
-                    "pool '{}' is erasure-coded; this build serves replicated pools only",
-                    p.name
-                )));
-            }
             let seed = match target {
                 Target::Hash(h) => {
                     cairn_map::stable_mod(h, p.pg_num, p.pg_num.max(1).next_power_of_two() - 1)

@@ -162,18 +162,25 @@ fn up(dir: &Path, osds: u32, osd_size: &str, detach: bool) -> Result<()> {
 /// How long one PG may take to answer the probe write.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Writes and removes one object in every PG of `rbd`; returns the PGs
-/// that did not answer within `PROBE_TIMEOUT`.
+/// Writes and removes one object in every PG of `rbd` and (when it exists)
+/// `ec21`; returns the PGs that did not answer within `PROBE_TIMEOUT`.
 async fn probe_pgs(conf: &Path) -> Result<Vec<String>> {
     let s = conn::Session::connect(Some(conf), None).await?;
-    let io = s.rados.ioctx("rbd")?;
     let map = s.rados.map();
-    let pool = map
+    let mut stuck = Vec::new();
+    for pool in map
         .pools
         .values()
-        .find(|p| p.name == "rbd")
-        .ok_or_else(|| anyhow!("no pool rbd"))?;
-    let (pg_num, pool_id) = (pool.pg_num, pool.id);
+        .filter(|p| p.name == "rbd" || p.name == "ec21")
+    {
+        let io = s.rados.ioctx(&pool.name)?;
+        stuck.extend(probe_pool(&io, pool.pg_num, pool.id).await);
+    }
+    Ok(stuck)
+}
+
+/// Writes and removes one object in every PG of one pool.
+async fn probe_pool(io: &cairn_client::IoCtx, pg_num: u32, pool_id: u64) -> Vec<String> {
     let mask = pg_num.next_power_of_two() - 1;
     let mut names: Vec<Option<String>> = vec![None; pg_num as usize];
     let mut i = 0u64;
@@ -206,7 +213,7 @@ async fn probe_pgs(conf: &Path) -> Result<Vec<String>> {
             stuck.push(format!("{pool_id}.{seed:x}"));
         }
     }
-    Ok(stuck)
+    stuck
 }
 
 async fn create_osds_and_pools(conf: &Path, dir: &Path, osds: u32, size: u64) -> Result<()> {
@@ -252,7 +259,34 @@ async fn create_osds_and_pools(conf: &Path, dir: &Path, osds: u32, size: u64) ->
     .await
     .map_err(|e| anyhow!("creating pool rbd: {e}"))?;
     println!("  pool 'rbd': replicated size {size_n}, {DEV_PG_NUM} PGs");
-    println!("  pool 'ec21' not created: the OSDs do not serve erasure-coded pools yet");
+    if osds < 3 {
+        println!(
+            "  pool 'ec21' not created: erasure coding 2+1 needs 3 OSDs, this cluster has {osds}"
+        );
+        return Ok(());
+    }
+    mon.command(&MonCommand::EcProfileSet {
+        name: "ec21".into(),
+        params: vec![
+            ("k".into(), "2".into()),
+            ("m".into(), "1".into()),
+            ("crush-failure-domain".into(), "osd".into()),
+        ],
+        force: false,
+    })
+    .await
+    .map_err(|e| anyhow!("creating erasure-code profile ec21: {e}"))?;
+    mon.command(&MonCommand::PoolCreate {
+        name: "ec21".into(),
+        pg_num: Some(DEV_PG_NUM),
+        pgp_num: None,
+        kind: PoolKind::Erasure,
+        profile: Some("ec21".into()),
+        rule: None,
+    })
+    .await
+    .map_err(|e| anyhow!("creating pool ec21: {e}"))?;
+    println!("  pool 'ec21': erasure-coded k=2 m=1 (failure domain osd), {DEV_PG_NUM} PGs");
     Ok(())
 }
 

@@ -80,6 +80,9 @@ pub struct RepOp {
     pub trim_to: Version,
     /// Placement hash of the object.
     pub hash: u32,
+    /// Every entry up to here is durable on every live acting member (EC
+    /// shards drop the rollback stashes of those entries).
+    pub roll_forward_to: Version,
 }
 
 /// replica -> primary: the entry at `version` is durable here (or why not).

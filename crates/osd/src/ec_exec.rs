@@ -622,7 +622,11 @@ pub fn drop_stashes<'a>(
     entries: impl Iterator<Item = &'a LogEntry>,
     txn: &mut Transaction,
 ) -> Result<(), StoreError> {
+    let mut seen = std::collections::HashSet::new();
     for e in entries {
+        if !seen.insert(e.version.seq) {
+            continue;
+        }
         let s = stash_oid(&e.oid, e.version.seq);
         if store.exists(&coll, &s)? {
             txn.remove(coll, s);
@@ -697,6 +701,124 @@ pub fn rollback_entry(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::apply_mutations;
+
+    /// An object's data and attributes.
+    type ObjState = (Vec<u8>, Vec<(String, Vec<u8>)>);
+
+    fn store() -> (tempfile::TempDir, Store, CollectionId) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = cairn_store::StoreConfig::new(dir.path());
+        cfg.data_bytes = 64 << 20;
+        cfg.meta_reserve_bytes = 1 << 20;
+        let store = Store::create(cfg).unwrap();
+        let coll = CollectionId::new(1, 0, 2);
+        let mut t = Transaction::new();
+        t.create_collection(coll);
+        store.commit(t).unwrap();
+        (dir, store, coll)
+    }
+
+    fn entry(seq: u64, name: &ObjectName) -> LogEntry {
+        LogEntry {
+            version: Version { epoch: 3, seq },
+            prior_version: Version::default(),
+            reqid: None,
+            oid: name.clone(),
+            op: LogOp::Modify,
+        }
+    }
+
+    /// Applies `muts` as entry `seq` would be on a shard: stash, then write.
+    fn apply(store: &Store, coll: CollectionId, name: &ObjectName, seq: u64, muts: &[Mutation]) {
+        let mut t = Transaction::new();
+        stash_before(store, coll, &entry(seq, name), muts, &mut t).unwrap();
+        apply_mutations(&mut t, coll, name, muts);
+        store.commit(t).unwrap();
+    }
+
+    fn state(
+        store: &Store,
+        coll: CollectionId,
+        name: &ObjectName,
+    ) -> Option<ObjState> {
+        let o = store_oid(name);
+        let st = store.stat(&coll, &o).ok()?;
+        let data = store.read(&coll, &o, 0, st.size).unwrap();
+        Some((
+            data,
+            store.getattrs(&coll, &o).unwrap().into_iter().collect(),
+        ))
+    }
+
+    #[test]
+    fn stashes_undo_writes_newest_first() {
+        let (_d, store, coll) = store();
+        let name = ObjectName::new("", "obj");
+        let set = |k: &str, v: &[u8]| Mutation::SetAttr {
+            name: k.into(),
+            value: Bytes::copy_from_slice(v),
+        };
+        let w = |off: u64, byte: u8, n: usize| Mutation::Write {
+            offset: off,
+            data: Bytes::from(vec![byte; n]),
+        };
+        apply(
+            &store,
+            coll,
+            &name,
+            1,
+            &[
+                Mutation::Truncate { size: 16384 },
+                w(0, 1, 16384),
+                set("_v", b"1"),
+            ],
+        );
+        let s1 = state(&store, coll, &name);
+        apply(
+            &store,
+            coll,
+            &name,
+            2,
+            &[w(4096, 2, 4096), set("u.a", b"x"), set("_v", b"2")],
+        );
+        let s2 = state(&store, coll, &name);
+        apply(
+            &store,
+            coll,
+            &name,
+            3,
+            &[
+                Mutation::Truncate { size: 32768 },
+                w(20480, 3, 8192),
+                set("_v", b"3"),
+            ],
+        );
+        apply(&store, coll, &name, 4, &[Mutation::Remove]);
+        assert!(state(&store, coll, &name).is_none());
+        for seq in [4, 3] {
+            store
+                .commit(rollback_entry(&store, coll, &entry(seq, &name)).unwrap())
+                .unwrap();
+        }
+        assert_eq!(state(&store, coll, &name), s2, "back to entry 2");
+        store
+            .commit(rollback_entry(&store, coll, &entry(2, &name)).unwrap())
+            .unwrap();
+        assert_eq!(state(&store, coll, &name), s1, "back to entry 1");
+        // Rolling back twice changes nothing; the first entry created it.
+        let again = rollback_entry(&store, coll, &entry(2, &name)).unwrap();
+        assert!(again.is_empty());
+        store
+            .commit(rollback_entry(&store, coll, &entry(1, &name)).unwrap())
+            .unwrap();
+        assert!(state(&store, coll, &name).is_none());
+        // No stash is left behind, and none is ever listed.
+        let left = store
+            .list_objects(&coll, &cairn_store::ListStart::Beginning, 100)
+            .unwrap();
+        assert!(left.is_empty(), "{left:?}");
+    }
 
     #[test]
     fn changed_range_covers_writes_and_shrinks() {

@@ -18,8 +18,34 @@ use cairn_ops::{
 use cairn_store::CollectionId;
 use cairn_types::{Epoch, PgId};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The encode totals are logged (info) every this many calls.
+const ENCODE_REPORT_EVERY_CALLS: u64 = 100;
+static ENCODE_CALLS: AtomicU64 = AtomicU64::new(0);
+static ENCODE_NANOS: AtomicU64 = AtomicU64::new(0);
+static ENCODE_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Time this process spent building EC shard writes (encoding parity,
+/// splitting data, re-encoding stripes of read-modify-writes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EcEncodeTotals {
+    pub calls: u64,
+    pub nanos: u64,
+    /// Logical bytes written by those calls.
+    pub bytes: u64,
+}
+
+/// Totals since the process started (all OSDs in it).
+pub fn ec_encode_totals() -> EcEncodeTotals {
+    EcEncodeTotals {
+        calls: ENCODE_CALLS.load(Ordering::Relaxed),
+        nanos: ENCODE_NANOS.load(Ordering::Relaxed),
+        bytes: ENCODE_BYTES.load(Ordering::Relaxed),
+    }
+}
 
 /// Attempts at a read whose shards fail or disagree, at most.
 const READ_ATTEMPTS: usize = 8;
@@ -246,9 +272,22 @@ impl EcTarget {
             let meta = load_meta(&self.shared.store, self.coll, &req.oid)?;
             self.read_old(&req.oid, meta.version, wp.reads()).await?
         };
+        let t0 = std::time::Instant::now();
         let writes = wp
             .build(data, &old)
             .map_err(|e| OpError::Invalid(format!("object {}: {e}", req.oid)))?;
+        let calls = ENCODE_CALLS.fetch_add(1, Ordering::Relaxed) + 1;
+        ENCODE_NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        ENCODE_BYTES.fetch_add(data.len() as u64, Ordering::Relaxed);
+        if calls.is_multiple_of(ENCODE_REPORT_EVERY_CALLS) {
+            let t = ec_encode_totals();
+            tracing::info!(
+                "ec encode totals: {} calls, {} MB in {:.3} s of CPU",
+                t.calls,
+                t.bytes / 1_000_000,
+                t.nanos as f64 / 1e9
+            );
+        }
         Ok((plan, writes))
     }
 

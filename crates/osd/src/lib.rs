@@ -27,5 +27,6 @@ mod peering;
 pub mod pg;
 mod runtime;
 
+pub use ec_io::{ec_encode_totals, EcEncodeTotals};
 pub use pg::{PgLimits, PgState, Role};
 pub use runtime::{MapSource, MonRequests, Osd, OsdConfig, OsdError, PgStat};

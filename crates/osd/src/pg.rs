@@ -304,6 +304,19 @@ impl Pg {
         self.inflight.len()
     }
 
+    /// The newest log entry that every live acting member has durable (no
+    /// write at or before it is still in flight). EC shards drop their
+    /// rollback stashes up to here.
+    pub fn complete_through(&self) -> Version {
+        let first_inflight = self.inflight.keys().next().copied();
+        self.log
+            .iter()
+            .rev()
+            .map(|e| e.version)
+            .find(|v| first_inflight.is_none_or(|s| v.seq < s))
+            .unwrap_or(self.info.log_tail)
+    }
+
     /// Replaces info and log after this OSD was brought up to date by a push.
     pub fn reload(&mut self, info: PgInfo, log: Vec<LogEntry>) {
         let since = self.info.same_interval_since;

@@ -417,6 +417,7 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
         held: Vec::new(),
         peering: None,
         ec: None,
+        ec_rolled_forward: Version::default(),
     };
     shared.tasks.spawn(actor.run());
     let map = shared.map_rx.borrow().clone();
@@ -733,6 +734,8 @@ struct PgActor {
     peering: Option<(Epoch, AbortHandle)>,
     /// Code and shard layout when the pool is erasure-coded.
     ec: Option<EcPg>,
+    /// EC: rollback stashes of log entries up to here are dropped.
+    ec_rolled_forward: Version,
 }
 
 impl PgActor {
@@ -1163,9 +1166,12 @@ impl PgActor {
             entry: entry.clone(),
             outcome,
         });
+        let roll_forward_to = self.pg.complete_through();
         let mut txn = Transaction::new();
         if ec.is_some() {
-            let r = ec_exec::drop_stashes(&store, coll, trimmed.iter(), &mut txn)
+            let done: Vec<LogEntry> = self.rolled_forward(roll_forward_to).cloned().collect();
+            self.ec_rolled_forward = roll_forward_to;
+            let r = ec_exec::drop_stashes(&store, coll, trimmed.iter().chain(&done), &mut txn)
                 .and_then(|()| ec_exec::stash_before(&store, coll, &entry, &muts, &mut txn));
             if let Err(e) = r {
                 tracing::error!("pg {}: keeping rollback data for {version}: {e}", self.pgid);
@@ -1198,6 +1204,7 @@ impl PgActor {
             mutations: muts,
             trim_to,
             hash: req.oid.hash(),
+            roll_forward_to,
         };
         let per_replica: BTreeMap<i32, Bytes> = if ec.is_some() {
             replicas
@@ -1398,14 +1405,28 @@ impl PgActor {
         })
     }
 
-    /// EC shard: rollback stash for `rep` and removal of the stashes of the
-    /// entries it trims, ahead of its mutations in `txn`.
-    fn ec_stash(&self, rep: &RepOp, txn: &mut Transaction) -> Result<(), StoreError> {
-        let store = &self.shared.store;
+    /// Log entries after the last roll-forward point, up to `to`.
+    fn rolled_forward(&self, to: Version) -> impl Iterator<Item = &LogEntry> {
+        let from = self.ec_rolled_forward;
+        self.pg
+            .log()
+            .filter(move |e| e.version > from && e.version <= to)
+    }
+
+    /// EC shard: rollback stash for `rep`, and removal of the stashes of the
+    /// entries it trims or says are on every shard, ahead of its mutations.
+    fn ec_stash(&mut self, rep: &RepOp, txn: &mut Transaction) -> Result<(), StoreError> {
+        let store = self.shared.store.clone();
         let to = rep.trim_to.min(self.pg.info.last_update);
-        let trimmed: Vec<&LogEntry> = self.pg.log().filter(|e| e.version <= to).collect();
-        ec_exec::drop_stashes(store, self.coll, trimmed.into_iter(), txn)?;
-        ec_exec::stash_before(store, self.coll, &rep.entry, &rep.mutations, txn)
+        let done: Vec<&LogEntry> = self
+            .pg
+            .log()
+            .filter(|e| e.version <= to)
+            .chain(self.rolled_forward(rep.roll_forward_to))
+            .collect();
+        ec_exec::drop_stashes(&store, self.coll, done.into_iter(), txn)?;
+        self.ec_rolled_forward = self.ec_rolled_forward.max(rep.roll_forward_to);
+        ec_exec::stash_before(&store, self.coll, &rep.entry, &rep.mutations, txn)
     }
 
     /// EC shard: undo divergent entries the new primary names.

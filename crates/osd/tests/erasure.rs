@@ -263,6 +263,16 @@ async fn ec21_sizes_rules_failures_and_recovery() {
                 continue;
             }
             assert!(coll.shard < 3, "EC collection without a shard: {coll:?}");
+            // Rollback stashes go once their entry is on every shard: at
+            // most the newest entries of the PG keep one.
+            let all = store
+                .list_objects(&coll, &cairn_store::ListStart::Beginning, 100_000)
+                .expect("list");
+            let stashes = all
+                .iter()
+                .filter(|o| o.namespace.starts_with('\u{1}'))
+                .count();
+            assert!(stashes <= 4, "{stashes} rollback stashes left in {coll:?}");
             let oid = cairn_osd::exec::store_oid(&name);
             if let Ok(st) = store.stat(&coll, &oid) {
                 assert_eq!(st.size, 4 << 20, "chunk of size-8388608 in {coll:?}");
@@ -370,4 +380,125 @@ async fn ec42_seed000_rule_survives_a_host() {
     c.kill(5).await;
     c.wait_active(Duration::from_secs(60)).await;
     check_objects(&io, &objs, "host node2 down after recovery").await;
+}
+
+/// This process's CPU time (user + system), from /proc (Linux).
+fn process_cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which ends with ')'): utime is the
+    // 12th, stime the 13th, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    (f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)) as f64 / 100.0
+}
+
+/// `rados bench`-like 4 MiB writes then reads of what was written, `threads`
+/// in flight; returns (write MB/s, read MB/s).
+async fn bench_pool(io: &IoCtx, label: &str, threads: usize, secs: u64) -> (f64, f64) {
+    let size = 4usize << 20;
+    let data = bytes::Bytes::from(pattern(3, size));
+    let written = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = std::time::Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for t in 0..threads {
+        let (io, data, written, stop) = (io.clone(), data.clone(), written.clone(), stop.clone());
+        set.spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                io.write_full(&format!("bench-{t}-{i}"), data.clone())
+                    .await
+                    .expect("bench write");
+                written.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+            }
+            i
+        });
+    }
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut per_thread = Vec::new();
+    while let Some(n) = set.join_next().await {
+        per_thread.push(n.expect("task"));
+    }
+    let wsecs = t0.elapsed().as_secs_f64();
+    let n = written.load(Ordering::Relaxed);
+    let w = n as f64 * size as f64 / wsecs / 1e6;
+    let t1 = std::time::Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    let per = Arc::new(per_thread);
+    for t in 0..threads {
+        let (io, per) = (io.clone(), per.clone());
+        set.spawn(async move {
+            let mut bytes = 0u64;
+            for (owner, &count) in per.iter().enumerate() {
+                for i in (t as u64..count).step_by(threads) {
+                    let got = io
+                        .read(&format!("bench-{owner}-{i}"), 0, 0)
+                        .await
+                        .expect("bench read");
+                    bytes += got.len() as u64;
+                }
+            }
+            bytes
+        });
+    }
+    let mut bytes = 0u64;
+    while let Some(b) = set.join_next().await {
+        bytes += b.expect("task");
+    }
+    let r = bytes as f64 / t1.elapsed().as_secs_f64() / 1e6;
+    println!(
+        "{label}: 4 MiB x {n} written at {w:.1} MB/s; read back at {r:.1} MB/s (-t {threads})"
+    );
+    (w, r)
+}
+
+/// EC 2+1 against replicated size 3, in one process (3 OSDs on temp dirs).
+/// Runs only with CAIRN_BENCH=1 (use --release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ec_bench_against_replicated() {
+    if std::env::var("CAIRN_BENCH")
+        .map(|v| v != "1")
+        .unwrap_or(true)
+    {
+        eprintln!("set CAIRN_BENCH=1 (and use --release) to run the EC benchmark");
+        return;
+    }
+    let secs = std::env::var("CAIRN_BENCH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let mut c = Cluster::start(3, 1, 32, 8 << 30).await;
+    create_ec_pool(
+        &mut c,
+        "ec21",
+        &[("k", "2"), ("m", "1"), ("crush-failure-domain", "host")],
+        None,
+    );
+    c.wait_active(Duration::from_secs(60)).await;
+    let rados = c.client();
+    bench_pool(
+        &rados.ioctx("rbd").expect("pool"),
+        "replicated size 3",
+        16,
+        secs,
+    )
+    .await;
+    let enc0 = cairn_osd::ec_encode_totals();
+    let cpu0 = process_cpu_secs();
+    bench_pool(&rados.ioctx("ec21").expect("pool"), "ec 2+1", 16, secs).await;
+    let cpu = process_cpu_secs() - cpu0;
+    let enc = cairn_osd::ec_encode_totals();
+    let enc_secs = (enc.nanos - enc0.nanos) as f64 / 1e9;
+    println!(
+        "ec 2+1 encode: {} calls, {:.0} MB in {enc_secs:.2} s ({:.2} GB/s); process CPU during the EC run {cpu:.1} s (clients and OSDs): encoding {:.1} %",
+        enc.calls - enc0.calls,
+        (enc.bytes - enc0.bytes) as f64 / 1e6,
+        (enc.bytes - enc0.bytes) as f64 / enc_secs.max(1e-9) / 1e9,
+        100.0 * enc_secs / cpu.max(1e-9)
+    );
 }

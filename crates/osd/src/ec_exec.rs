@@ -737,11 +737,7 @@ mod tests {
         store.commit(t).unwrap();
     }
 
-    fn state(
-        store: &Store,
-        coll: CollectionId,
-        name: &ObjectName,
-    ) -> Option<ObjState> {
+    fn state(store: &Store, coll: CollectionId, name: &ObjectName) -> Option<ObjState> {
         let o = store_oid(name);
         let st = store.stat(&coll, &o).ok()?;
         let data = store.read(&coll, &o, 0, st.size).unwrap();

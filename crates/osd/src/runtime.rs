@@ -259,6 +259,7 @@ impl Osd {
         mon: Option<MonRequests>,
     ) -> Result<Osd, OsdError> {
         let id = cfg.id;
+        crate::ec_io::warm_allocator();
         let keys = Arc::new(MapKeys {
             map: map.clone(),
             service: cfg.service_secrets.clone(),

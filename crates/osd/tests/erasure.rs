@@ -118,7 +118,7 @@ async fn wait_for_more_acks(load: &Load, than: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ec21_sizes_rules_failures_and_recovery() {
-    let mut c = Cluster::start(3, 1, 4, 1 << 30).await;
+    let mut c = Cluster::start(3, 1, 4, 512 << 20).await;
     create_ec_pool(
         &mut c,
         "ec21",
@@ -313,7 +313,7 @@ rule ec-rule {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ec42_seed000_rule_survives_a_host() {
-    let mut c = Cluster::start(3, 2, 4, 1 << 30).await;
+    let mut c = Cluster::start(3, 2, 4, 512 << 20).await;
     let text = c.current().crush.to_text() + SEED000_RULE;
     c.apply(MonCommand::SetCrushMap {
         encoded: text.into_bytes(),
@@ -415,14 +415,15 @@ async fn bench_pool(io: &IoCtx, label: &str, threads: usize, secs: u64) -> (f64,
                 written.fetch_add(1, Ordering::Relaxed);
                 i += 1;
             }
-            i
+            (t, i)
         });
     }
     tokio::time::sleep(Duration::from_secs(secs)).await;
     stop.store(true, Ordering::Relaxed);
-    let mut per_thread = Vec::new();
+    let mut per_thread = vec![0u64; threads];
     while let Some(n) = set.join_next().await {
-        per_thread.push(n.expect("task"));
+        let (t, count) = n.expect("task");
+        per_thread[t] = count;
     }
     let wsecs = t0.elapsed().as_secs_f64();
     let n = written.load(Ordering::Relaxed);
@@ -472,7 +473,7 @@ async fn ec_bench_against_replicated() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
-    let mut c = Cluster::start(3, 1, 32, 8 << 30).await;
+    let mut c = Cluster::start(3, 1, 32, 2 << 30).await;
     create_ec_pool(
         &mut c,
         "ec21",

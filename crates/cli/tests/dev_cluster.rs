@@ -86,12 +86,17 @@ fn dev_up_rados_bench_down_restart() {
     assert_eq!(dev.ok(&["rados", "-p", "rbd", "listomapkeys", "o1"]), "k\n");
     let st = dev.ok(&["rados", "-p", "rbd", "stat", "o1"]);
     assert!(st.starts_with("rbd/o1 size 3000000"), "{st}");
+    // The EC 2+1 pool ec21 serves objects too (but no omap).
+    dev.ok(&["rados", "-p", "ec21", "put", "o1", input.to_str().unwrap()]);
+    let back_ec = dev.tmp.path().join("back-ec");
+    dev.ok(&["rados", "-p", "ec21", "get", "o1", back_ec.to_str().unwrap()]);
+    assert!(std::fs::read(&back_ec).unwrap() == data);
     let pg = dev.ok(&["pg", "stat"]);
-    assert!(pg.starts_with("32 pgs: 32 active+clean"), "{pg}");
+    assert!(pg.starts_with("64 pgs: 64 active+clean"), "{pg}");
     // `cairn -s` from the monitors' PG statistics (the OSDs' beacons).
     let s = dev.ok(&["-s"]);
     assert!(
-        s.contains("pgs:     32 active+clean") && s.contains("objects: ") && s.contains("usage:"),
+        s.contains("pgs:     64 active+clean") && s.contains("objects: ") && s.contains("usage:"),
         "{s}"
     );
 

@@ -40,7 +40,13 @@ type CountResult = Result<(u64, u64), String>;
 
 /// Counts the objects and their bytes in `pgid`'s collection.
 fn count_pg(store: &Store, pgid: PgId) -> CountResult {
-    let coll = coll_of(pgid);
+    // An EC PG keeps this OSD's shard in a collection of its own.
+    let coll = store
+        .list_collections()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .find(|c| c.pool == pgid.pool.0 && c.seed == pgid.seed)
+        .unwrap_or_else(|| coll_of(pgid));
     let (mut objects, mut bytes) = (0u64, 0u64);
     let mut start = ListStart::Beginning;
     loop {
@@ -48,6 +54,9 @@ fn count_pg(store: &Store, pgid: PgId) -> CountResult {
             .list_objects(&coll, &start, COUNT_PAGE)
             .map_err(|e| e.to_string())?;
         for o in &page {
+            if crate::ec_exec::is_internal_ns(&o.namespace) {
+                continue; // EC rollback stash
+            }
             if let Ok(st) = store.stat(&coll, o) {
                 objects += 1;
                 bytes += st.size;

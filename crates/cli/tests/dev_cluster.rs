@@ -89,7 +89,14 @@ fn dev_up_rados_bench_down_restart() {
     // The EC 2+1 pool ec21 serves objects too (but no omap).
     dev.ok(&["rados", "-p", "ec21", "put", "o1", input.to_str().unwrap()]);
     let back_ec = dev.tmp.path().join("back-ec");
-    dev.ok(&["rados", "-p", "ec21", "get", "o1", back_ec.to_str().unwrap()]);
+    dev.ok(&[
+        "rados",
+        "-p",
+        "ec21",
+        "get",
+        "o1",
+        back_ec.to_str().unwrap(),
+    ]);
     assert!(std::fs::read(&back_ec).unwrap() == data);
     let pg = dev.ok(&["pg", "stat"]);
     assert!(pg.starts_with("64 pgs: 64 active+clean"), "{pg}");

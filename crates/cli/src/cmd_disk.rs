@@ -475,7 +475,7 @@ async fn zap(conf: &Path, node: &Path, path: &Path) -> Result<()> {
             .unwrap_or(true);
         if exists {
             bail!(
-                "{} belongs to osd.{}, which is still in the cluster map; run 'cairn osd out {0}', wait for its data to move, then 'cairn osd down {0}' after stopping it and 'cairn osd purge {0} --yes-i-really-mean-it'",
+                "{} belongs to osd.{}, which is still in the cluster map; run 'cairn osd out {1}', wait until 'cairn -s' shows every PG active+clean, then 'cairn osd down {1}' and 'cairn osd purge {1} --yes-i-really-mean-it'",
                 device.display(),
                 r.id
             );

@@ -1025,12 +1025,17 @@ impl ClusterMap {
                 }
                 let n = n as u32;
                 if key == "pg_num" {
-                    // pgp_num follows pg_num, as in current Ceph.
-                    p.pg_num = n;
-                    p.pgp_num = n;
+                    if n != p.pg_num {
+                        // An object's PG is its hash modulo pg_num: a new
+                        // pg_num moves objects to PGs that do not hold them.
+                        return Err(CommandError::invalid(format!(
+                            "pool '{name}': changing pg_num ({} -> {n}) is not supported yet: the OSDs cannot split or merge PGs, so objects would become unreachable; create a new pool with the pg_num you want and copy the data into it",
+                            p.pg_num
+                        )));
+                    }
                 } else if n > p.pg_num {
                     return Err(CommandError::invalid(format!(
-                        "pgp_num {n} is larger than pg_num {}; raise pg_num first",
+                        "pgp_num {n} is larger than pg_num {}; pgp_num cannot exceed pg_num",
                         p.pg_num
                     )));
                 } else {

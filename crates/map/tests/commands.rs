@@ -518,9 +518,9 @@ fn pool_set_get_each_key() {
     assert_eq!(pool(&m, "rbd").size, 2);
     assert_eq!(pool(&m, "rbd").min_size, 2, "min_size clamped to size");
     ok(&mut m, "osd pool set rbd min_size 1");
-    ok(&mut m, "osd pool set rbd pg_num 32");
-    assert_eq!((pool(&m, "rbd").pg_num, pool(&m, "rbd").pgp_num), (32, 32));
-    ok(&mut m, "osd pool set rbd pgp_num 16");
+    ok(&mut m, "osd pool set rbd pg_num 16"); // unchanged: accepted
+    ok(&mut m, "osd pool set rbd pgp_num 4");
+    assert_eq!((pool(&m, "rbd").pg_num, pool(&m, "rbd").pgp_num), (16, 4));
     ok(&mut m, "osd pool set rbd crush_rule per-osd");
     assert_eq!(Some(pool(&m, "rbd").crush_rule), m.crush.rule_id("per-osd"));
     ok(&mut m, "osd pool set rbd bulk true");
@@ -539,8 +539,8 @@ fn pool_set_get_each_key() {
     for k in [
         "size: 2",
         "min_size: 1",
-        "pg_num: 32",
-        "pgp_num: 16",
+        "pg_num: 16",
+        "pgp_num: 4",
         "crush_rule: per-osd",
         "bulk: true",
         "target_size_ratio: 0.2",
@@ -580,7 +580,8 @@ fn pool_set_get_each_key() {
         ("osd pool set ec size 4", "cannot change"),
         ("osd pool set ec min_size 1", "between 2 and its size 3"),
         ("osd pool set rbd pg_num 0", "between 1 and"),
-        ("osd pool set rbd pgp_num 64", "raise pg_num first"),
+        ("osd pool set rbd pg_num 64", "not supported yet"),
+        ("osd pool set rbd pgp_num 64", "cannot exceed pg_num"),
         ("osd pool set rbd crush_rule nosuch", "does not exist"),
         ("osd pool set rbd crush_rule ec", "not a replicated rule"),
         ("osd pool set rbd allow_ec_overwrites true", "replicated"),

@@ -227,6 +227,10 @@ pub struct Pg {
     /// Objects with a write in flight, and the ops queued behind it.
     busy: HashMap<ObjectName, VecDeque<(Token, OpRequest)>>,
     waiting_for_active: VecDeque<(Token, OpRequest)>,
+    /// Set when a member's store refused a write for lack of space and the
+    /// PG re-peers: until it is active again, writes carrying data are
+    /// refused at once (deletes wait: they free space).
+    full: Option<OpError>,
 }
 
 fn reply(req_reqid: &ReqId, status: OpStatus, version: Version, epoch: Epoch) -> OpReply {
@@ -269,6 +273,7 @@ impl Pg {
             inflight: BTreeMap::new(),
             busy: HashMap::new(),
             waiting_for_active: VecDeque::new(),
+            full: None,
         };
         pg.info.pgid = Some(pgid);
         pg.reset_log(log);
@@ -469,6 +474,58 @@ impl Pg {
         }]
     }
 
+    /// The write at `seq` could not be made durable on `from` (its store
+    /// commit failed, e.g. the store is full). Its client gets `error`;
+    /// every other op in flight or queued is told to retry (a resend of an
+    /// op that did commit is answered from the log). The PG then re-peers,
+    /// which brings every acting member back to one log instead of leaving
+    /// the op waiting forever for an ack that will not come.
+    pub fn commit_failed(&mut self, seq: u64, from: i32, error: OpError) -> Vec<PgAction> {
+        let mut out = Vec::new();
+        if self.role != Role::Primary || !self.inflight.contains_key(&seq) {
+            return out;
+        }
+        let epoch = self.epoch();
+        let why = format!("osd.{from} failed to commit write {seq}: {error}");
+        let retry = || OpStatus::NotActive {
+            state: format!("re-peering: {why}"),
+        };
+        for (s, f) in std::mem::take(&mut self.inflight) {
+            let status = if s >= seq {
+                OpStatus::Done(Err(error.clone()))
+            } else {
+                retry()
+            };
+            for t in f.tokens {
+                out.push(PgAction::Reply {
+                    token: t,
+                    reply: reply(&f.reqid, status.clone(), f.version, epoch),
+                });
+            }
+        }
+        let queued: Vec<(Token, OpRequest)> = self
+            .busy
+            .drain()
+            .flat_map(|(_, q)| q.into_iter())
+            .chain(self.waiting_for_active.drain(..))
+            .collect();
+        for (t, req) in queued {
+            out.push(PgAction::Reply {
+                token: t,
+                reply: reply(&req.reqid, retry(), Version::default(), epoch),
+            });
+        }
+        if matches!(error, OpError::NoSpace(_)) {
+            self.full = Some(error);
+        }
+        self.state.active = false;
+        self.state.clean = false;
+        self.state.down = true;
+        self.state.down_reason = Some(why);
+        out.extend(self.retry_peering());
+        out
+    }
+
     /// Acting members plus every OSD of a past interval since the last one
     /// this OSD knows went active that is up now (the runtime drops down ones).
     fn probe_set(&self, p: &Placement) -> Vec<i32> {
@@ -526,6 +583,16 @@ impl Pg {
             return;
         }
         if !self.state.active {
+            let adds_data = req.ops.iter().any(|o| {
+                matches!(
+                    o,
+                    SubOp::WriteFull { .. } | SubOp::Write { .. } | SubOp::Append { .. }
+                )
+            });
+            if let Some(e) = self.full.as_ref().filter(|_| adds_data) {
+                out.push(answer(OpStatus::Done(Err(e.clone()))));
+                return;
+            }
             if self.state.peering && self.waiting_for_active.len() < self.limits.max_waiting_ops {
                 self.waiting_for_active.push_back((token, req));
             } else {
@@ -795,6 +862,7 @@ impl Pg {
                 }
             }
             Ok((info, log)) => {
+                self.full = None;
                 self.reload(info, log);
                 self.info.same_interval_since = interval_since;
                 self.state.creating = false;

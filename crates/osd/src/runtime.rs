@@ -194,6 +194,14 @@ pub(crate) enum PgMsg {
         msg: Message,
         rb: EcRollback,
     },
+    /// A store commit of this PG's write at `seq` failed on `from` (this
+    /// OSD or a replica).
+    CommitFailed {
+        seq: u64,
+        from: i32,
+        interval_since: Epoch,
+        error: OpError,
+    },
     PeeringDone {
         interval_since: Epoch,
         result: Result<(PgInfo, Vec<LogEntry>), String>,
@@ -228,6 +236,19 @@ pub struct Osd {
 impl Drop for Osd {
     fn drop(&mut self) {
         self.shared.tasks.abort_all();
+    }
+}
+
+/// The client-facing error for a store commit that failed on `osd`.
+fn commit_error(osd: i32, why: &str) -> OpError {
+    let named = format!("osd.{osd} is full");
+    if let Some(i) = why.find(&named) {
+        // A replica's own refusal already says which OSD is full.
+        OpError::NoSpace(why[i..].to_string())
+    } else if why.contains("store is full") {
+        OpError::NoSpace(format!("{named}: {why}"))
+    } else {
+        OpError::Io(format!("osd.{osd} failed to commit: {why}"))
     }
 }
 
@@ -785,6 +806,9 @@ impl PgActor {
                         ack.from,
                         ack.version
                     );
+                    let error = commit_error(ack.from, e);
+                    self.on_commit_failed(ack.version.seq, ack.from, error)
+                        .await;
                     return;
                 }
                 let seq = ack.version.seq;
@@ -834,6 +858,16 @@ impl PgActor {
                 self.run_actions(acts).await;
             }
             PgMsg::EcRollback { conn, msg, rb } => self.on_ec_rollback(conn, msg, rb).await,
+            PgMsg::CommitFailed {
+                seq,
+                from,
+                interval_since,
+                error,
+            } => {
+                if interval_since == self.pg.info.same_interval_since {
+                    self.on_commit_failed(seq, from, error).await;
+                }
+            }
             PgMsg::Query { conn, msg } => {
                 // Catch up with the querier's map first, so that sub-ops of
                 // the interval it closed are refused from now on.
@@ -1101,20 +1135,10 @@ impl PgActor {
     ) -> Vec<PgAction> {
         let store = self.shared.store.clone();
         let coll = self.coll;
-        let payload = req.payload_bytes();
-        let full = store
-            .statfs()
-            .map(|s| s.available_bytes < payload)
-            .unwrap_or(false);
         let ec = self.ec_target();
         // Mutations per acting member (EC: each shard its own chunk).
         let mut shard_muts: BTreeMap<i32, Vec<Mutation>> = BTreeMap::new();
-        let resolved = if full {
-            Err(OpError::NoSpace(format!(
-                "osd.{} has less than {payload} bytes available; add capacity or delete data",
-                self.me()
-            )))
-        } else if let Some(t) = &ec {
+        let resolved = if let Some(t) = &ec {
             t.prepare_write(&req).await.map(|(plan, writes)| {
                 for (shard, &osd) in t.ec.shards.iter().enumerate() {
                     if osd != crate::ec_pool::SHARD_HOLE {
@@ -1133,6 +1157,12 @@ impl PgActor {
         } else {
             exec::resolve_write(&store, coll, &req.oid, &req.ops, version)
         };
+        // Refuse up front a write this OSD has no room for: the refusal is
+        // logged and replicated like any failed op, so every member agrees.
+        let resolved = resolved.and_then(|r| match self.full_for(&r.mutations) {
+            Some(e) => Err(e),
+            None => Ok(r),
+        });
         let (muts, outcome, op, prior) = match resolved {
             Ok(r) => (r.mutations, Ok(r.outputs), r.log_op, r.prior),
             Err(e) => {
@@ -1193,7 +1223,12 @@ impl PgActor {
             }),
             Err(e) => {
                 tracing::error!("pg commit of {version} failed: {e}");
-                None
+                Some(PgMsg::CommitFailed {
+                    seq: version.seq,
+                    from: -1,
+                    interval_since,
+                    error: OpError::Io(e),
+                })
             }
         });
         let mut rep = RepOp {
@@ -1228,6 +1263,68 @@ impl PgActor {
         more
     }
 
+    /// `Some(no-space error)` when this OSD's store cannot take the data
+    /// `muts` write (counted in whole blocks, plus one for an unaligned
+    /// head or tail). Deletions and metadata-only changes always pass:
+    /// they free space, and the store keeps a reserve for metadata.
+    fn full_for(&self, muts: &[Mutation]) -> Option<OpError> {
+        let st = self.shared.store.statfs().ok()?;
+        let bs = u64::from(st.block_size.max(1));
+        let needed: u64 = muts
+            .iter()
+            .map(|m| match m {
+                Mutation::Write { data, .. } if !data.is_empty() => {
+                    (data.len() as u64).div_ceil(bs) * bs + bs
+                }
+                _ => 0,
+            })
+            .sum();
+        if needed == 0 || needed <= st.available_bytes {
+            return None;
+        }
+        Some(OpError::NoSpace(format!(
+            "osd.{} is full: {needed} bytes needed, {} available; delete data or add capacity",
+            self.me(),
+            st.available_bytes
+        )))
+    }
+
+    /// A write's commit failed on `from`. The primary fails the op and
+    /// re-peers (see [`Pg::commit_failed`]); an OSD whose own commit failed
+    /// first drops the in-memory state that never reached the disk.
+    async fn on_commit_failed(&mut self, seq: u64, from: i32, error: OpError) {
+        if from == self.me() {
+            if let Err(e) = self.reload_durable().await {
+                tracing::error!("pg {}: reloading after a failed commit: {e}", self.pgid);
+            }
+        }
+        self.repops.clear();
+        tracing::warn!(
+            "pg {}: write {seq} failed on osd.{from} ({error}); failing it and re-peering",
+            self.pgid
+        );
+        let acts = self.pg.commit_failed(seq, from, error);
+        self.run_actions(acts).await;
+    }
+
+    /// Waits for every transaction already submitted, then replaces the
+    /// in-memory info and log with what the store holds.
+    async fn reload_durable(&mut self) -> Result<(), String> {
+        let store = &self.shared.store;
+        let h = store
+            .submit(Transaction::new())
+            .map_err(|e| e.to_string())?;
+        let _ = h.await;
+        let info: PgInfo = match store.meta_get(&self.coll, META_INFO) {
+            Ok(Some(b)) => decode("pg info", &b).map_err(|e| e.to_string())?,
+            Ok(None) => return Err("no pg info on disk".into()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let log = peering::read_log(store, self.coll).map_err(|e| e.to_string())?;
+        self.pg.reload(info, log);
+        Ok(())
+    }
+
     /// Submits `txn` and, once it is durable, sends `then(result)` to this actor.
     fn submit_then(
         &self,
@@ -1243,10 +1340,15 @@ impl PgActor {
                 Err(e) => Err(e.to_string()),
             };
             if let Some(mut m) = then(r) {
-                if let PgMsg::Committed { from, .. } = &mut m {
-                    if *from == -1 {
+                match &mut m {
+                    PgMsg::Committed { from, .. } if *from == -1 => *from = me,
+                    PgMsg::CommitFailed { from, error, .. } if *from == -1 => {
                         *from = me;
+                        if let OpError::Io(e) = error {
+                            *error = commit_error(me, e);
+                        }
                     }
+                    _ => {}
                 }
                 let _ = tx.send(m).await;
             }
@@ -1289,6 +1391,16 @@ impl PgActor {
         };
         let mut txn = Transaction::new();
         if rep.entry.version > self.pg.info.last_update {
+            // No room: refuse before touching the in-memory log, so this
+            // replica stays exactly at its durable state.
+            if let Some(e) = self.full_for(&rep.mutations) {
+                let ack = RepOpAck {
+                    result: Err(e.to_string()),
+                    ..ack
+                };
+                let _ = conn.send(msg_type::REPOP_ACK, encode(&ack)).await;
+                return;
+            }
             if self.ec.is_some() {
                 if let Err(e) = self.ec_stash(&rep, &mut txn) {
                     tracing::error!(
@@ -1319,11 +1431,25 @@ impl PgActor {
         // earlier transaction is durable (group commits complete in order).
         txn.meta_set(self.coll, META_INFO, encode(&self.pg.info));
         let h = self.shared.store.submit(txn);
+        let tx = self.tx.clone();
+        let me = self.me();
         self.shared.tasks.spawn(async move {
             let r = match h {
                 Ok(h) => h.await.map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
+            if let Err(e) = &r {
+                // The entry is in this replica's memory but not on disk:
+                // the actor reloads its durable state.
+                let _ = tx
+                    .send(PgMsg::CommitFailed {
+                        seq: ack.version.seq,
+                        from: me,
+                        interval_since: ack.interval_since,
+                        error: commit_error(me, e),
+                    })
+                    .await;
+            }
             let ack = RepOpAck { result: r, ..ack };
             let _ = conn.send(msg_type::REPOP_ACK, encode(&ack)).await;
         });

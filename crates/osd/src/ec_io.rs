@@ -125,6 +125,16 @@ impl EcTarget {
         out
     }
 
+    /// Shards that are up in the acting set and have not failed this read.
+    fn usable_shards(&self, failed: &[bool]) -> Vec<bool> {
+        self.ec
+            .available()
+            .iter()
+            .zip(failed)
+            .map(|(a, f)| *a && !f)
+            .collect()
+    }
+
     /// Reads `[offset, offset+len)` of an object whose metadata (on this
     /// primary's shard) is `meta`: directly from the data chunks when they
     /// are there, else decoded from any k; shards that fail (down, bad
@@ -139,13 +149,7 @@ impl EcTarget {
         let mut failed = vec![false; self.ec.code.total()];
         let mut last = String::new();
         for attempt in 0..READ_ATTEMPTS {
-            let available: Vec<bool> = self
-                .ec
-                .available()
-                .iter()
-                .zip(&failed)
-                .map(|(a, f)| *a && !f)
-                .collect();
+            let available = self.usable_shards(&failed);
             let plan = self
                 .ec
                 .code
@@ -317,13 +321,7 @@ impl EcTarget {
         let mut failed = vec![false; self.ec.code.total()];
         let mut last = String::new();
         for _ in 0..READ_ATTEMPTS {
-            let available: Vec<bool> = self
-                .ec
-                .available()
-                .iter()
-                .zip(&failed)
-                .map(|(a, f)| *a && !f)
-                .collect();
+            let available = self.usable_shards(&failed);
             let plan = self
                 .ec
                 .code

@@ -894,16 +894,20 @@ fn map_image(g: &GlobalArgs, s: &Spec, read_only: bool) -> Result<()> {
     let ready = dir.join(format!("{id}.ready"));
     let _ = std::fs::remove_file(&ready);
     let log_path = dir.join(format!("{id}.log"));
+    // Removes the socket or FUSE mountpoint and the ready marker.
+    let remove_endpoint = || {
+        if nbd {
+            let _ = std::fs::remove_file(&endpoint);
+        } else {
+            map::fuse_unmount(&endpoint);
+            let _ = std::fs::remove_dir(&endpoint);
+        }
+        let _ = std::fs::remove_file(&ready);
+    };
     let helper_pid = match spawn_helper(g, s, &endpoint, nbd, &ready, read_only, &log_path) {
         Ok(pid) => pid,
         Err(e) => {
-            if nbd {
-                let _ = std::fs::remove_file(&endpoint);
-            } else {
-                map::fuse_unmount(&endpoint);
-                let _ = std::fs::remove_dir(&endpoint);
-            }
-            let _ = std::fs::remove_file(&ready);
+            remove_endpoint();
             return Err(e);
         }
     };
@@ -916,13 +920,7 @@ fn map_image(g: &GlobalArgs, s: &Spec, read_only: bool) -> Result<()> {
             };
         }
         map::stop_pid(helper_pid, map::HELPER_STOP_TIMEOUT);
-        if nbd {
-            let _ = std::fs::remove_file(&endpoint);
-        } else {
-            map::fuse_unmount(&endpoint);
-            let _ = std::fs::remove_dir(&endpoint);
-        }
-        let _ = std::fs::remove_file(&ready);
+        remove_endpoint();
     };
     let device = if nbd {
         map::free_nbd_device().and_then(|d| map::attach_nbd(&endpoint, &s.name, &d).map(|_| d))

@@ -503,18 +503,7 @@ impl Pg {
                 });
             }
         }
-        let queued: Vec<(Token, OpRequest)> = self
-            .busy
-            .drain()
-            .flat_map(|(_, q)| q.into_iter())
-            .chain(self.waiting_for_active.drain(..))
-            .collect();
-        for (t, req) in queued {
-            out.push(PgAction::Reply {
-                token: t,
-                reply: reply(&req.reqid, retry(), Version::default(), epoch),
-            });
-        }
+        self.answer_queued(retry(), epoch, &mut out);
         if matches!(error, OpError::NoSpace(_)) {
             self.full = Some(error);
         }
@@ -554,6 +543,12 @@ impl Pg {
                 });
             }
         }
+        self.answer_queued(status(), p.epoch, out);
+    }
+
+    /// Answers every op queued behind a busy object or waiting for
+    /// activation with `status` (the client resends).
+    fn answer_queued(&mut self, status: OpStatus, epoch: Epoch, out: &mut Vec<PgAction>) {
         let queued: Vec<(Token, OpRequest)> = self
             .busy
             .drain()
@@ -563,7 +558,7 @@ impl Pg {
         for (t, req) in queued {
             out.push(PgAction::Reply {
                 token: t,
-                reply: reply(&req.reqid, status(), Version::default(), p.epoch),
+                reply: reply(&req.reqid, status.clone(), Version::default(), epoch),
             });
         }
     }

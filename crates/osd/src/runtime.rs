@@ -789,6 +789,13 @@ impl PgActor {
                 req,
                 permit,
             } => {
+                // The dispatcher already waited for the client's epoch; the
+                // PG takes that map before the op (a pool change such as
+                // allow_ec_overwrites must not be judged on an older map).
+                if req.epoch > self.pg.epoch() {
+                    let map = self.shared.map_rx.borrow().clone();
+                    self.on_map(map).await;
+                }
                 let token = self.shared.next_token.fetch_add(1, Ordering::Relaxed);
                 self.pending.insert(token, (conn, msg, permit));
                 let acts = self.pg.handle(PgEvent::ClientOp { token, req });

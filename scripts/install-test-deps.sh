@@ -13,6 +13,7 @@ want faketime faketime      # clock-skew tests
 want qemu-io qemu-utils      # NBD tests with a real client (qemu-io, qemu-img)
 want nbdinfo libnbd-bin     # NBD tests with a real client (nbdinfo)
 want mkfs.xfs xfsprogs      # cairn rbd map test (mkfs.xfs, xfs_repair, as in the seed)
+want ip iproute2            # partition tests build hosts with ip netns + veth
 # cairn rbd map's FUSE mount needs fusermount (fuse3 ships fusermount3)
 command -v fusermount3 >/dev/null 2>&1 || command -v fusermount >/dev/null 2>&1 || need_apt+=(fuse3)
 

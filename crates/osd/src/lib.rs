@@ -8,6 +8,8 @@
 //!   push) before a PG serves I/O.
 //! - `auth`: who may connect (keys from the map's auth table, or tickets
 //!   sealed with the OSD service secret) and what they may do (osd caps).
+//! - `peering_sm`: replicated activation as a pure state machine (the
+//!   runtime and the simulator drive it).
 //! - `heartbeat`: pings to PG peers and neighbours, failure reports to the
 //!   monitors (`HeartbeatTracker` is the pure part).
 //! - `beacon`: periodic usage and PG statistics to the monitors.
@@ -24,6 +26,7 @@ pub mod ec_pool;
 pub mod exec;
 pub mod heartbeat;
 mod peering;
+pub mod peering_sm;
 pub mod pg;
 mod runtime;
 

@@ -1,15 +1,13 @@
-//! Activation I/O for issue 5's simple, safe peering: the primary queries
-//! the acting set and the members of past intervals, picks the
-//! authoritative log (newest `last_epoch_started`, then newest
-//! `last_update`), refuses to activate if an interval that may have
-//! accepted writes has no member answering, pulls what it lacks, and pushes
-//! missing or divergent objects (or a full backfill) to every acting member
-//! before the PG serves I/O. Decisions come from `pg::plan_recovery` and
-//! `pg::check_can_activate`; this module only moves the bytes. Also the
-//! member side of pull and push.
+//! Activation I/O of a replicated PG: `PeeringJob` drives the pure
+//! `peering_sm::Peering` machine (which makes every decision: up_thru,
+//! queries, the authoritative log, the refusal to activate without a member
+//! of every interval that may have written, pulls and pushes) with the real
+//! store and peer connections. Also the member side of query, pull and
+//! push, and the store helpers the EC activation shares.
 
 use crate::exec;
-use crate::pg::{check_can_activate, plan_recovery, PastInterval, RecoveryPlan};
+use crate::peering_sm::{Peering, PeeringInput, PeeringOutput, PeeringParams, BACKFILL_LIST_PAGE};
+use crate::pg::PastInterval;
 use crate::runtime::{Shared, META_INFO};
 use cairn_ops::{
     decode, encode, msg_type, ListCursor, LogEntry, ObjectName, ObjectState, PgInfo, PgNotify,
@@ -17,15 +15,12 @@ use cairn_ops::{
 };
 use cairn_store::{CollectionId, Store, StoreError, Transaction};
 use cairn_types::{Epoch, PgId};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
+use tokio::task::JoinSet;
 
 /// Log entries read per store call.
 const LOG_READ_PAGE: usize = 1024;
-/// Objects per pull or push batch, at most (bytes are bounded too).
-const RECOVERY_BATCH_OBJECTS: usize = 64;
-/// Objects per backfill listing page.
-const BACKFILL_LIST_PAGE: u32 = 512;
 
 /// The whole PG log of `coll`, oldest first.
 pub(crate) fn read_log(store: &Store, coll: CollectionId) -> Result<Vec<LogEntry>, StoreError> {
@@ -142,7 +137,8 @@ pub(crate) async fn install_push(
         .map_err(|e| e.to_string())
 }
 
-/// One activation run of a primary.
+/// One activation run of a primary: the I/O around the pure
+/// [`Peering`] machine (and the base of the EC activation job).
 pub(crate) struct PeeringJob {
     pub shared: Arc<Shared>,
     pub pgid: PgId,
@@ -156,7 +152,21 @@ pub(crate) struct PeeringJob {
     pub my_log: Vec<LogEntry>,
 }
 
-type Notes = BTreeMap<i32, (PgInfo, Vec<LogEntry>)>;
+/// One request/response call to a peer OSD, bounded by `peer_timeout`.
+async fn call_peer<T: serde::de::DeserializeOwned>(
+    shared: &Arc<Shared>,
+    osd: i32,
+    ty: u16,
+    payload: bytes::Bytes,
+    what: &'static str,
+) -> Result<T, String> {
+    let (_, conn) = shared.peer(osd).await?;
+    let m = conn
+        .call(ty, payload, shared.cfg.peer_timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    decode(what, &m.payload).map_err(|e| e.to_string())
+}
 
 impl PeeringJob {
     fn me(&self) -> i32 {
@@ -170,263 +180,242 @@ impl PeeringJob {
         payload: bytes::Bytes,
         what: &'static str,
     ) -> Result<T, String> {
-        let (_, conn) = self.shared.peer(osd).await?;
-        let m = conn
-            .call(ty, payload, self.shared.cfg.peer_timeout)
-            .await
-            .map_err(|e| e.to_string())?;
-        decode(what, &m.payload).map_err(|e| e.to_string())
+        call_peer(&self.shared, osd, ty, payload, what).await
     }
 
-    /// Runs activation; Ok = the new info and log (already on disk here and
-    /// on every acting member); Err = why the PG cannot activate now.
-    pub async fn run(self) -> Result<(PgInfo, Vec<LogEntry>), String> {
-        // Our own log may hold entries submitted but not yet durable.
-        let mut t = Transaction::new();
-        t.meta_set(self.coll, META_INFO, encode(&self.my_info));
-        commit(&self.shared.store, t).await?;
-        self.ensure_up_thru().await?;
-        let map = self.shared.map_rx.borrow().clone();
+    fn up_thru_recorded(&self) -> bool {
         let me = self.me();
-        let mut notes: Notes = BTreeMap::new();
-        notes.insert(me, (self.my_info.clone(), self.my_log.clone()));
-        for &o in &self.probe {
-            if o == me || !map.osds.get(&o).is_some_and(|i| i.up) {
-                continue;
-            }
-            let q = PgQuery {
-                pgid: self.pgid,
-                from: me,
-                epoch: self.epoch,
-            };
-            match self
-                .call::<PgNotify>(o, msg_type::PG_QUERY, encode(&q), "pg notify")
-                .await
-            {
-                Ok(n) => {
-                    if let Some(info) = n.info {
-                        notes.insert(o, (info, n.log));
+        self.shared.mon.is_none()
+            || self
+                .shared
+                .map_rx
+                .borrow()
+                .osds
+                .get(&me)
+                .is_some_and(|o| o.up_thru >= self.interval_since)
+    }
+
+    /// Runs activation: drives the [`Peering`] machine, performing its
+    /// local outputs in order and its remote calls concurrently. Ok = the
+    /// new info and log (already on disk here and on every acting member);
+    /// Err = why the PG cannot activate now.
+    pub async fn run(self) -> Result<(PgInfo, Vec<LogEntry>), String> {
+        let mut sm = Peering::new(PeeringParams {
+            pgid: self.pgid,
+            whoami: self.me(),
+            epoch: self.epoch,
+            interval_since: self.interval_since,
+            acting: self.acting.clone(),
+            probe: self.probe.clone(),
+            past: self.past.clone(),
+            my_info: self.my_info.clone(),
+            my_log: self.my_log.clone(),
+            up_thru_recorded: self.up_thru_recorded(),
+            batch_bytes: self.shared.cfg.recovery_batch_bytes,
+        });
+        let mut todo: VecDeque<PeeringOutput> = sm.start().into();
+        let mut calls: JoinSet<PeeringInput> = JoinSet::new();
+        loop {
+            while let Some(out) = todo.pop_front() {
+                match out {
+                    PeeringOutput::Done(r) => return r,
+                    PeeringOutput::AskUpThru { .. }
+                    | PeeringOutput::Query { .. }
+                    | PeeringOutput::PullList { .. }
+                    | PeeringOutput::PullObjects { .. }
+                    | PeeringOutput::Push { .. } => {
+                        calls.spawn(remote(self.shared.clone(), self.pgid, self.epoch, out));
+                    }
+                    local => {
+                        let input = self.local(local).await;
+                        todo.extend(sm.handle(input));
                     }
                 }
-                Err(e) if self.acting.contains(&o) => {
-                    return Err(format!("acting member osd.{o} did not answer: {e}"))
-                }
-                Err(e) => tracing::info!("pg {}: osd.{o} did not answer: {e}", self.pgid),
             }
+            let Some(joined) = calls.join_next().await else {
+                return Err(format!(
+                    "activation stalled waiting for {}",
+                    sm.waiting_for()
+                ));
+            };
+            let input = joined.map_err(|e| format!("activation call failed: {e}"))?;
+            todo.extend(sm.handle(input));
         }
-        let (auth_id, (auth_info, auth_log)) = notes
-            .iter()
-            .max_by_key(|(_, (i, _))| (i.last_epoch_started, i.last_update))
-            .map(|(k, v)| (*k, v.clone()))
-            .ok_or("no copy of the PG answered")?;
-        let responders: Vec<i32> = notes.keys().copied().collect();
-        check_can_activate(&self.past, auth_info.last_epoch_started, &responders)?;
-        tracing::debug!(
-            "pg {} e{}: authoritative copy on osd.{auth_id} (les {}, last_update {}, tail {}); responders {responders:?}",
-            self.pgid,
-            self.epoch.0,
-            auth_info.last_epoch_started.0,
-            auth_info.last_update,
-            auth_info.log_tail
-        );
-        if auth_id != me {
-            let plan = plan_recovery(
-                &auth_info,
-                &auth_log,
-                Some((&self.my_info, &self.my_log[..])),
-            );
-            tracing::debug!(
-                "pg {}: recovering osd.{me} from osd.{auth_id}: {plan:?}",
-                self.pgid
-            );
-            self.recover_self(auth_id, plan).await?;
-        }
-        let new_info = PgInfo {
-            pgid: Some(self.pgid),
-            last_epoch_started: self.epoch,
-            same_interval_since: self.interval_since,
-            last_active_acting: self.acting.clone(),
-            ..auth_info.clone()
+    }
+
+    /// Performs one local output of the machine against the store.
+    async fn local(&self, out: PeeringOutput) -> PeeringInput {
+        let store = &self.shared.store;
+        let committed = |r: Result<(), String>| match r {
+            Ok(()) => PeeringInput::LocalCommitted,
+            Err(e) => PeeringInput::LocalFailed(e),
         };
-        for &m in &self.acting {
-            if m == me {
-                continue;
+        match out {
+            PeeringOutput::PersistInfo(info) => {
+                let mut t = Transaction::new();
+                t.meta_set(self.coll, META_INFO, encode(&info));
+                committed(commit(store, t).await)
             }
-            let member = notes.get(&m).map(|(i, l)| (i, &l[..]));
-            let plan = plan_recovery(&auth_info, &auth_log, member);
-            tracing::debug!("pg {}: bringing osd.{m} up to date: {plan:?}", self.pgid);
-            self.push_to(m, plan, &new_info, &auth_log).await?;
+            PeeringOutput::ListLocal => match list_all(store, self.coll) {
+                Ok(all) => PeeringInput::LocalListed(all),
+                Err(e) => PeeringInput::LocalFailed(e),
+            },
+            PeeringOutput::ReadLocal { names } => {
+                let mut objects = Vec::with_capacity(names.len());
+                for (h, n) in names {
+                    match exec::get_object_state(store, self.coll, &n) {
+                        Ok(st) => objects.push((h, n, st)),
+                        Err(e) => return PeeringInput::LocalFailed(format!("reading {n}: {e}")),
+                    }
+                }
+                PeeringInput::LocalRead(objects)
+            }
+            PeeringOutput::InstallLocal { objects, remove } => {
+                let mut txn = Transaction::new();
+                if let Err(e) = install_objects(store, self.coll, &mut txn, &objects) {
+                    return PeeringInput::LocalFailed(e);
+                }
+                for n in &remove {
+                    txn.remove(self.coll, exec::store_oid(n));
+                }
+                committed(commit(store, txn).await)
+            }
+            PeeringOutput::ReplaceLog { info, log } => {
+                let mut txn = Transaction::new();
+                replace_log(&mut txn, self.coll, &info, &log);
+                committed(commit(store, txn).await)
+            }
+            other => PeeringInput::LocalFailed(format!("not a local step: {other:?}")),
         }
-        let mut txn = Transaction::new();
-        replace_log(&mut txn, self.coll, &new_info, &auth_log);
-        self.shared
-            .store
-            .submit(txn)
-            .map_err(|e| e.to_string())?
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok((new_info, auth_log))
     }
 
     /// Has the monitors record `up_thru >= interval_since` for this OSD
     /// (so later primaries know this interval may have accepted writes).
     pub(crate) async fn ensure_up_thru(&self) -> Result<(), String> {
-        let Some(mon) = &self.shared.mon else {
-            return Ok(());
-        };
-        let me = self.me();
-        let want = self.interval_since;
-        let has = |m: &cairn_map::ClusterMap| m.osds.get(&me).is_some_and(|o| o.up_thru >= want);
-        if has(&self.shared.map_rx.borrow()) {
+        if self.up_thru_recorded() {
             return Ok(());
         }
-        mon.send(cairn_map::MonCommand::OsdAlive { id: me, want })
-            .await
-            .map_err(|_| "the monitor link is closed".to_string())?;
-        let mut rx = self.shared.map_rx.clone();
-        let r = tokio::time::timeout(self.shared.cfg.peer_timeout, rx.wait_for(|m| has(m))).await;
-        match r {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(format!(
-                "waiting for the monitors to record up_thru {} for osd.{me}",
-                want.0
-            )),
-        }
+        ask_up_thru(&self.shared, self.interval_since).await
     }
+}
 
-    async fn pull_objects(
-        &self,
-        from: i32,
-        names: Vec<(u32, ObjectName)>,
-    ) -> Result<Vec<(u32, ObjectName, Option<ObjectState>)>, String> {
-        let p = PgPull {
-            pgid: self.pgid,
-            from: self.me(),
-            epoch: self.epoch,
-            what: PullWhat::Objects(names),
-        };
-        match self
-            .call::<PullReply>(from, msg_type::PG_PULL, encode(&p), "pull reply")
-            .await?
-        {
-            PullReply::Objects(o) => Ok(o),
-            PullReply::Refused(e) => Err(format!("osd.{from} refused a pull: {e}")),
-            PullReply::List { .. } => Err(format!("osd.{from} answered a pull with a list")),
-        }
+async fn ask_up_thru(shared: &Arc<Shared>, want: Epoch) -> Result<(), String> {
+    let Some(mon) = &shared.mon else {
+        return Ok(());
+    };
+    let me = shared.cfg.id;
+    let has = |m: &cairn_map::ClusterMap| m.osds.get(&me).is_some_and(|o| o.up_thru >= want);
+    mon.send(cairn_map::MonCommand::OsdAlive { id: me, want })
+        .await
+        .map_err(|_| "the monitor link is closed".to_string())?;
+    let mut rx = shared.map_rx.clone();
+    let r = tokio::time::timeout(shared.cfg.peer_timeout, rx.wait_for(|m| has(m))).await;
+    match r {
+        Ok(Ok(_)) => Ok(()),
+        _ => Err(format!(
+            "waiting for the monitors to record up_thru {} for osd.{me}",
+            want.0
+        )),
     }
+}
 
-    /// Brings this OSD's copy to the authoritative one on `auth`.
-    async fn recover_self(&self, auth: i32, plan: RecoveryPlan) -> Result<(), String> {
-        let store = &self.shared.store;
-        let names: Vec<(u32, ObjectName)> = match &plan {
-            RecoveryPlan::UpToDate => return Ok(()),
-            RecoveryPlan::Log { objects } => {
-                objects.iter().map(|o| (o.hash(), o.clone())).collect()
+/// Performs one remote output of the machine (for `pgid`, in map
+/// `epoch`); the answer as its input.
+async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutput) -> PeeringInput {
+    let me = shared.cfg.id;
+    let failed = |osd: i32, why: String| PeeringInput::PeerFailed { osd, why };
+    match out {
+        PeeringOutput::AskUpThru { want } => match ask_up_thru(&shared, want).await {
+            Ok(()) => PeeringInput::UpThruRecorded,
+            Err(e) => PeeringInput::UpThruFailed(e),
+        },
+        PeeringOutput::Query { to } => {
+            // An OSD the map shows down is not asked: no copy to use now.
+            let up = shared.map_rx.borrow().osds.get(&to).is_some_and(|i| i.up);
+            if !up {
+                return PeeringInput::Notify {
+                    from: to,
+                    info: None,
+                    log: Vec::new(),
+                };
             }
-            RecoveryPlan::Backfill => {
-                let mut all = Vec::new();
-                let mut after = None;
-                loop {
-                    let p = PgPull {
-                        pgid: self.pgid,
-                        from: self.me(),
-                        epoch: self.epoch,
-                        what: PullWhat::List {
-                            after,
-                            limit: BACKFILL_LIST_PAGE,
-                        },
-                    };
-                    match self
-                        .call::<PullReply>(auth, msg_type::PG_PULL, encode(&p), "pull reply")
-                        .await?
-                    {
-                        PullReply::List { objects, next } => {
-                            all.extend(objects);
-                            match next {
-                                Some(c) => after = Some(c),
-                                None => break,
-                            }
-                        }
-                        PullReply::Refused(e) => return Err(format!("osd.{auth}: {e}")),
-                        PullReply::Objects(_) => return Err("unexpected pull reply".into()),
-                    }
-                }
-                let keep: HashSet<ObjectName> = all.iter().map(|(_, n)| n.clone()).collect();
-                let mut txn = Transaction::new();
-                for (_, n) in list_all(store, self.coll)? {
-                    if !keep.contains(&n) {
-                        txn.remove(self.coll, exec::store_oid(&n));
-                    }
-                }
-                commit(store, txn).await?;
-                all
-            }
-        };
-        for chunk in names.chunks(RECOVERY_BATCH_OBJECTS) {
-            let objs = self.pull_objects(auth, chunk.to_vec()).await?;
-            let mut txn = Transaction::new();
-            install_objects(store, self.coll, &mut txn, &objs)?;
-            commit(store, txn).await?;
-        }
-        Ok(())
-    }
-
-    /// Pushes what member `m` lacks, then the final info and log.
-    async fn push_to(
-        &self,
-        m: i32,
-        plan: RecoveryPlan,
-        info: &PgInfo,
-        log: &[LogEntry],
-    ) -> Result<(), String> {
-        let store = &self.shared.store;
-        let (names, keep_only) = match plan {
-            RecoveryPlan::UpToDate => (Vec::new(), None),
-            RecoveryPlan::Log { objects } => {
-                (objects.into_iter().map(|o| (o.hash(), o)).collect(), None)
-            }
-            RecoveryPlan::Backfill => {
-                let all = list_all(store, self.coll)?;
-                (all.clone(), Some(all))
-            }
-        };
-        let mut batch: Vec<(u32, ObjectName, Option<ObjectState>)> = Vec::new();
-        let mut bytes = 0u64;
-        for (h, n) in names {
-            let st = exec::get_object_state(store, self.coll, &n).map_err(|e| e.to_string())?;
-            bytes += st.as_ref().map(|s| s.bytes()).unwrap_or(0);
-            batch.push((h, n, st));
-            if batch.len() >= RECOVERY_BATCH_OBJECTS
-                || bytes >= self.shared.cfg.recovery_batch_bytes
+            let q = PgQuery {
+                pgid,
+                from: me,
+                epoch,
+            };
+            match call_peer::<PgNotify>(&shared, to, msg_type::PG_QUERY, encode(&q), "pg notify")
+                .await
             {
-                self.push(m, std::mem::take(&mut batch), None, None).await?;
-                bytes = 0;
+                Ok(n) => PeeringInput::Notify {
+                    from: to,
+                    info: n.info,
+                    log: n.log,
+                },
+                Err(e) => {
+                    tracing::info!("pg {pgid}: osd.{to} did not answer: {e}");
+                    failed(to, e)
+                }
             }
         }
-        self.push(m, batch, keep_only, Some((info.clone(), log.to_vec())))
+        PeeringOutput::PullList { from, after, limit } => {
+            let p = PgPull {
+                pgid,
+                from: me,
+                epoch,
+                what: PullWhat::List { after, limit },
+            };
+            match call_peer::<PullReply>(&shared, from, msg_type::PG_PULL, encode(&p), "pull reply")
+                .await
+            {
+                Ok(PullReply::List { objects, next }) => PeeringInput::Listed {
+                    from,
+                    objects,
+                    next,
+                },
+                Ok(PullReply::Refused(e)) => failed(from, format!("osd.{from}: {e}")),
+                Ok(PullReply::Objects(_)) => failed(from, "unexpected pull reply".into()),
+                Err(e) => failed(from, e),
+            }
+        }
+        PeeringOutput::PullObjects { from, names } => {
+            let p = PgPull {
+                pgid,
+                from: me,
+                epoch,
+                what: PullWhat::Objects(names),
+            };
+            match call_peer::<PullReply>(&shared, from, msg_type::PG_PULL, encode(&p), "pull reply")
+                .await
+            {
+                Ok(PullReply::Objects(objects)) => PeeringInput::Pulled { from, objects },
+                Ok(PullReply::Refused(e)) => {
+                    failed(from, format!("osd.{from} refused a pull: {e}"))
+                }
+                Ok(PullReply::List { .. }) => {
+                    failed(from, format!("osd.{from} answered a pull with a list"))
+                }
+                Err(e) => failed(from, e),
+            }
+        }
+        PeeringOutput::Push { to, push } => {
+            match call_peer::<PgPushReply>(
+                &shared,
+                to,
+                msg_type::PG_PUSH,
+                encode(&push),
+                "push reply",
+            )
             .await
-    }
-
-    async fn push(
-        &self,
-        m: i32,
-        objects: Vec<(u32, ObjectName, Option<ObjectState>)>,
-        keep_only: Option<Vec<(u32, ObjectName)>>,
-        finish: Option<(PgInfo, Vec<LogEntry>)>,
-    ) -> Result<(), String> {
-        let p = PgPush {
-            pgid: self.pgid,
-            from: self.me(),
-            epoch: self.epoch,
-            objects,
-            keep_only,
-            finish,
-        };
-        let r: PgPushReply = self
-            .call(m, msg_type::PG_PUSH, encode(&p), "push reply")
-            .await?;
-        r.result
-            .map_err(|e| format!("osd.{m} failed to install a recovery push: {e}"))
+            {
+                Ok(r) => PeeringInput::PushAcked {
+                    to,
+                    result: r.result,
+                },
+                Err(e) => failed(to, e),
+            }
+        }
+        other => PeeringInput::LocalFailed(format!("not a remote step: {other:?}")),
     }
 }
 

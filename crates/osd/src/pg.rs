@@ -224,8 +224,10 @@ pub struct Pg {
     /// earlier, and the current primary knows it.
     interval_start_estimated: bool,
     inflight: BTreeMap<u64, InFlight>,
-    /// Objects with a write in flight, and the ops queued behind it.
-    busy: HashMap<ObjectName, VecDeque<(Token, OpRequest)>>,
+    /// Objects with a write in flight, and the ops queued behind it
+    /// (ordered, so that answers to queued ops go out in a reproducible
+    /// order: the simulator replays a seed exactly).
+    busy: BTreeMap<ObjectName, VecDeque<(Token, OpRequest)>>,
     waiting_for_active: VecDeque<(Token, OpRequest)>,
     /// Set when a member's store refused a write for lack of space and the
     /// PG re-peers: until it is active again, writes carrying data are
@@ -271,7 +273,7 @@ impl Pg {
             went_active_this_interval: false,
             interval_start_estimated: false,
             inflight: BTreeMap::new(),
-            busy: HashMap::new(),
+            busy: BTreeMap::new(),
             waiting_for_active: VecDeque::new(),
             full: None,
         };
@@ -549,10 +551,9 @@ impl Pg {
     /// Answers every op queued behind a busy object or waiting for
     /// activation with `status` (the client resends).
     fn answer_queued(&mut self, status: OpStatus, epoch: Epoch, out: &mut Vec<PgAction>) {
-        let queued: Vec<(Token, OpRequest)> = self
-            .busy
-            .drain()
-            .flat_map(|(_, q)| q.into_iter())
+        let queued: Vec<(Token, OpRequest)> = std::mem::take(&mut self.busy)
+            .into_values()
+            .flat_map(|q| q.into_iter())
             .chain(self.waiting_for_active.drain(..))
             .collect();
         for (t, req) in queued {

@@ -1,0 +1,824 @@
+//! Activation of a replicated PG's primary as a pure state machine: it owns
+//! the decisions and their order (persist our info, have the monitors
+//! record `up_thru`, query the probe set, choose the authoritative log,
+//! refuse to activate while an interval that may have written has no
+//! member answering, pull what this OSD lacks, push to every acting member
+//! what it lacks or holds divergently, adopt the log). It does no I/O:
+//! [`Peering::handle`] takes a [`PeeringInput`] and returns the
+//! [`PeeringOutput`]s to perform; the OSD runtime (`peering.rs`) performs
+//! them with the real store and connections, the simulator with its own.
+//! Every output that asks for something is answered by exactly one input
+//! (a reply, or a failure/timeout); inputs that answer nothing the machine
+//! waits for are ignored (late replies, duplicates).
+
+use crate::pg::{check_can_activate, plan_recovery, PastInterval, RecoveryPlan};
+use cairn_ops::{ListCursor, LogEntry, ObjectName, ObjectState, PgInfo, PgPush};
+use cairn_types::{Epoch, PgId};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+
+/// Objects per pull or push batch, at most (bytes are bounded too).
+pub const RECOVERY_BATCH_OBJECTS: usize = 64;
+/// Objects per backfill listing page.
+pub const BACKFILL_LIST_PAGE: u32 = 512;
+
+/// An object with its whole state (None: it does not exist).
+pub type ObjectCopy = (u32, ObjectName, Option<ObjectState>);
+
+/// What one activation starts from.
+#[derive(Debug, Clone)]
+pub struct PeeringParams {
+    pub pgid: PgId,
+    pub whoami: i32,
+    /// The map epoch activation runs in (pushes carry it).
+    pub epoch: Epoch,
+    /// First epoch of the interval being activated.
+    pub interval_since: Epoch,
+    pub acting: Vec<i32>,
+    /// OSDs to query: the acting set and members of past intervals that
+    /// may have written (`Pg`'s probe set).
+    pub probe: Vec<i32>,
+    pub past: Vec<PastInterval>,
+    pub my_info: PgInfo,
+    pub my_log: Vec<LogEntry>,
+    /// The monitors already record `up_thru >= interval_since` for this
+    /// OSD (or no monitor tracks it): no need to ask.
+    pub up_thru_recorded: bool,
+    /// A push batch is closed once it holds this many bytes of objects.
+    pub batch_bytes: u64,
+}
+
+/// Inputs: answers to the outputs the machine emitted.
+#[derive(Debug, Clone)]
+pub enum PeeringInput {
+    /// The last `PersistInfo`, `InstallLocal` or `ReplaceLog` is durable.
+    LocalCommitted,
+    /// A local store operation failed.
+    LocalFailed(String),
+    /// The monitors recorded `up_thru` for this OSD.
+    UpThruRecorded,
+    /// They did not within the time allowed (or the link is gone).
+    UpThruFailed(String),
+    /// Answer to `Query` (info None: `from` holds no copy, or it is down
+    /// in the current map and was not asked).
+    Notify {
+        from: i32,
+        info: Option<PgInfo>,
+        log: Vec<LogEntry>,
+    },
+    /// A query, pull or push to `osd` failed or timed out.
+    PeerFailed { osd: i32, why: String },
+    /// Answer to `PullList`.
+    Listed {
+        from: i32,
+        objects: Vec<(u32, ObjectName)>,
+        next: Option<ListCursor>,
+    },
+    /// Answer to `PullObjects`.
+    Pulled { from: i32, objects: Vec<ObjectCopy> },
+    /// Answer to `Push`: `to` installed it (or failed to).
+    PushAcked { to: i32, result: Result<(), String> },
+    /// Answer to `ListLocal`: every object of the local collection.
+    LocalListed(Vec<(u32, ObjectName)>),
+    /// Answer to `ReadLocal`.
+    LocalRead(Vec<ObjectCopy>),
+}
+
+/// Outputs: what the runtime performs for the machine.
+#[derive(Debug, Clone)]
+pub enum PeeringOutput {
+    /// Write our info durably (our log may hold entries submitted but not
+    /// yet durable: answering queries comes after a flush). → `LocalCommitted`.
+    PersistInfo(PgInfo),
+    /// Ask the monitors to record `up_thru >= want` for this OSD and wait
+    /// for a map showing it. → `UpThruRecorded` / `UpThruFailed`.
+    AskUpThru { want: Epoch },
+    /// Query `to` for its info and log. → `Notify` / `PeerFailed`.
+    Query { to: i32 },
+    /// A page of `from`'s object list. → `Listed` / `PeerFailed`.
+    PullList {
+        from: i32,
+        after: Option<ListCursor>,
+        limit: u32,
+    },
+    /// These objects' states from `from`. → `Pulled` / `PeerFailed`.
+    PullObjects {
+        from: i32,
+        names: Vec<(u32, ObjectName)>,
+    },
+    /// Every object of the local collection. → `LocalListed` / `LocalFailed`.
+    ListLocal,
+    /// These objects' local states. → `LocalRead` / `LocalFailed`.
+    ReadLocal { names: Vec<(u32, ObjectName)> },
+    /// In one local transaction: replace each object's whole state, then
+    /// remove `remove`. → `LocalCommitted` / `LocalFailed`.
+    InstallLocal {
+        objects: Vec<ObjectCopy>,
+        remove: Vec<ObjectName>,
+    },
+    /// Send a recovery push. → `PushAcked` / `PeerFailed`.
+    Push { to: i32, push: PgPush },
+    /// Replace the local log and info. → `LocalCommitted` / `LocalFailed`.
+    ReplaceLog { info: PgInfo, log: Vec<LogEntry> },
+    /// Activation finished: Ok = the new info and log, durable here and on
+    /// every acting member; Err = why the PG cannot activate now.
+    Done(Result<(PgInfo, Vec<LogEntry>), String>),
+}
+
+/// What the machine waits for.
+#[derive(Debug)]
+enum Wait {
+    PersistInfo,
+    UpThru,
+    Notifies(BTreeSet<i32>),
+    /// Listing the authoritative copy (backfill of this OSD).
+    AuthList,
+    /// Listing the local copy to remove what the authoritative one lacks.
+    LocalListForRemoval,
+    StaleRemoved,
+    Pull,
+    PullInstalled,
+    LocalListForPush,
+    Read,
+    Push,
+    FinalLog,
+    Finished,
+}
+
+/// Pushing to one acting member.
+#[derive(Debug)]
+struct PushTarget {
+    osd: i32,
+    /// Objects still to read and push.
+    names: VecDeque<(u32, ObjectName)>,
+    /// End of a backfill: the member keeps only these.
+    keep_only: Option<Vec<(u32, ObjectName)>>,
+    /// Read batches ready to push.
+    ready: VecDeque<Vec<ObjectCopy>>,
+    /// The push carrying the new info and log went out.
+    final_sent: bool,
+}
+
+/// One activation run of a replicated PG's primary.
+#[derive(Debug)]
+pub struct Peering {
+    p: PeeringParams,
+    wait: Wait,
+    notes: BTreeMap<i32, (PgInfo, Vec<LogEntry>)>,
+    auth: Option<(i32, PgInfo, Vec<LogEntry>)>,
+    new_info: Option<PgInfo>,
+    /// Backfill of this OSD: the authoritative object list so far.
+    auth_listing: Vec<(u32, ObjectName)>,
+    /// Objects this OSD still pulls.
+    pull_queue: VecDeque<(u32, ObjectName)>,
+    /// Acting members still to bring up to date.
+    members: VecDeque<i32>,
+    target: Option<PushTarget>,
+}
+
+impl Peering {
+    pub fn new(p: PeeringParams) -> Peering {
+        Peering {
+            p,
+            wait: Wait::PersistInfo,
+            notes: BTreeMap::new(),
+            auth: None,
+            new_info: None,
+            auth_listing: Vec::new(),
+            pull_queue: VecDeque::new(),
+            members: VecDeque::new(),
+            target: None,
+        }
+    }
+
+    /// The first outputs.
+    pub fn start(&mut self) -> Vec<PeeringOutput> {
+        self.wait = Wait::PersistInfo;
+        vec![PeeringOutput::PersistInfo(self.p.my_info.clone())]
+    }
+
+    pub fn is_finished(&self) -> bool {
+        matches!(self.wait, Wait::Finished)
+    }
+
+    /// What activation waits for now (for `pg query` and traces).
+    pub fn waiting_for(&self) -> String {
+        match &self.wait {
+            Wait::PersistInfo => "persisting the PG info".into(),
+            Wait::UpThru => format!(
+                "the monitors to record up_thru {} for osd.{}",
+                self.p.interval_since.0, self.p.whoami
+            ),
+            Wait::Notifies(s) => format!("notifies from {s:?}"),
+            Wait::AuthList | Wait::Pull => "objects from the authoritative copy".into(),
+            Wait::LocalListForRemoval | Wait::LocalListForPush | Wait::Read => {
+                "the local store".into()
+            }
+            Wait::StaleRemoved | Wait::PullInstalled | Wait::FinalLog => "a local commit".into(),
+            Wait::Push => format!(
+                "osd.{} to install a recovery push",
+                self.target.as_ref().map(|t| t.osd).unwrap_or(-1)
+            ),
+            Wait::Finished => "nothing (finished)".into(),
+        }
+    }
+
+    fn me(&self) -> i32 {
+        self.p.whoami
+    }
+
+    fn finish(&mut self, r: Result<(PgInfo, Vec<LogEntry>), String>) -> Vec<PeeringOutput> {
+        self.wait = Wait::Finished;
+        vec![PeeringOutput::Done(r)]
+    }
+
+    fn fail(&mut self, why: String) -> Vec<PeeringOutput> {
+        self.finish(Err(why))
+    }
+
+    pub fn handle(&mut self, input: PeeringInput) -> Vec<PeeringOutput> {
+        use PeeringInput as I;
+        if self.is_finished() {
+            return Vec::new();
+        }
+        match (&self.wait, input) {
+            (_, I::LocalFailed(e)) if self.waits_local() => self.fail(e),
+            (Wait::PersistInfo, I::LocalCommitted) => self.after_persist(),
+            (Wait::UpThru, I::UpThruRecorded) => self.query_all(),
+            (Wait::UpThru, I::UpThruFailed(why)) => self.fail(why),
+            (Wait::Notifies(_), I::Notify { from, info, log }) => self.on_notify(from, info, log),
+            (Wait::Notifies(_), I::PeerFailed { osd, why }) => self.on_query_failed(osd, why),
+            (
+                Wait::AuthList,
+                I::Listed {
+                    from,
+                    objects,
+                    next,
+                },
+            ) if self.is_auth(from) => self.on_auth_listed(objects, next),
+            (Wait::LocalListForRemoval, I::LocalListed(local)) => self.remove_stale(local),
+            (Wait::StaleRemoved, I::LocalCommitted) => self.pull_next(),
+            (Wait::Pull, I::Pulled { from, objects }) if self.is_auth(from) => {
+                self.wait = Wait::PullInstalled;
+                vec![PeeringOutput::InstallLocal {
+                    objects,
+                    remove: Vec::new(),
+                }]
+            }
+            (Wait::PullInstalled, I::LocalCommitted) => self.pull_next(),
+            (Wait::AuthList | Wait::Pull, I::PeerFailed { osd, why }) if self.is_auth(osd) => {
+                self.fail(why)
+            }
+            (Wait::LocalListForPush, I::LocalListed(all)) => {
+                if let Some(t) = self.target.as_mut() {
+                    t.names = all.iter().cloned().collect();
+                    t.keep_only = Some(all);
+                }
+                self.push_next()
+            }
+            (Wait::Read, I::LocalRead(objects)) => {
+                self.split_batches(objects);
+                self.push_next()
+            }
+            (Wait::Push, I::PushAcked { to, result }) if self.is_target(to) => match result {
+                Ok(()) => self.push_next(),
+                Err(e) => self.fail(format!("osd.{to} failed to install a recovery push: {e}")),
+            },
+            (Wait::Push, I::PeerFailed { osd, why }) if self.is_target(osd) => self.fail(why),
+            (Wait::FinalLog, I::LocalCommitted) => {
+                let r = self.final_result();
+                self.finish(r)
+            }
+            // Late, duplicate or unrelated answers.
+            _ => Vec::new(),
+        }
+    }
+
+    fn waits_local(&self) -> bool {
+        matches!(
+            self.wait,
+            Wait::PersistInfo
+                | Wait::LocalListForRemoval
+                | Wait::StaleRemoved
+                | Wait::PullInstalled
+                | Wait::LocalListForPush
+                | Wait::Read
+                | Wait::FinalLog
+        )
+    }
+
+    fn is_auth(&self, osd: i32) -> bool {
+        self.auth.as_ref().is_some_and(|(a, _, _)| *a == osd)
+    }
+
+    fn is_target(&self, osd: i32) -> bool {
+        self.target.as_ref().is_some_and(|t| t.osd == osd)
+    }
+
+    fn after_persist(&mut self) -> Vec<PeeringOutput> {
+        if self.p.up_thru_recorded {
+            return self.query_all();
+        }
+        self.wait = Wait::UpThru;
+        vec![PeeringOutput::AskUpThru {
+            want: self.p.interval_since,
+        }]
+    }
+
+    fn query_all(&mut self) -> Vec<PeeringOutput> {
+        let me = self.me();
+        self.notes
+            .insert(me, (self.p.my_info.clone(), self.p.my_log.clone()));
+        let ask: BTreeSet<i32> = self.p.probe.iter().copied().filter(|&o| o != me).collect();
+        if ask.is_empty() {
+            return self.choose_authority();
+        }
+        let out = ask.iter().map(|&to| PeeringOutput::Query { to }).collect();
+        self.wait = Wait::Notifies(ask);
+        out
+    }
+
+    /// Marks `osd` answered; true when every query is answered.
+    fn answered(&mut self, osd: i32) -> Option<bool> {
+        let Wait::Notifies(waiting) = &mut self.wait else {
+            return None;
+        };
+        if !waiting.remove(&osd) {
+            return None;
+        }
+        Some(waiting.is_empty())
+    }
+
+    fn on_notify(
+        &mut self,
+        from: i32,
+        info: Option<PgInfo>,
+        log: Vec<LogEntry>,
+    ) -> Vec<PeeringOutput> {
+        let Some(all) = self.answered(from) else {
+            return Vec::new();
+        };
+        if let Some(info) = info {
+            self.notes.insert(from, (info, log));
+        }
+        if all {
+            self.choose_authority()
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn on_query_failed(&mut self, osd: i32, why: String) -> Vec<PeeringOutput> {
+        let Some(all) = self.answered(osd) else {
+            return Vec::new();
+        };
+        if self.p.acting.contains(&osd) {
+            return self.fail(format!("acting member osd.{osd} did not answer: {why}"));
+        }
+        if all {
+            self.choose_authority()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Newest `last_epoch_started`, then newest `last_update` (ties: the
+    /// highest OSD id, as the notes are ordered by id).
+    fn choose_authority(&mut self) -> Vec<PeeringOutput> {
+        let Some((auth_id, (auth_info, auth_log))) = self
+            .notes
+            .iter()
+            .max_by_key(|(_, (i, _))| (i.last_epoch_started, i.last_update))
+            .map(|(k, v)| (*k, v.clone()))
+        else {
+            return self.fail("no copy of the PG answered".into());
+        };
+        let responders: Vec<i32> = self.notes.keys().copied().collect();
+        if let Err(why) =
+            check_can_activate(&self.p.past, auth_info.last_epoch_started, &responders)
+        {
+            return self.fail(why);
+        }
+        tracing::debug!(
+            "pg {} e{}: authoritative copy on osd.{auth_id} (les {}, last_update {}, tail {}); responders {responders:?}",
+            self.p.pgid,
+            self.p.epoch.0,
+            auth_info.last_epoch_started.0,
+            auth_info.last_update,
+            auth_info.log_tail
+        );
+        self.new_info = Some(PgInfo {
+            pgid: Some(self.p.pgid),
+            last_epoch_started: self.p.epoch,
+            same_interval_since: self.p.interval_since,
+            last_active_acting: self.p.acting.clone(),
+            ..auth_info.clone()
+        });
+        let me = self.me();
+        self.members = self.p.acting.iter().copied().filter(|&m| m != me).collect();
+        let plan = (auth_id != me).then(|| {
+            plan_recovery(
+                &auth_info,
+                &auth_log,
+                Some((&self.p.my_info, &self.p.my_log[..])),
+            )
+        });
+        self.auth = Some((auth_id, auth_info, auth_log));
+        match plan {
+            None | Some(RecoveryPlan::UpToDate) => self.next_member(),
+            Some(RecoveryPlan::Log { objects }) => {
+                tracing::debug!(
+                    "pg {}: recovering osd.{me} from osd.{auth_id}: {} objects from the log",
+                    self.p.pgid,
+                    objects.len()
+                );
+                self.pull_queue = objects.into_iter().map(|o| (o.hash(), o)).collect();
+                self.pull_next()
+            }
+            Some(RecoveryPlan::Backfill) => {
+                tracing::debug!(
+                    "pg {}: backfilling osd.{me} from osd.{auth_id}",
+                    self.p.pgid
+                );
+                self.wait = Wait::AuthList;
+                vec![PeeringOutput::PullList {
+                    from: auth_id,
+                    after: None,
+                    limit: BACKFILL_LIST_PAGE,
+                }]
+            }
+        }
+    }
+
+    fn auth_id(&self) -> i32 {
+        self.auth.as_ref().map(|(a, _, _)| *a).unwrap_or(-1)
+    }
+
+    fn on_auth_listed(
+        &mut self,
+        objects: Vec<(u32, ObjectName)>,
+        next: Option<ListCursor>,
+    ) -> Vec<PeeringOutput> {
+        self.auth_listing.extend(objects);
+        if let Some(after) = next {
+            return vec![PeeringOutput::PullList {
+                from: self.auth_id(),
+                after: Some(after),
+                limit: BACKFILL_LIST_PAGE,
+            }];
+        }
+        self.wait = Wait::LocalListForRemoval;
+        vec![PeeringOutput::ListLocal]
+    }
+
+    /// Backfill of this OSD: drop what the authoritative copy lacks, then
+    /// pull everything it has.
+    fn remove_stale(&mut self, local: Vec<(u32, ObjectName)>) -> Vec<PeeringOutput> {
+        let all = std::mem::take(&mut self.auth_listing);
+        let keep: HashSet<&ObjectName> = all.iter().map(|(_, n)| n).collect();
+        let remove: Vec<ObjectName> = local
+            .into_iter()
+            .map(|(_, n)| n)
+            .filter(|n| !keep.contains(n))
+            .collect();
+        self.pull_queue = all.into_iter().collect();
+        self.wait = Wait::StaleRemoved;
+        vec![PeeringOutput::InstallLocal {
+            objects: Vec::new(),
+            remove,
+        }]
+    }
+
+    fn pull_next(&mut self) -> Vec<PeeringOutput> {
+        if self.pull_queue.is_empty() {
+            return self.next_member();
+        }
+        let n = self.pull_queue.len().min(RECOVERY_BATCH_OBJECTS);
+        let names: Vec<(u32, ObjectName)> = self.pull_queue.drain(..n).collect();
+        self.wait = Wait::Pull;
+        vec![PeeringOutput::PullObjects {
+            from: self.auth_id(),
+            names,
+        }]
+    }
+
+    /// Starts bringing the next acting member up to date (or finishes).
+    fn next_member(&mut self) -> Vec<PeeringOutput> {
+        let Some(m) = self.members.pop_front() else {
+            self.target = None;
+            let Some(info) = self.new_info.clone() else {
+                return self.fail("activation lost its new info".into());
+            };
+            let log = self.auth.as_ref().map(|a| a.2.clone()).unwrap_or_default();
+            self.wait = Wait::FinalLog;
+            return vec![PeeringOutput::ReplaceLog { info, log }];
+        };
+        let Some((_, auth_info, auth_log)) = self.auth.as_ref() else {
+            return self.fail("activation lost its authoritative copy".into());
+        };
+        let member = self.notes.get(&m).map(|(i, l)| (i, &l[..]));
+        let plan = plan_recovery(auth_info, auth_log, member);
+        tracing::debug!("pg {}: bringing osd.{m} up to date: {plan:?}", self.p.pgid);
+        let mut t = PushTarget {
+            osd: m,
+            names: VecDeque::new(),
+            keep_only: None,
+            ready: VecDeque::new(),
+            final_sent: false,
+        };
+        match plan {
+            RecoveryPlan::UpToDate => {}
+            RecoveryPlan::Log { objects } => {
+                t.names = objects.into_iter().map(|o| (o.hash(), o)).collect();
+            }
+            RecoveryPlan::Backfill => {
+                self.target = Some(t);
+                self.wait = Wait::LocalListForPush;
+                return vec![PeeringOutput::ListLocal];
+            }
+        }
+        self.target = Some(t);
+        self.push_next()
+    }
+
+    /// Splits read objects into push batches closed at `batch_bytes`.
+    fn split_batches(&mut self, objects: Vec<ObjectCopy>) {
+        let limit = self.p.batch_bytes;
+        let Some(t) = self.target.as_mut() else {
+            return;
+        };
+        let mut batch = Vec::new();
+        let mut bytes = 0u64;
+        for o in objects {
+            bytes += o.2.as_ref().map(|s| s.bytes()).unwrap_or(0);
+            batch.push(o);
+            if bytes >= limit {
+                t.ready.push_back(std::mem::take(&mut batch));
+                bytes = 0;
+            }
+        }
+        if !batch.is_empty() {
+            t.ready.push_back(batch);
+        }
+    }
+
+    /// The next step for the current member: after its final push was
+    /// acknowledged, the next member; else a ready batch, else a read of
+    /// the next names, else the final (possibly empty) push with the new
+    /// info and log.
+    fn push_next(&mut self) -> Vec<PeeringOutput> {
+        let (pgid, from, epoch) = (self.p.pgid, self.me(), self.p.epoch);
+        let finish = match self.final_result() {
+            Ok(f) => f,
+            Err(e) => return self.fail(e),
+        };
+        let Some(t) = self.target.as_mut() else {
+            return self.next_member();
+        };
+        if t.final_sent {
+            return self.next_member();
+        }
+        let objects = match t.ready.pop_front() {
+            Some(batch) => batch,
+            None if !t.names.is_empty() => {
+                let n = t.names.len().min(RECOVERY_BATCH_OBJECTS);
+                let names: Vec<(u32, ObjectName)> = t.names.drain(..n).collect();
+                self.wait = Wait::Read;
+                return vec![PeeringOutput::ReadLocal { names }];
+            }
+            None => Vec::new(),
+        };
+        let last = t.names.is_empty() && t.ready.is_empty();
+        t.final_sent = last;
+        let push = PgPush {
+            pgid,
+            from,
+            epoch,
+            objects,
+            keep_only: if last { t.keep_only.take() } else { None },
+            finish: last.then_some(finish),
+        };
+        self.wait = Wait::Push;
+        vec![PeeringOutput::Push { to: t.osd, push }]
+    }
+
+    fn final_result(&self) -> Result<(PgInfo, Vec<LogEntry>), String> {
+        match (&self.new_info, &self.auth) {
+            (Some(i), Some(a)) => Ok((i.clone(), a.2.clone())),
+            _ => Err("activation lost its authoritative copy".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_ops::{LogOp, Version};
+    use cairn_types::PoolId;
+
+    fn entry(epoch: u64, seq: u64, obj: &str) -> LogEntry {
+        LogEntry {
+            version: Version { epoch, seq },
+            prior_version: Version::default(),
+            reqid: None,
+            oid: ObjectName::new("", obj),
+            op: LogOp::Modify,
+        }
+    }
+
+    fn info(les: u64, last: Version) -> PgInfo {
+        PgInfo {
+            last_epoch_started: Epoch(les),
+            last_update: last,
+            last_complete: last,
+            ..Default::default()
+        }
+    }
+
+    fn params(my_info: PgInfo, my_log: Vec<LogEntry>, past: Vec<PastInterval>) -> PeeringParams {
+        PeeringParams {
+            pgid: PgId {
+                pool: PoolId(1),
+                seed: 0,
+            },
+            whoami: 0,
+            epoch: Epoch(10),
+            interval_since: Epoch(10),
+            acting: vec![0, 1, 2],
+            probe: vec![0, 1, 2, 3],
+            past,
+            my_info,
+            my_log,
+            up_thru_recorded: false,
+            batch_bytes: 1 << 20,
+        }
+    }
+
+    /// Starts a machine and answers PersistInfo and AskUpThru; returns the queries.
+    fn to_queries(sm: &mut Peering) -> Vec<i32> {
+        assert!(matches!(&sm.start()[..], [PeeringOutput::PersistInfo(_)]));
+        let out = sm.handle(PeeringInput::LocalCommitted);
+        assert!(matches!(
+            &out[..],
+            [PeeringOutput::AskUpThru { want: Epoch(10) }]
+        ));
+        sm.handle(PeeringInput::UpThruRecorded)
+            .into_iter()
+            .map(|o| match o {
+                PeeringOutput::Query { to } => to,
+                other => panic!("expected queries, got {other:?}"),
+            })
+            .collect()
+    }
+
+    fn notify(from: i32, i: &PgInfo, log: &[LogEntry]) -> PeeringInput {
+        PeeringInput::Notify {
+            from,
+            info: Some(i.clone()),
+            log: log.to_vec(),
+        }
+    }
+
+    #[test]
+    fn up_to_date_members_get_the_final_push_and_the_pg_activates() {
+        let log = vec![entry(5, 1, "a")];
+        let i = info(5, Version { epoch: 5, seq: 1 });
+        let mut sm = Peering::new(params(i.clone(), log.clone(), vec![]));
+        assert_eq!(to_queries(&mut sm), vec![1, 2, 3]);
+        assert!(sm.handle(notify(2, &i, &log)).is_empty());
+        assert!(sm
+            .handle(PeeringInput::Notify {
+                from: 3,
+                info: None,
+                log: vec![]
+            })
+            .is_empty());
+        // A late duplicate changes nothing.
+        assert!(sm.handle(notify(2, &i, &log)).is_empty());
+        let out = sm.handle(notify(1, &i, &log));
+        let [PeeringOutput::Push { to: 1, push }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert!(push.objects.is_empty() && push.finish.is_some());
+        let out = sm.handle(PeeringInput::PushAcked {
+            to: 1,
+            result: Ok(()),
+        });
+        assert!(matches!(&out[..], [PeeringOutput::Push { to: 2, .. }]));
+        let out = sm.handle(PeeringInput::PushAcked {
+            to: 2,
+            result: Ok(()),
+        });
+        assert!(matches!(&out[..], [PeeringOutput::ReplaceLog { .. }]));
+        let out = sm.handle(PeeringInput::LocalCommitted);
+        let [PeeringOutput::Done(Ok((ni, nlog)))] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(ni.last_epoch_started, Epoch(10));
+        assert_eq!(ni.same_interval_since, Epoch(10));
+        assert_eq!(ni.last_active_acting, vec![0, 1, 2]);
+        assert_eq!(nlog, &log);
+        assert!(sm.is_finished());
+    }
+
+    #[test]
+    fn a_silent_rw_interval_keeps_the_pg_down_and_names_whom_it_waits_for() {
+        let past = vec![PastInterval {
+            first: Epoch(7),
+            last: Epoch(9),
+            acting: vec![3],
+            primary: Some(3),
+            maybe_went_rw: true,
+        }];
+        let i = info(5, Version { epoch: 5, seq: 1 });
+        let mut sm = Peering::new(params(i.clone(), vec![], past));
+        to_queries(&mut sm);
+        sm.handle(notify(1, &i, &[]));
+        sm.handle(notify(2, &i, &[]));
+        let out = sm.handle(PeeringInput::PeerFailed {
+            osd: 3,
+            why: "timed out".into(),
+        });
+        let [PeeringOutput::Done(Err(why))] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert!(why.contains("waiting for osd.3"), "{why}");
+    }
+
+    #[test]
+    fn an_acting_member_that_does_not_answer_fails_activation() {
+        let i = info(5, Version::default());
+        let mut sm = Peering::new(params(i, vec![], vec![]));
+        to_queries(&mut sm);
+        let out = sm.handle(PeeringInput::PeerFailed {
+            osd: 2,
+            why: "timed out".into(),
+        });
+        assert!(matches!(&out[..], [PeeringOutput::Done(Err(w))] if w.contains("osd.2")));
+        assert!(sm.handle(PeeringInput::LocalCommitted).is_empty());
+    }
+
+    #[test]
+    fn a_primary_behind_pulls_then_a_divergent_member_is_repaired() {
+        let auth_log = vec![entry(5, 1, "a"), entry(6, 2, "b")];
+        let auth = info(6, Version { epoch: 6, seq: 2 });
+        let mine = info(5, Version { epoch: 5, seq: 1 });
+        // osd.2 has a divergent 5'2 on object c (never acknowledged).
+        let div_log = vec![entry(5, 1, "a"), entry(5, 2, "c")];
+        let div = info(5, Version { epoch: 5, seq: 2 });
+        let mut p = params(mine, auth_log[..1].to_vec(), vec![]);
+        p.up_thru_recorded = true;
+        p.probe = vec![0, 1, 2];
+        let mut sm = Peering::new(p);
+        sm.start();
+        let qs = sm.handle(PeeringInput::LocalCommitted);
+        assert_eq!(qs.len(), 2);
+        sm.handle(notify(2, &div, &div_log));
+        let out = sm.handle(notify(1, &auth, &auth_log));
+        let [PeeringOutput::PullObjects { from: 1, names }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(names.len(), 1);
+        assert_eq!(names[0].1, ObjectName::new("", "b"));
+        let st = ObjectState {
+            data: bytes::Bytes::from_static(b"B"),
+            attrs: vec![],
+            omap: vec![],
+        };
+        let got = vec![(names[0].0, names[0].1.clone(), Some(st))];
+        let out = sm.handle(PeeringInput::Pulled {
+            from: 1,
+            objects: got,
+        });
+        assert!(matches!(&out[..], [PeeringOutput::InstallLocal { .. }]));
+        // osd.1 is the authority itself: only its final push.
+        let out = sm.handle(PeeringInput::LocalCommitted);
+        assert!(
+            matches!(&out[..], [PeeringOutput::Push { to: 1, push }] if push.objects.is_empty())
+        );
+        let out = sm.handle(PeeringInput::PushAcked {
+            to: 1,
+            result: Ok(()),
+        });
+        // osd.2: b (missing) and c (divergent) are read and pushed.
+        let [PeeringOutput::ReadLocal { names }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        let objs: Vec<&str> = names.iter().map(|(_, n)| n.name.as_str()).collect();
+        assert_eq!(objs, vec!["b", "c"]);
+        let read = names
+            .iter()
+            .map(|(h, n)| (*h, n.clone(), None))
+            .collect::<Vec<_>>();
+        let out = sm.handle(PeeringInput::LocalRead(read));
+        let [PeeringOutput::Push { to: 2, push }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(push.objects.len(), 2);
+        assert!(push.finish.is_some());
+        let out = sm.handle(PeeringInput::PushAcked {
+            to: 2,
+            result: Err("disk full".into()),
+        });
+        assert!(matches!(&out[..], [PeeringOutput::Done(Err(w))] if w.contains("disk full")));
+    }
+}

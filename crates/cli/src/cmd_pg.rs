@@ -90,16 +90,20 @@ fn osd_map(map: &ClusterMap, pool: &str, obj: &str, json: bool) -> Result<()> {
         .primary
         .map(|x| x.to_string())
         .unwrap_or_else(|| "-1".into());
+    let acting_prim = m
+        .acting_primary
+        .map(|x| x.to_string())
+        .unwrap_or_else(|| "-1".into());
     if json {
         println!(
             "{}",
             serde_json::json!({"epoch": map.epoch.0, "pool": pool, "pool_id": p.id, "objname": obj,
                 "raw_pgid": format!("{}.{:08x}", p.id, hash), "pgid": format!("{}.{:x}", p.id, seed),
-                "up": m.up, "up_primary": m.primary, "acting": m.up, "acting_primary": m.primary})
+                "up": m.up, "up_primary": m.primary, "acting": m.acting, "acting_primary": m.acting_primary})
         );
     } else {
         println!(
-            "osdmap e{} pool '{pool}' ({}) object '{obj}' -> pg {}.{:08x} ({}.{:x}) -> up ([{}], p{prim}) acting ([{}], p{prim})",
+            "osdmap e{} pool '{pool}' ({}) object '{obj}' -> pg {}.{:08x} ({}.{:x}) -> up ([{}], p{prim}) acting ([{}], p{acting_prim})",
             map.epoch.0,
             p.id,
             p.id,
@@ -107,7 +111,7 @@ fn osd_map(map: &ClusterMap, pool: &str, obj: &str, json: bool) -> Result<()> {
             p.id,
             seed,
             list(&m.up),
-            list(&m.up)
+            list(&m.acting)
         );
     }
     Ok(())

@@ -223,7 +223,7 @@ impl Rados {
                 seed,
             };
             waited.0 = Some(pgid);
-            let primary = map.pg_to_up(pool, seed).ok().and_then(|m| m.primary);
+            let primary = map.pg_to_up(pool, seed).ok().and_then(|m| m.acting_primary);
             let Some(osd) = primary else {
                 last = format!("pg {pgid} has no up OSD in map e{}", map.epoch.0);
                 self.wait_newer_map(map.epoch.0, deadline, timeout).await;
@@ -255,7 +255,8 @@ impl Rados {
                 let _ = rx
                     .wait_for(|m| {
                         m.epoch > map.epoch
-                            && m.pg_to_up(pool, seed).ok().and_then(|x| x.primary) != Some(osd)
+                            && m.pg_to_up(pool, seed).ok().and_then(|x| x.acting_primary)
+                                != Some(osd)
                     })
                     .await;
             };

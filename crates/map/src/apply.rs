@@ -42,7 +42,7 @@ pub const OSD_ADDRS_MAX: usize = 8;
 /// Longest state string an OSD may report.
 pub const OSD_STATE_MAX_LEN: usize = 256;
 /// Version byte of the encoded cluster map.
-pub const MAP_FORMAT_VERSION: u8 = 1;
+pub const MAP_FORMAT_VERSION: u8 = 2;
 /// Largest encoded cluster map we decode.
 pub const MAP_MAX_BYTES: usize = 256 * 1024 * 1024;
 
@@ -71,7 +71,7 @@ fn crush_err(e: impl std::fmt::Display) -> CommandError {
     CommandError::invalid(e.to_string())
 }
 
-fn done(plain: impl Into<String>) -> Reply {
+pub(crate) fn done(plain: impl Into<String>) -> Reply {
     let plain = plain.into();
     Reply::new(plain.clone(), json!({ "result": "ok", "message": plain }))
 }
@@ -101,6 +101,7 @@ impl ClusterMap {
             flags: Default::default(),
             auth: Default::default(),
             config: Default::default(),
+            pg_temp: Default::default(),
             pool_max: 0,
             created: Epoch(1),
         };
@@ -201,6 +202,7 @@ impl ClusterMap {
         }
         let mut next = self.clone();
         let reply = next.apply_inner(cmd, ctx)?;
+        next.clean_pg_temp();
         if next != *self {
             next.epoch = self.epoch.next();
             *self = next;
@@ -334,6 +336,8 @@ impl ClusterMap {
             OsdIn { ids } => self.osd_in(ids),
             OsdAutoOut { id } => self.osd_auto_out(*id),
             OsdPurge { id, sure } => self.osd_purge(*id, *sure),
+            OsdLost { id, sure } => self.osd_lost(*id, *sure),
+            PgTemp { from, pgid, osds } => self.set_pg_temp(*from, *pgid, osds),
             MonAdd { name, addr } => self.mon_add(name, addr),
             MonRemove { name } => self.mon_remove(name),
             OsdNew {
@@ -358,7 +362,7 @@ impl ClusterMap {
     }
 
     /// The epoch a change made now will carry.
-    fn next_epoch(&self) -> Epoch {
+    pub(crate) fn next_epoch(&self) -> Epoch {
         self.epoch.next()
     }
 
@@ -452,7 +456,7 @@ impl ClusterMap {
         }
     }
 
-    fn osd(&self, id: i32) -> Result<&OsdInfo, CommandError> {
+    pub(crate) fn osd(&self, id: i32) -> Result<&OsdInfo, CommandError> {
         self.osds.get(&id).ok_or_else(|| {
             CommandError::not_found(format!(
                 "osd.{id} does not exist; 'cairn osd ls' lists the OSDs"
@@ -460,7 +464,7 @@ impl ClusterMap {
         })
     }
 
-    fn osd_mut(&mut self, id: i32) -> Result<&mut OsdInfo, CommandError> {
+    pub(crate) fn osd_mut(&mut self, id: i32) -> Result<&mut OsdInfo, CommandError> {
         self.osd(id)?;
         self.osds
             .get_mut(&id)
@@ -1429,6 +1433,7 @@ impl ClusterMap {
                 down_at: Epoch(0),
                 ever_booted: false,
                 auto_out: false,
+                lost_at: Epoch(0),
                 last_reported: None,
             },
         );

@@ -175,6 +175,12 @@ pub enum MonCommand {
         id: i32,
         sure: bool,
     },
+    /// `osd lost N --yes-i-really-mean-it`: a down OSD will not come back;
+    /// peering stops waiting for it (its unreplicated writes are given up).
+    OsdLost {
+        id: i32,
+        sure: bool,
+    },
 
     // ---- internal (daemons and the monitor runtime) ----
     MonAdd {
@@ -207,6 +213,13 @@ pub enum MonCommand {
     OsdAlive {
         id: i32,
         want: Epoch,
+    },
+    /// A PG's primary `from` asks for `pg_temp` = `osds` (the complete
+    /// members that serve while the up set backfills); empty = clear it.
+    PgTemp {
+        from: i32,
+        pgid: PgId,
+        osds: Vec<i32>,
     },
     /// The monitors judged an OSD failed from peer reports (respects `nodown`).
     OsdFailed {
@@ -316,9 +329,10 @@ impl MonCommand {
             MonAdd { .. } | MonRemove { .. } | OsdFailed { .. } | OsdAutoOut { .. } => {
                 CapsNeed::mon(Perms::RWX)
             }
-            OsdNew { .. } | OsdPurge { .. } => CapsNeed::mon(Perms::RWX),
+            OsdNew { .. } | OsdPurge { .. } | OsdLost { .. } => CapsNeed::mon(Perms::RWX),
             OsdBoot { id, .. }
             | OsdAlive { id, .. }
+            | PgTemp { from: id, .. }
             | OsdBeacon { id, .. }
             | OsdFailureReport { id, .. } => CapsNeed {
                 or_entity: Some(EntityName::osd(*id)),
@@ -380,6 +394,8 @@ impl MonCommand {
             OsdOut { .. } => "osd out",
             OsdIn { .. } => "osd in",
             OsdPurge { .. } => "osd purge",
+            OsdLost { .. } => "osd lost",
+            PgTemp { .. } => "osd pg-temp",
             MonAdd { .. } => "mon add",
             MonRemove { .. } => "mon remove",
             OsdNew { .. } => "osd new",

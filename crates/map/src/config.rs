@@ -221,6 +221,12 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "set the detected device class when an OSD starts",
     ),
     opt(
+        "osd_client_op_pause_wait",
+        OptKind::Secs { min: 1, max: 3600 },
+        "30",
+        "how long a client op waits while the pause flag is set before it fails",
+    ),
+    opt(
         "osd_crush_chooseleaf_type",
         OptKind::Uint { min: 0, max: 11 },
         "1",
@@ -333,6 +339,15 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         OptKind::Uint { min: 1, max: 1000 },
         "3",
         "concurrent recovery ops per OSD",
+    ),
+    opt(
+        "osd_recovery_max_bytes_per_sec",
+        OptKind::Size {
+            min: 0,
+            max: TIB,
+        },
+        "0",
+        "bytes per second one OSD sends for recovery and backfill, at most (0 = unlimited)",
     ),
     opt(
         "osd_recovery_sleep",

@@ -18,8 +18,12 @@ pub struct PgMapping {
     /// The up set: replicated pools drop down OSDs (the rest shift left);
     /// EC pools keep positions and put `CRUSH_ITEM_NONE` in the holes.
     pub up: Vec<i32>,
-    /// First OSD of the up set, if any.
+    /// First OSD of the up set, if any (the "up primary").
     pub primary: Option<i32>,
+    /// The acting set: `pg_temp` while a backfill runs, else the up set.
+    pub acting: Vec<i32>,
+    /// First OSD of the acting set: the one that serves the PG.
+    pub acting_primary: Option<i32>,
 }
 
 /// Ceph's `ceph_stable_mod`: maps `x` into `0..b` so that growing `b`
@@ -95,7 +99,24 @@ impl ClusterMap {
                 .collect(),
         };
         let primary = up.iter().copied().find(|&o| o != CRUSH_ITEM_NONE);
-        Ok(PgMapping { raw, up, primary })
+        let acting = match p.kind {
+            PoolKind::Replicated => self.temp_acting(
+                cairn_types::PgId {
+                    pool: cairn_types::PoolId(pool_id),
+                    seed,
+                },
+                &up,
+            ),
+            PoolKind::Erasure => up.clone(),
+        };
+        let acting_primary = acting.iter().copied().find(|&o| o != CRUSH_ITEM_NONE);
+        Ok(PgMapping {
+            raw,
+            up,
+            primary,
+            acting,
+            acting_primary,
+        })
     }
 
     /// Whether failure reports about `target` from `reporters` are enough to

@@ -23,6 +23,7 @@ mod model;
 mod parse;
 pub mod pgmap;
 mod pgquery;
+mod pgtemp;
 mod query;
 
 pub use apply::{

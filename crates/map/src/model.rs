@@ -4,7 +4,7 @@
 //! `health`; this module only holds the shapes.
 
 use cairn_crush::CrushMap;
-use cairn_types::{EntityName, Epoch};
+use cairn_types::{EntityName, Epoch, PgId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -61,6 +61,10 @@ pub struct OsdInfo {
     pub ever_booted: bool,
     /// Marked out automatically (down too long); marked in again when it boots.
     pub auto_out: bool,
+    /// Epoch an admin declared the OSD lost (`osd lost N`), 0 = never. While
+    /// `lost_at > up_from` peering no longer waits for it: the writes only
+    /// it may hold are given up.
+    pub lost_at: Epoch,
     pub last_reported: Option<OsdReported>,
 }
 
@@ -241,6 +245,12 @@ pub struct ClusterMap {
     /// (underscores).
     #[serde(with = "config_as_seq")]
     pub config: BTreeMap<(String, String), String>,
+    /// `pg_temp`: the acting set a PG's primary asked for while members of
+    /// the up set are backfilled (replicated pools only). Cleared by the
+    /// primary when backfill completes, and by the map itself when it equals
+    /// the up set or names an OSD that no longer exists.
+    #[serde(with = "pg_temp_as_seq")]
+    pub pg_temp: BTreeMap<PgId, Vec<i32>>,
     /// Highest pool id ever handed out (ids are never reused).
     pub pool_max: u64,
     /// Epoch the cluster was created in.
@@ -265,6 +275,27 @@ mod auth_as_seq {
         d: D,
     ) -> Result<BTreeMap<EntityName, AuthEntity>, D::Error> {
         let v: Vec<(EntityName, AuthEntity)> = Vec::deserialize(d)?;
+        Ok(v.into_iter().collect())
+    }
+}
+
+/// Serialises the pg_temp table as a list so JSON can hold it.
+mod pg_temp_as_seq {
+    use cairn_types::PgId;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<S: Serializer>(
+        map: &BTreeMap<PgId, Vec<i32>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let v: Vec<(&PgId, &Vec<i32>)> = map.iter().collect();
+        v.serialize(s)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<PgId, Vec<i32>>, D::Error> {
+        let v: Vec<(PgId, Vec<i32>)> = Vec::deserialize(d)?;
         Ok(v.into_iter().collect())
     }
 }

@@ -27,6 +27,7 @@ const HELP: &[(&str, &str)] = &[
     ("osd out ID...", "mark OSDs out: their data moves elsewhere"),
     ("osd in ID...", "mark OSDs in: they take data again"),
     ("osd purge ID --yes-i-really-mean-it", "remove a down OSD from the OSD map, CRUSH and auth"),
+    ("osd lost ID --yes-i-really-mean-it", "give up the writes only a down OSD may hold, so its PGs stop waiting for it"),
     ("osd reweight ID WEIGHT", "set an OSD's override weight between 0.0 and 1.0"),
     ("osd crush rule create-replicated NAME ROOT FAILURE_DOMAIN [CLASS]", "create a replicated rule placing one copy per FAILURE_DOMAIN under ROOT"),
     ("osd crush rule create-erasure NAME [PROFILE]", "create an erasure rule from an EC profile (default: 'default')"),
@@ -271,6 +272,15 @@ fn parse_osd(w: &[&str], input: Option<&[u8]>) -> Result<MonCommand, ParseError>
             };
             Ok(MonCommand::OsdPurge { id, sure })
         }
+        ["lost", id, rest @ ..] => {
+            let id = parse_osd_id(id).map_err(|e| usage_err("osd lost", &e))?;
+            let sure = match rest {
+                [] => false,
+                ["--yes-i-really-mean-it"] => true,
+                _ => return Err(usage_err("osd lost", "unexpected arguments")),
+            };
+            Ok(MonCommand::OsdLost { id, sure })
+        }
         ["reweight", id, weight] => Ok(MonCommand::OsdReweight {
             osd: parse_osd_id(id).map_err(|e| usage_err("osd reweight", &e))?,
             weight: parse_weight(weight).map_err(|e| usage_err("osd reweight", &e))?,
@@ -287,7 +297,7 @@ fn parse_osd(w: &[&str], input: Option<&[u8]>) -> Result<MonCommand, ParseError>
         ["crush", rest @ ..] => parse_crush(rest),
         ["erasure-code-profile", rest @ ..] => parse_ec_profile(rest),
         ["pool", rest @ ..] => parse_pool(rest),
-        [verb @ ("tree" | "dump" | "ls" | "stat" | "set" | "unset" | "purge" | "reweight"
+        [verb @ ("tree" | "dump" | "ls" | "stat" | "set" | "unset" | "purge" | "lost" | "reweight"
         | "getcrushmap" | "setcrushmap"), ..] => Err(usage_err(
             &format!("osd {verb}"),
             "wrong number of arguments",

@@ -34,7 +34,8 @@ pub struct PgReport {
     pub log_entries: u64,
     /// Object copies missing from acting members (objects x missing members).
     pub degraded_objects: u64,
-    /// Object copies on OSDs outside the up set (always 0 until `pg_temp`).
+    /// Object copies on OSDs outside the up set (acting members not in up
+    /// while `pg_temp` holds), i.e. copies still to move.
     pub misplaced_objects: u64,
     /// `epoch'seq` of the newest log entry.
     pub last_update: String,
@@ -100,7 +101,12 @@ pub struct PgEntry {
     /// `unknown`, the reported state, or `stale+<reported state>`.
     pub state: String,
     pub up: Vec<i32>,
+    /// Up primary.
     pub primary: Option<i32>,
+    /// Acting set from the map (`pg_temp` or up).
+    pub acting: Vec<i32>,
+    /// The OSD that serves the PG and reports it.
+    pub acting_primary: Option<i32>,
     /// The report the state comes from, if any.
     pub report: Option<PgReport>,
 }
@@ -162,7 +168,7 @@ impl ClusterMap {
                     seed: seed as u32,
                 };
                 let current = m
-                    .primary
+                    .acting_primary
                     .filter(|p| self.is_up(*p))
                     .and_then(|p| by_current.get(&(p, pgid)).copied());
                 let (state, report) = match (current, any.get(&pgid)) {
@@ -175,6 +181,8 @@ impl ClusterMap {
                     state,
                     up: m.up,
                     primary: m.primary,
+                    acting: m.acting,
+                    acting_primary: m.acting_primary,
                     report,
                 });
             }

@@ -70,13 +70,13 @@ impl ClusterMap {
         let mut rows = Vec::new();
         let mut js = Vec::new();
         for e in &entries {
-            let acting = e
-                .report
-                .as_ref()
-                .map(|r| r.acting.clone())
-                .unwrap_or_else(|| e.up.clone());
+            let acting = e.acting.clone();
             let primary = e
                 .primary
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "-1".into());
+            let acting_primary = e
+                .acting_primary
                 .map(|p| p.to_string())
                 .unwrap_or_else(|| "-1".into());
             let r = e.report.as_ref();
@@ -87,7 +87,7 @@ impl ClusterMap {
                     list(&e.up),
                     primary.clone(),
                     list(&acting),
-                    primary.clone(),
+                    acting_primary.clone(),
                 ]);
             } else {
                 let num = |f: fn(&crate::pgmap::PgReport) -> u64| {
@@ -106,12 +106,12 @@ impl ClusterMap {
                     list(&e.up),
                     primary.clone(),
                     list(&acting),
-                    primary.clone(),
+                    acting_primary.clone(),
                 ]);
             }
             js.push(json!({
                 "pgid": e.pgid.to_string(), "state": e.state,
-                "up": e.up, "up_primary": e.primary, "acting": acting, "acting_primary": e.primary,
+                "up": e.up, "up_primary": e.primary, "acting": acting, "acting_primary": e.acting_primary,
                 "last_update": r.map(|r| r.last_update.clone()), "log_tail": r.map(|r| r.log_tail.clone()),
                 "log_size": r.map(|r| r.log_entries),
                 "num_objects": r.map(|r| r.objects), "num_bytes": r.map(|r| r.bytes),
@@ -320,7 +320,8 @@ impl ClusterMap {
             .unwrap_or(Value::Null);
         let json = json!({
             "pgid": pgid.to_string(), "epoch": self.epoch.0, "state": state,
-            "up": m.up, "acting": m.up, "up_primary": m.primary, "acting_primary": m.primary,
+            "up": m.up, "acting": m.acting, "up_primary": m.primary, "acting_primary": m.acting_primary,
+            "pg_temp": self.pg_temp.get(&pgid),
             "primary_report": report,
         });
         let plain = serde_json::to_string_pretty(&json).unwrap_or_default() + "\n";

@@ -592,12 +592,11 @@ impl ClusterMap {
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        // No pg_temp yet: acting = up.
         let plain = format!(
             "osdmap e{} pg {pgid} ({pgid}) -> up [{}] acting [{}]\n",
             self.epoch.0,
             list(&m.up),
-            list(&m.up)
+            list(&m.acting)
         );
         let json = json!({
             "epoch": self.epoch.0,
@@ -605,8 +604,9 @@ impl ClusterMap {
             "raw": m.raw,
             "up": m.up,
             "up_primary": m.primary,
-            "acting": m.up,
-            "acting_primary": m.primary,
+            "acting": m.acting,
+            "acting_primary": m.acting_primary,
+            "pg_temp": self.pg_temp.get(&pgid),
         });
         Ok(Reply::new(plain, json))
     }

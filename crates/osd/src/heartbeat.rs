@@ -196,8 +196,8 @@ pub fn heartbeat_peers(map: &ClusterMap, me: i32) -> BTreeMap<i32, Epoch> {
             let Ok(m) = map.pg_to_up(*pid, seed) else {
                 continue;
             };
-            if m.up.contains(&me) {
-                ids.extend(m.up.iter().copied().filter(|o| *o >= 0));
+            if m.up.contains(&me) || m.acting.contains(&me) {
+                ids.extend(m.up.iter().chain(&m.acting).copied().filter(|o| *o >= 0));
             }
         }
     }

@@ -376,7 +376,7 @@ async fn map_loop(shared: Arc<Shared>) {
                 let Ok(m) = map.pg_to_up(*pid, seed) else {
                     continue;
                 };
-                if m.up.contains(&me) {
+                if m.up.contains(&me) || m.acting.contains(&me) {
                     let pgid = PgId {
                         pool: PoolId(*pid),
                         seed,
@@ -973,12 +973,17 @@ impl PgActor {
             }
             None => (m.up, Vec::new()),
         };
+        // EC pools never take pg_temp: their acting set is the up set.
+        let (acting, primary) = match &self.ec {
+            Some(_) => (up.clone(), m.primary),
+            None => (m.acting, m.acting_primary),
+        };
         let p = Placement {
             epoch: map.epoch,
-            up: up.clone(),
-            acting: up,
+            up,
+            acting,
             shards,
-            primary: m.primary,
+            primary,
             size: pool.size,
             min_size: pool.min_size,
             prev_primary_up_thru: if self.shared.mon.is_some() {

@@ -38,6 +38,12 @@ pub mod msg_type {
     /// primary -> EC shard (call): [`crate::EcRollback`]; answered with [`EC_ROLLBACK_REPLY`].
     pub const EC_ROLLBACK: u16 = 0x0523;
     pub const EC_ROLLBACK_REPLY: u16 = 0x0524;
+    /// primary -> backfill target, one-way: [`crate::PgBackfill`].
+    pub const PG_BACKFILL: u16 = 0x0531;
+    /// backfill target -> primary, one-way: [`crate::PgBackfillAck`].
+    pub const PG_BACKFILL_ACK: u16 = 0x0532;
+    /// primary -> stray copy, one-way: [`crate::PgRemove`].
+    pub const PG_REMOVE: u16 = 0x0533;
 }
 
 /// Wire format version of every message in this crate.

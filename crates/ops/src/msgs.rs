@@ -64,6 +64,60 @@ pub struct PgInfo {
     pub last_active_acting: Vec<i32>,
     /// The PG was active+clean (every acting member complete) as of this epoch.
     pub last_epoch_clean: Epoch,
+    /// Set while this copy is being backfilled: objects after the mark are
+    /// missing, so the copy can serve neither as authoritative nor as a
+    /// member until the backfill completes (None = complete).
+    pub backfill: Option<BackfillMark>,
+}
+
+/// How far a backfill has copied a PG onto a target, in store order
+/// (bit-reversed hash, namespace, name).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BackfillMark {
+    /// Last object copied (None: nothing yet).
+    pub through: Option<ListCursor>,
+}
+
+/// primary -> backfill target, one-way on the same connection as the
+/// replication sub-ops (so the two stay ordered); answered with a
+/// [`PgBackfillAck`]. Writes the primary sends later for objects at or
+/// before `through` carry their data; later ones only their log entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgBackfill {
+    pub pgid: PgId,
+    pub from: i32,
+    pub epoch: Epoch,
+    pub interval_since: Epoch,
+    /// Batch number within the interval (echoed in the ack).
+    pub seq: u64,
+    /// First batch: drop every object held and adopt this info (marked
+    /// incomplete) and log; None to continue where the target is.
+    pub start: Option<(PgInfo, Vec<LogEntry>)>,
+    /// Object states to install (None = the object must not exist).
+    pub objects: Vec<(u32, ObjectName, Option<ObjectState>)>,
+    /// The target now holds every object up to here.
+    pub through: Option<ListCursor>,
+    /// The last batch: the copy is complete (its backfill mark is cleared).
+    pub complete: bool,
+}
+
+/// backfill target -> primary, one-way: batch `seq` is durable (or why not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgBackfillAck {
+    pub pgid: PgId,
+    pub from: i32,
+    pub interval_since: Epoch,
+    pub seq: u64,
+    pub result: Result<(), String>,
+}
+
+/// primary -> an OSD holding a copy outside the acting and up sets, once
+/// the PG is clean: delete that copy (one-way).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgRemove {
+    pub pgid: PgId,
+    pub from: i32,
+    pub epoch: Epoch,
 }
 
 /// primary -> replica: apply `mutations` and append `entry` in one store

@@ -46,5 +46,7 @@ pub use parse::{
     command_help, input_file_arg, output_file_arg, parse_command, parse_command_with_input,
     parse_osd_id,
 };
-pub use pgmap::{OsdBeacon, OsdStatsEntry, PgEntry, PgMapView, PgReport, PgTotals};
+pub use pgmap::{
+    OsdBeacon, OsdStatsEntry, PgEntry, PgMapView, PgRecoveryCounts, PgReport, PgTotals,
+};
 pub use query::{format_age, format_bytes};

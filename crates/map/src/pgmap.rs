@@ -43,6 +43,21 @@ pub struct PgReport {
     pub same_interval_since: u64,
     pub last_epoch_started: u64,
     pub down_reason: Option<String>,
+    /// Objects the reporting primary brought up to date in this PG since
+    /// it started, by kind of recovery.
+    pub recovery: PgRecoveryCounts,
+}
+
+/// Objects recovered in one PG, counted by the primary that did it (one
+/// count per object per member brought up to date), since that OSD
+/// started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PgRecoveryCounts {
+    /// Named by log entries the member lacked (log-based recovery).
+    pub log_objects: u64,
+    /// Copied by a full scan because the log did not reach back far
+    /// enough or the member was new (backfill).
+    pub backfill_objects: u64,
 }
 
 /// What an OSD tells the monitors every `osd_beacon_report_interval`: it is

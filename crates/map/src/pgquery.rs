@@ -118,6 +118,7 @@ impl ClusterMap {
                 "num_objects_degraded": r.map(|r| r.degraded_objects),
                 "num_objects_misplaced": r.map(|r| r.misplaced_objects),
                 "reported_epoch": r.map(|r| r.epoch),
+                "recovery": r.map(|r| r.recovery),
             }));
         }
         let headers: Vec<(&str, Align)> = if brief {

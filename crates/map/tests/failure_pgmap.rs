@@ -137,6 +137,7 @@ fn report(m: &ClusterMap, seed: u32, state: &str, objects: u64) -> PgReport {
         same_interval_since: 1,
         last_epoch_started: 1,
         down_reason: None,
+        recovery: Default::default(),
     }
 }
 

@@ -2,14 +2,15 @@
 //! (and soon after any PG of which it is primary changes state) it sends
 //! its store usage (statfs) and a report of each PG it is primary for:
 //! state, up/acting, log length, last_update, object and byte counts, and
-//! degraded copies (objects x acting members missing). Object counts come
+//! degraded copies (objects x acting members missing), and the objects it
+//! recovered by log and by backfill (`PgRecoveryCounts`). Object counts come
 //! from a scan of the PG's collection, redone when the PG's `last_update`
 //! moved (twice: see `Count`). The monitors keep these in memory (`pg stat`,
 //! `status`, PG health checks) and treat the beacon as a liveness signal.
 //! Owns no PG state (it reads what the PG actors publish).
 
 use crate::runtime::{coll_of, MonRequests, PgStat, Shared};
-use cairn_map::{ClusterMap, MonCommand, OsdBeacon, PgReport};
+use cairn_map::{ClusterMap, MonCommand, OsdBeacon, PgRecoveryCounts, PgReport};
 use cairn_store::{ListStart, Store};
 use cairn_types::PgId;
 use std::collections::HashMap;
@@ -71,7 +72,13 @@ fn count_pg(store: &Store, pgid: PgId) -> CountResult {
     }
 }
 
-fn report_of(map: &ClusterMap, pgid: PgId, st: &PgStat, count: Option<&Count>) -> PgReport {
+fn report_of(
+    map: &ClusterMap,
+    pgid: PgId,
+    st: &PgStat,
+    count: Option<&Count>,
+    recovery: PgRecoveryCounts,
+) -> PgReport {
     let size = map
         .pools
         .get(&pgid.pool.0)
@@ -102,6 +109,7 @@ fn report_of(map: &ClusterMap, pgid: PgId, st: &PgStat, count: Option<&Count>) -
         same_interval_since: st.same_interval_since,
         last_epoch_started: st.last_epoch_started,
         down_reason: st.down_reason.clone(),
+        recovery,
     }
 }
 
@@ -157,7 +165,7 @@ async fn build(
     let statfs = statfs.map_err(|e| format!("statfs: {e}"))?;
     let pgs = mine
         .iter()
-        .map(|(p, s)| report_of(&map, *p, s, counts.get(p)))
+        .map(|(p, s)| report_of(&map, *p, s, counts.get(p), shared.recovered(*p)))
         .collect();
     Ok(OsdBeacon {
         epoch: map.epoch.0,

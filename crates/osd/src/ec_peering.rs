@@ -18,6 +18,7 @@ use crate::pg::{check_can_activate, plan_recovery, RecoveryPlan};
 use crate::runtime::META_INFO;
 use bytes::Bytes;
 use cairn_ec::ChunkInfo;
+use cairn_map::PgRecoveryCounts;
 use cairn_ops::{
     encode, msg_type, EcRead, EcReadFail, EcRollback, EcRollbackReply, LogEntry, ObjectName,
     ObjectState, PgInfo, PgNotify, PgPull, PgPush, PgPushReply, PgQuery, PullReply, PullWhat,
@@ -249,6 +250,7 @@ impl EcPeeringJob {
         plan: RecoveryPlan,
         sources: &[usize],
     ) -> Result<(), String> {
+        let backfill = matches!(plan, RecoveryPlan::Backfill);
         let (names, keep_only) = match plan {
             RecoveryPlan::UpToDate => return Ok(()),
             RecoveryPlan::Log { objects } => (objects, None),
@@ -258,6 +260,19 @@ impl EcPeeringJob {
                 (names, Some(all))
             }
         };
+        let n = names.len() as u64;
+        let counts = if backfill {
+            PgRecoveryCounts {
+                backfill_objects: n,
+                ..Default::default()
+            }
+        } else {
+            PgRecoveryCounts {
+                log_objects: n,
+                ..Default::default()
+            }
+        };
+        self.base.shared.add_recovered(self.base.pgid, counts);
         tracing::info!(
             "pg {}: rebuilding {} objects of shard {shard} on osd.{osd} from shards {sources:?}",
             self.base.pgid,

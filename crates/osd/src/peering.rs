@@ -213,6 +213,13 @@ impl PeeringJob {
             up_thru_recorded: self.up_thru_recorded(),
             batch_bytes: self.shared.cfg.recovery_batch_bytes,
         });
+        let r = self.drive(&mut sm).await;
+        self.shared.add_recovered(self.pgid, sm.recovered());
+        r
+    }
+
+    /// Runs `sm` to its end (see `run`).
+    async fn drive(&self, sm: &mut Peering) -> Result<(PgInfo, Vec<LogEntry>), String> {
         let mut todo: VecDeque<PeeringOutput> = sm.start().into();
         let mut calls: JoinSet<PeeringInput> = JoinSet::new();
         loop {

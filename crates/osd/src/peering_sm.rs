@@ -12,6 +12,7 @@
 //! waits for are ignored (late replies, duplicates).
 
 use crate::pg::{check_can_activate, plan_recovery, PastInterval, RecoveryPlan};
+use cairn_map::PgRecoveryCounts;
 use cairn_ops::{ListCursor, LogEntry, ObjectName, ObjectState, PgInfo, PgPush};
 use cairn_types::{Epoch, PgId};
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
@@ -173,6 +174,8 @@ pub struct Peering {
     /// Acting members still to bring up to date.
     members: VecDeque<i32>,
     target: Option<PushTarget>,
+    /// Objects this run decided to copy, by log and by backfill.
+    recovered: PgRecoveryCounts,
 }
 
 impl Peering {
@@ -187,7 +190,14 @@ impl Peering {
             pull_queue: VecDeque::new(),
             members: VecDeque::new(),
             target: None,
+            recovered: PgRecoveryCounts::default(),
         }
+    }
+
+    /// Objects this run brought (or set out to bring) up to date: one per
+    /// object per member, by log and by backfill.
+    pub fn recovered(&self) -> PgRecoveryCounts {
+        self.recovered
     }
 
     /// The first outputs.
@@ -269,6 +279,7 @@ impl Peering {
                 self.fail(why)
             }
             (Wait::LocalListForPush, I::LocalListed(all)) => {
+                self.recovered.backfill_objects += all.len() as u64;
                 if let Some(t) = self.target.as_mut() {
                     t.names = all.iter().cloned().collect();
                     t.keep_only = Some(all);
@@ -431,6 +442,7 @@ impl Peering {
                     self.p.pgid,
                     objects.len()
                 );
+                self.recovered.log_objects += objects.len() as u64;
                 self.pull_queue = objects.into_iter().map(|o| (o.hash(), o)).collect();
                 self.pull_next()
             }
@@ -480,6 +492,7 @@ impl Peering {
             .map(|(_, n)| n)
             .filter(|n| !keep.contains(n))
             .collect();
+        self.recovered.backfill_objects += all.len() as u64;
         self.pull_queue = all.into_iter().collect();
         self.wait = Wait::StaleRemoved;
         vec![PeeringOutput::InstallLocal {
@@ -528,6 +541,7 @@ impl Peering {
         match plan {
             RecoveryPlan::UpToDate => {}
             RecoveryPlan::Log { objects } => {
+                self.recovered.log_objects += objects.len() as u64;
                 t.names = objects.into_iter().map(|o| (o.hash(), o)).collect();
             }
             RecoveryPlan::Backfill => {
@@ -815,6 +829,9 @@ mod tests {
         };
         assert_eq!(push.objects.len(), 2);
         assert!(push.finish.is_some());
+        // One object pulled here, two pushed to osd.2, all from the log.
+        let counts = sm.recovered();
+        assert_eq!((counts.log_objects, counts.backfill_objects), (3, 0));
         let out = sm.handle(PeeringInput::PushAcked {
             to: 2,
             result: Err("disk full".into()),

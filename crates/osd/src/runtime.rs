@@ -12,7 +12,7 @@ use crate::exec;
 use crate::peering;
 use crate::pg::{PastInterval, Pg, PgAction, PgEvent, PgLimits, Placement, Role, Token};
 use bytes::Bytes;
-use cairn_map::{ClusterMap, PoolKind};
+use cairn_map::{ClusterMap, PgRecoveryCounts, PoolKind};
 use cairn_msg::{connect, Connection, Credentials, Listener, Message, MsgConfig, MsgError, Secret};
 use cairn_ops::{
     decode, encode, msg_type, EcRead, EcRollback, EcRollbackReply, LogEntry, LogOp, Mutation,
@@ -218,6 +218,8 @@ pub(crate) struct Shared {
     pub(crate) mon: Option<MonRequests>,
     pgs: Mutex<HashMap<PgId, mpsc::Sender<PgMsg>>>,
     stats: Mutex<BTreeMap<PgId, PgStat>>,
+    /// Objects this OSD recovered as primary, per PG (for the beacons).
+    recovered: Mutex<BTreeMap<PgId, PgRecoveryCounts>>,
     peers: Mutex<HashMap<i32, PeerSlot>>,
     peer_gen: AtomicU64,
     throttle: Arc<Semaphore>,
@@ -299,6 +301,7 @@ impl Osd {
             mon,
             pgs: Mutex::new(HashMap::new()),
             stats: Mutex::new(BTreeMap::new()),
+            recovered: Mutex::new(BTreeMap::new()),
             peers: Mutex::new(HashMap::new()),
             peer_gen: AtomicU64::new(1),
             tasks: Tasks::default(),
@@ -722,6 +725,22 @@ impl Shared {
     }
 
     /// Every PG's published stats, by PG.
+    /// Adds `counts` to what this OSD recovered in `pgid` as primary.
+    pub(crate) fn add_recovered(&self, pgid: PgId, counts: PgRecoveryCounts) {
+        let mut m = lock(&self.recovered);
+        let c = m.entry(pgid).or_default();
+        c.log_objects += counts.log_objects;
+        c.backfill_objects += counts.backfill_objects;
+    }
+
+    /// What `add_recovered` counted for `pgid` since this OSD started.
+    pub(crate) fn recovered(&self, pgid: PgId) -> PgRecoveryCounts {
+        lock(&self.recovered)
+            .get(&pgid)
+            .copied()
+            .unwrap_or_default()
+    }
+
     pub(crate) fn pg_stat_map(&self) -> Vec<(PgId, PgStat)> {
         lock(&self.stats)
             .iter()

@@ -74,6 +74,26 @@ impl Allocator {
         Some(out)
     }
 
+    /// The free sub-runs of `[start, start+len)`.
+    pub fn free_parts(&self, start: u64, len: u64) -> Vec<(u64, u64)> {
+        let end = start + len;
+        let mut out = Vec::new();
+        let first = self
+            .free
+            .range(..=start)
+            .next_back()
+            .map(|(&s, _)| s)
+            .unwrap_or(start);
+        for (&fs, &fl) in self.free.range(first..end) {
+            let s = fs.max(start);
+            let e = (fs + fl).min(end);
+            if s < e {
+                out.push((s, e - s));
+            }
+        }
+        out
+    }
+
     /// Returns `[start, start+len)` to the free map, coalescing neighbours.
     pub fn release(&mut self, start: u64, len: u64) {
         debug_assert!(len > 0);
@@ -124,6 +144,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn free_parts_clips_to_the_range() {
+        let mut a = Allocator::new_free(0, 100);
+        assert!(a.mark_used(10, 20)); // used [10, 30)
+        assert!(a.mark_used(40, 10)); // used [40, 50)
+        assert_eq!(a.free_parts(5, 50), vec![(5, 5), (30, 10), (50, 5)]);
+        assert_eq!(a.free_parts(12, 5), vec![]);
+        assert_eq!(a.free_parts(0, 3), vec![(0, 3)]);
     }
 
     #[test]

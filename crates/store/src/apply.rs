@@ -121,6 +121,10 @@ pub(crate) struct Batch<'a, 'w> {
     pub allocated: Vec<(u64, u64)>,
     /// Blocks released by this attempt (reusable only after commit and readers drain).
     pub freed: Vec<(u64, u64)>,
+    /// The part of `freed` released by zero, truncate and remove: given back
+    /// to the filesystem (punched) when released. Blocks freed by an
+    /// overwrite are not punched: the allocator hands them out again soon.
+    pub discarded: Vec<(u64, u64)>,
     pub data_dirty: bool,
     /// Where block images written by this attempt are recorded (the WAL record).
     pub redo: SharedRedo,
@@ -167,7 +171,14 @@ impl<'a, 'w> Batch<'a, 'w> {
                     self.write_prewritten(coll, obj, &mut on, *offset, pw)?;
                     self.put_onode(coll, obj, &on)?;
                 }
-                _ => self.apply_op(op)?,
+                _ => {
+                    let before = self.freed.len();
+                    self.apply_op(op)?;
+                    if matches!(op, Op::Zero { .. } | Op::Truncate { .. } | Op::Remove(..)) {
+                        let gone = self.freed[before..].to_vec();
+                        self.discarded.extend(gone);
+                    }
+                }
             }
         }
         Ok(())

@@ -1,5 +1,6 @@
 //! The durability boundary: every byte the store (and its metadata engine)
-//! puts on disk goes through [`StoreFile`]. `OsFile` is the real thing;
+//! puts on disk goes through [`StoreFile`]. `OsFile` is the real thing — a
+//! regular file, or a raw block device whose size is fixed;
 //! [`crate::sim::SimFile`] models live vs durable bytes for fault tests.
 
 use std::fmt;
@@ -32,16 +33,35 @@ pub trait StoreFile: Send + Sync + 'static {
     /// Grows or shrinks; new bytes read as zeros.
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Reserves real space for `[0, len)` (fallocate) so later writes cannot
-    /// hit ENOSPC; implementations that cannot reserve just extend.
+    /// hit ENOSPC; implementations that cannot reserve just extend. A file
+    /// of fixed size (a raw device) fails if `len` is beyond its end.
     fn preallocate(&self, len: u64) -> io::Result<()>;
+    /// Gives `[offset, offset + len)` back to the filesystem or device
+    /// (fallocate PUNCH_HOLE; on a block device the kernel discards or
+    /// zeroes the range). Afterwards the range reads as zeros. Returns
+    /// `Ok(false)` where the file system or device cannot do it (the
+    /// range then keeps its old bytes and its space).
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let _ = (offset, len);
+        Ok(false)
+    }
+    /// The size is fixed (a raw block device): `set_len` and growing
+    /// `preallocate` fail.
+    fn is_fixed_size(&self) -> bool {
+        false
+    }
 }
 
-/// A plain file on a local filesystem.
+/// A plain file on a local filesystem, or a raw block device.
 pub struct OsFile {
     file: File,
     /// Second descriptor opened with O_DIRECT, when the filesystem allows it.
     direct: Option<File>,
     name: String,
+    /// Size of a block device (fixed); None for a regular file.
+    device_bytes: Option<u64>,
+    /// Punch-hole was refused once (EOPNOTSUPP): do not ask again.
+    punch_unsupported: std::sync::atomic::AtomicBool,
 }
 
 /// Alignment O_DIRECT needs for buffers, offsets and lengths.
@@ -81,14 +101,40 @@ impl Drop for AlignedBuf {
 }
 
 impl OsFile {
+    /// Opens (or creates) a regular file, or opens a block device. A block
+    /// device is opened exclusively (O_EXCL): the kernel refuses while it is
+    /// mounted or held by another exclusive user.
     pub fn open(path: &Path, create: bool) -> io::Result<OsFile> {
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let is_device = std::fs::metadata(path)
+            .map(|m| m.file_type().is_block_device())
+            .unwrap_or(false);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(create)
+            .create(create && !is_device)
             .truncate(false)
-            .open(path)?;
-        use std::os::unix::fs::OpenOptionsExt;
+            .custom_flags(if is_device { libc::O_EXCL } else { 0 })
+            .open(path)
+            .map_err(|e| {
+                if is_device && e.raw_os_error() == Some(libc::EBUSY) {
+                    io::Error::new(
+                        e.kind(),
+                        format!(
+                            "{} is in use (mounted, or held by another program)",
+                            path.display()
+                        ),
+                    )
+                } else {
+                    e
+                }
+            })?;
+        let device_bytes = if is_device {
+            use std::io::{Seek, SeekFrom};
+            Some((&file).seek(SeekFrom::End(0))?)
+        } else {
+            None
+        };
         let direct = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -99,7 +145,19 @@ impl OsFile {
             file,
             direct,
             name: path.display().to_string(),
+            device_bytes,
+            punch_unsupported: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    fn fixed_size_error(&self, len: u64, size: u64) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is a device of fixed size {size} bytes; it cannot hold {len} bytes",
+                self.name
+            ),
+        )
     }
 }
 
@@ -134,12 +192,56 @@ impl StoreFile for OsFile {
         self.file.sync_data()
     }
     fn len(&self) -> io::Result<u64> {
-        Ok(self.file.metadata()?.len())
+        match self.device_bytes {
+            Some(n) => Ok(n),
+            None => Ok(self.file.metadata()?.len()),
+        }
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.file.set_len(len)
+        match self.device_bytes {
+            Some(n) if n == len => Ok(()),
+            Some(n) => Err(self.fixed_size_error(len, n)),
+            None => self.file.set_len(len),
+        }
+    }
+    fn is_fixed_size(&self) -> bool {
+        self.device_bytes.is_some()
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
+        use std::sync::atomic::Ordering;
+        if len == 0 || self.punch_unsupported.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "range too large",
+            ));
+        };
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: fallocate on a valid, open descriptor with plain integer arguments.
+        if unsafe { libc::fallocate(self.file.as_raw_fd(), mode, off, n) } == 0 {
+            return Ok(true);
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL) => {
+                tracing::warn!(file = %self.name, error = %err, "punch-hole unsupported; freed space stays allocated on the device");
+                self.punch_unsupported.store(true, Ordering::Relaxed);
+                Ok(false)
+            }
+            _ => Err(err),
+        }
     }
     fn preallocate(&self, len: u64) -> io::Result<()> {
+        if let Some(n) = self.device_bytes {
+            // A device has all its space already; nothing to reserve.
+            return if len <= n {
+                Ok(())
+            } else {
+                Err(self.fixed_size_error(len, n))
+            };
+        }
         let len_off = libc::off_t::try_from(len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "length too large"))?;
         // SAFETY: fallocate on a valid, open descriptor with plain integer arguments.

@@ -172,6 +172,31 @@ pub(crate) fn encode_label(sb: &Superblock) -> Vec<u8> {
     v
 }
 
+/// Bytes of a device's start that [`existing_signature`] looks at.
+pub(crate) const SIGNATURE_PROBE_BYTES: usize = 68 << 10;
+
+/// What an existing data device or file already holds, judged by the
+/// on-disk signatures of common formats in `head` (its first bytes): a
+/// cairn store, a filesystem, a partition table, a volume. None if none of
+/// them is there. Used at mkfs so that a store is never laid over data.
+pub(crate) fn existing_signature(head: &[u8]) -> Option<&'static str> {
+    let at = |off: usize, sig: &[u8]| head.get(off..off + sig.len()) == Some(sig);
+    if at(0, LABEL_MAGIC) {
+        return Some("a cairn store");
+    }
+    let sigs: [(usize, &[u8], &'static str); 8] = [
+        (1080, &[0x53, 0xEF], "an ext2/3/4 filesystem"),
+        (0, b"XFSB", "an XFS filesystem"),
+        (65600, b"_BHRfS_M", "a btrfs filesystem"),
+        (0, b"LUKS\xba\xbe", "a LUKS volume"),
+        (512, b"EFI PART", "a GPT partition table"),
+        (512, b"LABELONE", "an LVM physical volume"),
+        (4086, b"SWAPSPACE2", "swap space"),
+        (510, &[0x55, 0xAA], "a DOS partition table or boot sector"),
+    ];
+    sigs.iter().find(|(o, sig, _)| at(*o, sig)).map(|s| s.2)
+}
+
 pub(crate) fn decode_label(v: &[u8]) -> std::result::Result<Superblock, String> {
     if v.len() < 52 || &v[..16] != LABEL_MAGIC {
         return Err("data file has no cairn-store label (not a store, or wrong file)".into());
@@ -196,6 +221,22 @@ pub(crate) fn decode_label(v: &[u8]) -> std::result::Result<Superblock, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signatures_of_existing_formats() {
+        let mut head = vec![0u8; SIGNATURE_PROBE_BYTES];
+        assert_eq!(existing_signature(&head), None);
+        head[1080] = 0x53;
+        head[1081] = 0xEF;
+        assert_eq!(existing_signature(&head), Some("an ext2/3/4 filesystem"));
+        head[..16].copy_from_slice(LABEL_MAGIC);
+        assert_eq!(existing_signature(&head), Some("a cairn store"));
+        let mut head = vec![0u8; 600];
+        head[512..520].copy_from_slice(b"EFI PART");
+        assert_eq!(existing_signature(&head), Some("a GPT partition table"));
+        // A short head cannot match signatures beyond its end.
+        assert_eq!(existing_signature(&[0u8; 16]), None);
+    }
 
     #[test]
     fn extent_round_trip_and_label() {

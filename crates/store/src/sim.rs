@@ -207,4 +207,13 @@ impl StoreFile for SimFile {
         }
         Ok(())
     }
+    /// Modelled as an unsynced write of zeros (a cut may keep or drop it).
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let end = offset.saturating_add(len).min(self.len()?);
+        if offset < end {
+            let zeros = vec![0u8; usize::try_from(end - offset).map_err(io::Error::other)?];
+            self.write_at(&zeros, offset)?;
+        }
+        Ok(true)
+    }
 }

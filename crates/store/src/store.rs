@@ -160,13 +160,17 @@ pub enum ListStart {
     After(ObjectId),
 }
 
+/// A run of data blocks: (first block, number of blocks).
+type BlockRun = (u64, u64);
+
 /// Readers register the commit sequence they started at; blocks freed by
 /// commit S are reused only once no reader older than S remains.
 #[derive(Default)]
 struct ReaderEpochs {
     committed_seq: u64,
     active: BTreeMap<u64, usize>,
-    held: VecDeque<(u64, Vec<(u64, u64)>)>,
+    /// (commit seq, blocks freed, the part of them to punch).
+    held: VecDeque<(u64, Vec<BlockRun>, Vec<BlockRun>)>,
 }
 
 pub(crate) struct Inner {
@@ -253,7 +257,7 @@ impl Inner {
 
     /// Writes every block-aligned `Write` of `txn` into new blocks from the
     /// calling thread, so many submitters overlap their data I/O: large ones
-    /// with O_DIRECT (synced by the WAL writer before the group's record),
+    /// with O_DIRECT, each synced by its submitter before the group is queued,
     /// small ones through the page cache (their bytes ride in the record).
     fn prewrite(&self, txn: &Transaction) -> Result<Vec<Option<Prewrite>>> {
         let bs = self.block_size;
@@ -311,6 +315,18 @@ impl Inner {
                 break;
             }
             done += part.len();
+        }
+        if written.is_ok() && !deferred {
+            // A large write is durable before its group's record names its
+            // blocks: each submitter syncs its own data, as fio's threads
+            // do, and concurrent syncs merge in the block layer. A failed
+            // sync is not retryable (the kernel may have dropped other dirty
+            // pages of the file): it poisons the store.
+            if let Err(e) = self.data.sync_data() {
+                let err = StoreError::io("data file fdatasync", e);
+                poison(self, &err.to_string());
+                written = Err(err);
+            }
         }
         if let Err(e) = written {
             if let Ok(mut a) = self.alloc.lock() {
@@ -436,7 +452,16 @@ pub struct StoreFiles {
 
 impl Store {
     /// mkfs: creates a new store at `cfg.path` (fails if one exists).
+    ///
+    /// The data goes to `<path>/block`. If that does not exist (or is an
+    /// empty file) it is created and preallocated to `data_bytes`. If it is
+    /// a block device (usually a symlink to one) or a non-empty file, the
+    /// store takes it whole at its fixed size (`data_bytes` is ignored) —
+    /// unless it already holds a store, a filesystem, a partition table or
+    /// a volume, which is refused. Metadata and WAL stay files in `path`
+    /// (or `meta_path`).
     pub fn create(cfg: StoreConfig) -> Result<Store> {
+        let mut cfg = cfg;
         cfg.validate()?;
         let io = |what: &str, e| StoreError::io(format!("{what} under {}", cfg.path.display()), e);
         std::fs::create_dir_all(&cfg.path).map_err(|e| io("create directory", e))?;
@@ -447,20 +472,21 @@ impl Store {
         // A WAL without its data and metadata is meaningless: create_on
         // reformats it (a leftover of a removed store).
         let wal_path = cfg.meta_dir().join(WAL_FILE);
-        for p in [&data_path, &meta_path] {
-            if p.exists() {
-                return Err(StoreError::Format {
-                    path: p.display().to_string(),
-                    reason: "a store already exists here; open it instead, or remove it first"
-                        .into(),
-                });
-            }
+        if meta_path.exists() {
+            return Err(StoreError::Format {
+                path: meta_path.display().to_string(),
+                reason: "a store already exists here; open it instead, or remove it first".into(),
+            });
         }
-        check_fs_space(
-            cfg.meta_dir(),
-            cfg.data_bytes + cfg.meta_reserve_bytes + cfg.wal_bytes,
-            &cfg,
-        )?;
+        let fixed_bytes = existing_data_target(&data_path)?;
+        let need = match fixed_bytes {
+            Some(n) => {
+                cfg.data_bytes = n;
+                cfg.meta_reserve_bytes + cfg.wal_bytes
+            }
+            None => cfg.data_bytes + cfg.meta_reserve_bytes + cfg.wal_bytes,
+        };
+        check_fs_space(cfg.meta_dir(), need)?;
         let data = Arc::new(OsFile::open(&data_path, true).map_err(|e| io("create data file", e))?);
         let meta = Arc::new(OsFile::open(&meta_path, true).map_err(|e| io("create meta file", e))?);
         let wal = Arc::new(OsFile::open(&wal_path, true).map_err(|e| io("create WAL file", e))?);
@@ -557,6 +583,16 @@ impl Store {
             reason,
         };
         let lsb = decode_label(&label).map_err(fmt_err)?;
+        let data_len = files
+            .data
+            .len()
+            .map_err(|e| StoreError::io("data file length", e))?;
+        if data_len < lsb.data_bytes {
+            return Err(fmt_err(format!(
+                "data device or file holds {data_len} bytes but the store was made for {} (was it shrunk, or is it another device?)",
+                lsb.data_bytes
+            )));
+        }
         let db = open_db(&cfg, &files.meta)?;
         let r = db.begin_read()?;
         let sup = r
@@ -603,11 +639,17 @@ impl Store {
             block_size: bs,
             blocks: (first_block, total_blocks),
         };
-        let (last_seq, wal_start) = replay.run(applied, wal_head, wal_cap)?;
+        let (last_seq, wal_start, rewritten) = replay.run(applied, wal_head, wal_cap)?;
         let r = db.begin_read()?;
         let next_id = sup_u64(&r.open_table(T_SUPER)?, b"next_id").map_err(fmt_err)?;
         let alloc = rebuild_allocator(&r, first_block, total_blocks)?;
         drop(r);
+        // Replay rewrote block images of the log, some into blocks a later
+        // record freed (and punched): give those back to the filesystem again.
+        let mut stale: Vec<(u64, u64)> = rewritten
+            .iter()
+            .flat_map(|&(s, l)| alloc.free_parts(s, l))
+            .collect();
         let mut cfg = cfg;
         cfg.block_size = sb.block_size;
         cfg.data_bytes = sb.data_bytes;
@@ -632,6 +674,7 @@ impl Store {
             wal_jobs: Mutex::new(0),
             wal_jobs_cv: Condvar::new(),
         });
+        punch_runs(&inner, &mut stale);
         let max_record_bytes = (wal_cap / 4).min(MAX_WAL_RECORD_BYTES);
         let log = LogState {
             pipeline: WalPipeline::spawn(inner.clone(), files.wal.clone())?,
@@ -1064,18 +1107,60 @@ pub(crate) fn fs_available(dir: &Path) -> Option<u64> {
     Some(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
-fn check_fs_space(dir: &Path, need: u64, cfg: &StoreConfig) -> Result<()> {
+fn check_fs_space(dir: &Path, need: u64) -> Result<()> {
     if let Some(avail) = fs_available(dir) {
         if avail < need {
             return Err(StoreError::StoreFull {
-                what: "filesystem too small for data_bytes + meta_reserve_bytes at mkfs",
+                what: "filesystem too small at mkfs for data_bytes (unless on a device) + meta_reserve_bytes + wal_bytes",
                 needed_bytes: need,
                 available_bytes: avail,
             });
         }
     }
-    let _ = cfg;
     Ok(())
+}
+
+/// At mkfs: None if the data file is to be created (missing or empty);
+/// else the fixed size of the existing device or file the store will take
+/// whole, after checking that it holds nothing we would overwrite.
+fn existing_data_target(data_path: &Path) -> Result<Option<u64>> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = data_path.display().to_string();
+    let md = match std::fs::metadata(data_path) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StoreError::io(format!("inspect {shown}"), e)),
+    };
+    let is_device = md.file_type().is_block_device();
+    if !is_device && !md.is_file() {
+        return Err(StoreError::Format {
+            path: shown,
+            reason: "is neither a regular file nor a block device".into(),
+        });
+    }
+    if md.is_file() && md.len() == 0 {
+        return Ok(None);
+    }
+    let f =
+        OsFile::open(data_path, false).map_err(|e| StoreError::io(format!("open {shown}"), e))?;
+    let len = f
+        .len()
+        .map_err(|e| StoreError::io(format!("size of {shown}"), e))?;
+    let mut head = vec![0u8; (len as usize).min(SIGNATURE_PROBE_BYTES)];
+    f.read_at(&mut head, 0)
+        .map_err(|e| StoreError::io(format!("read the start of {shown}"), e))?;
+    if let Some(what) = existing_signature(&head) {
+        let next = if what == "a cairn store" {
+            "open it instead, or wipe it first ('cairn disk zap')"
+        } else {
+            "wipe it first (e.g. 'wipefs -a') if you mean to erase it"
+        };
+        return Err(StoreError::Format {
+            path: shown,
+            reason: format!("holds {what}; {next}"),
+        });
+    }
+    Ok(Some(len))
 }
 
 fn rebuild_allocator(r: &ReadTransaction, first: u64, total: u64) -> Result<Allocator> {
@@ -1125,9 +1210,9 @@ struct Replay<'a> {
 }
 
 impl Replay<'_> {
-    /// Returns the sequence number of the last record now applied and the
-    /// WAL offset where the next record goes.
-    fn run(&self, applied: u64, head: u64, wal_cap: u64) -> Result<(u64, u64)> {
+    /// Returns the sequence number of the last record now applied, the
+    /// WAL offset where the next record goes, and the block runs it rewrote.
+    fn run(&self, applied: u64, head: u64, wal_cap: u64) -> Result<(u64, u64, Vec<BlockRun>)> {
         let wio = |e| StoreError::io("WAL read", e);
         if head >= wal_cap || !head.is_multiple_of(WAL_ALIGN) {
             return Err(StoreError::Corrupt(format!(
@@ -1136,7 +1221,7 @@ impl Replay<'_> {
         }
         let recs = wal::scan(self.wal, wal_cap, &self.store_id, head, applied + 1).map_err(wio)?;
         let Some(last) = recs.last().copied() else {
-            return Ok((applied, head));
+            return Ok((applied, head, Vec::new()));
         };
         tracing::info!(
             records = recs.len(),
@@ -1145,6 +1230,7 @@ impl Replay<'_> {
             "replaying the store's write-ahead log"
         );
         let w = self.db.begin_write()?; // Durability::Immediate
+        let rewritten;
         {
             let mut t = Tables::open(&w, &RedoLog::disabled())?;
             // Metadata: every change, in order (puts and deletes are idempotent).
@@ -1164,7 +1250,7 @@ impl Replay<'_> {
                     }
                 }
             }
-            self.replay_images(&recs)?;
+            rewritten = self.replay_images(&recs)?;
             self.data
                 .sync_data()
                 .map_err(|e| StoreError::io("data file fdatasync (replay)", e))?;
@@ -1173,7 +1259,7 @@ impl Replay<'_> {
             t.sup.insert(KEY_WAL_HEAD, 0u64.to_be_bytes().as_slice())?;
         }
         w.commit()?;
-        Ok((last.seq, 0))
+        Ok((last.seq, 0, rewritten))
     }
 
     fn decode<'p>(&self, seq: u64, payload: &'p [u8]) -> Result<wal::RecordView<'p>> {
@@ -1184,9 +1270,11 @@ impl Replay<'_> {
     /// Data: a block may be freed and reused between records, so only the
     /// last writer of each block (a later image, or a later large write put
     /// in place before its record) may leave its bytes: walk backwards.
-    fn replay_images(&self, recs: &[wal::RecordPos]) -> Result<()> {
+    /// Returns the runs of blocks written.
+    fn replay_images(&self, recs: &[wal::RecordPos]) -> Result<Vec<(u64, u64)>> {
         let bs = self.block_size;
         let mut claimed = wal::BlockSet::default();
+        let mut written = Vec::new();
         for pos in recs.iter().rev() {
             let payload =
                 wal::read_payload(self.wal, pos).map_err(|e| StoreError::io("WAL read", e))?;
@@ -1212,12 +1300,13 @@ impl Replay<'_> {
                         self.data
                             .write_at(blk, (pblock + i) * bs)
                             .map_err(|e| StoreError::io("data file write (replay)", e))?;
+                        written.push((pblock + i, 1));
                     }
                 }
                 claimed.insert(pblock, n);
             }
         }
-        Ok(())
+        Ok(written)
     }
 }
 
@@ -1531,10 +1620,10 @@ struct Committed {
     /// The group's WAL record and its file offset; None when the group was
     /// made durable by a direct metadata commit.
     record: Option<(u64, Vec<u8>)>,
-    /// Large writes were put in place: fdatasync(data) before the record.
-    sync_data_first: bool,
     /// Blocks the group freed (reusable once durable and older readers drained).
     freed: Vec<(u64, u64)>,
+    /// The part of `freed` to give back to the filesystem (zero, truncate, remove).
+    discard: Vec<(u64, u64)>,
     /// Reader-epoch sequence of the group's redb commit.
     commit_seq: u64,
     /// `visible_groups` number of the group.
@@ -1554,9 +1643,10 @@ struct WalJob {
 }
 
 /// The WAL writer thread: writes the records of the groups the committer
-/// hands it (several at a time when they queue up), makes them durable with
-/// one fdatasync, then publishes durability and acknowledges. The committer
-/// meanwhile applies the next group.
+/// hands it (several at a time when they queue up) and passes them to the
+/// sync threads, then goes on writing the next records while those syncs
+/// run (up to [`WAL_SYNCS_IN_FLIGHT`] fdatasyncs of the log at once, which
+/// the block layer merges). The committer meanwhile applies the next group.
 struct WalPipeline {
     tx: Option<SyncSender<WalJob>>,
     handle: Option<JoinHandle<()>>,
@@ -1564,15 +1654,20 @@ struct WalPipeline {
 
 /// Groups queued for the WAL writer before the committer waits.
 const WAL_PIPELINE_DEPTH: usize = 4;
-/// Most groups the WAL writer makes durable with one sync.
-const WAL_JOBS_PER_SYNC: usize = 16;
+/// Most groups the WAL writer puts in one write.
+const WAL_JOBS_PER_WRITE: usize = 16;
+/// fdatasyncs of the log that may run at once: a record is written while
+/// the previous ones sync.
+const WAL_SYNCS_IN_FLIGHT: usize = 3;
+/// Written batches waiting for their sync before the WAL writer waits.
+const WAL_WRITTEN_UNSYNCED_MAX: usize = 64;
 
 impl WalPipeline {
     fn spawn(inner: Arc<Inner>, wal: Arc<dyn StoreFile>) -> Result<WalPipeline> {
         let (tx, rx) = sync_channel::<WalJob>(WAL_PIPELINE_DEPTH);
         let handle = std::thread::Builder::new()
             .name("store-wal".into())
-            .spawn(move || wal_writer_loop(&inner, &*wal, rx))
+            .spawn(move || wal_writer_loop(inner, wal, rx))
             .map_err(|e| StoreError::io("spawn WAL writer thread", e))?;
         Ok(WalPipeline {
             tx: Some(tx),
@@ -1612,55 +1707,169 @@ fn job_done(inner: &Inner, n: u64) {
     inner.wal_jobs_cv.notify_all();
 }
 
-fn wal_writer_loop(inner: &Inner, wal: &dyn StoreFile, rx: Receiver<WalJob>) {
+/// Batches of groups whose records are written (in this order) and wait for
+/// a sync. Tickets number the batches in write order. A sync that starts
+/// after batch `t` was written makes every batch `<= t` durable (they were
+/// all written before it started), so completions need no reordering.
+#[derive(Default)]
+struct SyncState {
+    written: VecDeque<(u64, Vec<WalJob>)>,
+    last_written: u64,
+    /// Highest ticket a started sync covers.
+    covered: u64,
+    in_flight: usize,
+    closed: bool,
+}
+
+struct SyncQueue {
+    state: Mutex<SyncState>,
+    cv: Condvar,
+}
+
+fn wal_writer_loop(inner: Arc<Inner>, wal: Arc<dyn StoreFile>, rx: Receiver<WalJob>) {
+    let q = Arc::new(SyncQueue {
+        state: Mutex::new(SyncState::default()),
+        cv: Condvar::new(),
+    });
+    let mut syncers = Vec::new();
+    for i in 0..WAL_SYNCS_IN_FLIGHT {
+        let (inner2, wal2, q2) = (inner.clone(), wal.clone(), q.clone());
+        match std::thread::Builder::new()
+            .name(format!("store-wal-sync{i}"))
+            .spawn(move || wal_sync_loop(&inner2, &*wal2, &q2))
+        {
+            Ok(h) => syncers.push(h),
+            Err(e) => poison(&inner, &format!("spawn WAL sync thread: {e}")),
+        }
+    }
+    if syncers.is_empty() {
+        // Nothing could make a record durable: fail everything sent.
+        for job in rx {
+            let msg = poisoned_msg(&inner).unwrap_or_else(|| "no WAL sync thread".into());
+            finish_group(&inner, job.batch, job.results, Some(&msg));
+            job_done(&inner, 1);
+        }
+        return;
+    }
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
-        while jobs.len() < WAL_JOBS_PER_SYNC {
+        while jobs.len() < WAL_JOBS_PER_WRITE {
             match rx.try_recv() {
                 Ok(j) => jobs.push(j),
                 Err(_) => break,
             }
         }
-        let r = write_jobs(inner, wal, &jobs);
-        if let Err(e) = &r {
-            poison(inner, &e.to_string());
+        if let Err(e) = write_records(&inner, &*wal, &jobs) {
+            poison(&inner, &e.to_string());
         }
-        let n = jobs.len() as u64;
-        for job in jobs {
-            match &r {
-                Ok(()) => {
-                    let c = job.commit;
-                    release_after_durable(inner, c.commit_seq, c.freed);
-                    if let Ok(mut d) = inner.durable_groups.lock() {
-                        *d = (*d).max(c.group);
-                    }
-                    inner.durable_cv.notify_all();
-                    finish_group(inner, job.batch, job.results, None);
-                }
-                Err(e) => {
-                    let msg = poisoned_msg(inner).unwrap_or_else(|| e.to_string());
-                    finish_group(inner, job.batch, job.results, Some(&msg));
-                }
-            }
+        // Written (or failed: the sync threads fail them in order).
+        let Ok(mut st) = q.state.lock() else {
+            poison(&inner, "WAL sync queue lock poisoned");
+            break;
+        };
+        while st.written.len() >= WAL_WRITTEN_UNSYNCED_MAX {
+            st = match q.cv.wait(st) {
+                Ok(g) => g,
+                Err(_) => return,
+            };
         }
-        job_done(inner, n);
+        st.last_written += 1;
+        let t = st.last_written;
+        st.written.push_back((t, jobs));
+        drop(st);
+        q.cv.notify_all();
+    }
+    if let Ok(mut st) = q.state.lock() {
+        st.closed = true;
+    }
+    q.cv.notify_all();
+    for h in syncers {
+        let _ = h.join();
     }
 }
 
-/// Large data first, then every record, then one WAL sync.
-fn write_jobs(inner: &Inner, wal: &dyn StoreFile, jobs: &[WalJob]) -> Result<()> {
+/// One sync thread: takes everything written and not yet covered by a
+/// started sync, fdatasyncs the log once, then acknowledges every batch up
+/// to the one it covered (in order, under the queue lock).
+fn wal_sync_loop(inner: &Inner, wal: &dyn StoreFile, q: &SyncQueue) {
+    let Ok(mut st) = q.state.lock() else {
+        return;
+    };
+    loop {
+        if st.last_written > st.covered {
+            let from = st.covered;
+            let target = st.last_written;
+            st.covered = target;
+            st.in_flight += 1;
+            // Only batches with a record need the log synced (a direct-path
+            // group is already durable; it waits here only to keep the order).
+            let needs_sync = st
+                .written
+                .iter()
+                .filter(|(t, _)| *t > from)
+                .flat_map(|(_, jobs)| jobs.iter())
+                .any(|j| j.commit.record.is_some());
+            drop(st);
+            let r = match poisoned_msg(inner) {
+                Some(p) => Err(p),
+                None if needs_sync => wal
+                    .sync_data()
+                    .map_err(|e| StoreError::io("WAL fdatasync", e).to_string()),
+                None => Ok(()),
+            };
+            if let Err(e) = &r {
+                poison(inner, e);
+            }
+            st = match q.state.lock() {
+                Ok(g) => g,
+                Err(_) => return,
+            };
+            st.in_flight -= 1;
+            while st.written.front().is_some_and(|(t, _)| *t <= target) {
+                if let Some((_, jobs)) = st.written.pop_front() {
+                    ack_jobs(inner, jobs, &r);
+                }
+            }
+            q.cv.notify_all();
+            continue;
+        }
+        if st.closed && st.written.is_empty() {
+            return;
+        }
+        st = match q.cv.wait(st) {
+            Ok(g) => g,
+            Err(_) => return,
+        };
+    }
+}
+
+/// Publishes a batch's durability (or its failure) and acknowledges it.
+fn ack_jobs(inner: &Inner, jobs: Vec<WalJob>, r: &std::result::Result<(), String>) {
+    let n = jobs.len() as u64;
+    // A sync that succeeded still does not cover a batch whose write failed.
+    let failed = poisoned_msg(inner).or_else(|| r.clone().err());
+    for job in jobs {
+        match &failed {
+            None => {
+                let c = job.commit;
+                release_after_durable(inner, c.commit_seq, c.freed, c.discard);
+                if let Ok(mut d) = inner.durable_groups.lock() {
+                    *d = (*d).max(c.group);
+                }
+                inner.durable_cv.notify_all();
+                finish_group(inner, job.batch, job.results, None);
+            }
+            Some(msg) => finish_group(inner, job.batch, job.results, Some(msg)),
+        }
+    }
+    job_done(inner, n);
+}
+
+/// Writes the records of `jobs` (contiguous ones in one write); not yet durable.
+fn write_records(inner: &Inner, wal: &dyn StoreFile, jobs: &[WalJob]) -> Result<()> {
     if let Some(p) = poisoned_msg(inner) {
         return Err(StoreError::Poisoned(p));
     }
-    if jobs.iter().any(|j| j.commit.sync_data_first) {
-        // Large data must be durable before the record that maps it.
-        inner
-            .data
-            .sync_data()
-            .map_err(|e| StoreError::io("data file fdatasync", e))?;
-    }
-    // Records that follow each other in the file go out in one write.
-    let mut wrote = false;
     let mut run: Option<(u64, Vec<u8>)> = None;
     let wio = |e| StoreError::io("WAL write", e);
     for (off, rec) in jobs.iter().filter_map(|j| j.commit.record.as_ref()) {
@@ -1673,14 +1882,9 @@ fn write_jobs(inner: &Inner, wal: &dyn StoreFile, jobs: &[WalJob]) -> Result<()>
                 run = Some((*off, rec.clone()));
             }
         }
-        wrote = true;
     }
     if let Some((start, buf)) = run {
         wal::write_record(wal, start, &buf).map_err(wio)?;
-    }
-    if wrote {
-        wal.sync_data()
-            .map_err(|e| StoreError::io("WAL fdatasync", e))?;
     }
     Ok(())
 }
@@ -1716,6 +1920,7 @@ fn try_batch(
         t: Tables::open(&w, &redo)?,
         allocated: Vec::new(),
         freed: Vec::new(),
+        discarded: Vec::new(),
         data_dirty: false,
         redo: redo.clone(),
         next_id,
@@ -1769,6 +1974,7 @@ fn try_batch(
         put_wal_mark(&mut b.t, log, full)?;
     }
     let (freed, next_id) = (std::mem::take(&mut b.freed), b.next_id);
+    let discard = std::mem::take(&mut b.discarded);
     drop(b);
     use std::sync::atomic::Ordering;
     let committed = match record {
@@ -1782,8 +1988,8 @@ fn try_batch(
             w.commit()?;
             Committed {
                 record: Some((off, rec)),
-                sync_data_first: !runs.is_empty(),
                 freed,
+                discard,
                 commit_seq: publish_commit(inner)?,
                 group,
             }
@@ -1804,8 +2010,8 @@ fn try_batch(
             log.last_checkpoint = Instant::now();
             Committed {
                 record: None,
-                sync_data_first: false,
                 freed,
+                discard,
                 commit_seq: publish_commit(inner)?,
                 group,
             }
@@ -1823,27 +2029,66 @@ fn publish_commit(inner: &Inner) -> Result<u64> {
 }
 
 /// Blocks freed by commit `seq` (now durable) go back to the allocator once
-/// every reader that started before that commit has finished.
-fn release_after_durable(inner: &Inner, seq: u64, freed: Vec<(u64, u64)>) {
-    let Ok(mut rd) = inner.readers.lock() else {
-        return;
-    };
-    if !freed.is_empty() {
-        rd.held.push_back((seq, freed));
+/// every reader that started before that commit has finished. Discarded
+/// runs are punched out of the data file first (before anyone can allocate
+/// them again), so zero/truncate/remove free space on the disk too.
+fn release_after_durable(
+    inner: &Inner,
+    seq: u64,
+    freed: Vec<(u64, u64)>,
+    discard: Vec<(u64, u64)>,
+) {
+    let mut ready = Vec::new();
+    {
+        let Ok(mut rd) = inner.readers.lock() else {
+            return;
+        };
+        if !freed.is_empty() {
+            rd.held.push_back((seq, freed, discard));
+        }
+        let oldest_reader = rd.active.keys().next().copied().unwrap_or(u64::MAX);
+        // Readers that started at seq >= s already see the commit that freed these blocks.
+        while rd.held.front().is_some_and(|(s, _, _)| *s <= oldest_reader) {
+            if let Some(h) = rd.held.pop_front() {
+                ready.push(h);
+            }
+        }
     }
-    let oldest_reader = rd.active.keys().next().copied().unwrap_or(u64::MAX);
+    if ready.is_empty() {
+        return;
+    }
+    let mut punch: Vec<(u64, u64)> = ready.iter().flat_map(|h| h.2.iter().copied()).collect();
+    punch_runs(inner, &mut punch);
     let Ok(mut a) = inner.alloc.lock() else {
         return;
     };
-    while let Some((s, _)) = rd.held.front() {
-        // Readers that started at seq >= s already see the commit that freed these blocks.
-        if *s > oldest_reader {
-            break;
+    for (_, runs, _) in ready {
+        for (st, l) in runs {
+            a.release(st, l);
         }
-        if let Some((_, runs)) = rd.held.pop_front() {
-            for (st, l) in runs {
-                a.release(st, l);
+    }
+}
+
+/// Punches free block runs out of the data file (coalescing neighbours).
+/// A failure only costs disk space, so it is logged, not fatal.
+fn punch_runs(inner: &Inner, runs: &mut [(u64, u64)]) {
+    runs.sort_unstable();
+    let bs = inner.block_size;
+    let mut cur: Option<(u64, u64)> = None;
+    let mut out = Vec::new();
+    for &(s, l) in runs.iter() {
+        match &mut cur {
+            Some((cs, cl)) if *cs + *cl == s => *cl += l,
+            _ => {
+                out.extend(cur.take());
+                cur = Some((s, l));
             }
+        }
+    }
+    out.extend(cur);
+    for (s, l) in out {
+        if let Err(e) = inner.data.punch_hole(s * bs, l * bs) {
+            tracing::warn!(block = s, blocks = l, error = %e, "punching freed blocks failed; the space stays allocated in the data file");
         }
     }
 }

@@ -5,7 +5,20 @@
 # and the ratio. Usage:
 #   bench/store.sh [DIR] [SECONDS]
 # Env: CAIRN=path/to/cairn (default: target/release/cairn), CACHE=128M,
-#      RUNS=N (repeat every workload N times, default 1).
+#      RUNS=N (repeat every workload N times, default 1; with N > 1 a summary
+#      prints each workload's ratios: min / median / max),
+#      STORE_BENCH=path/to/store_bench (the store crate's example, quicker to
+#      build than the CLI: `cargo build --release -p cairn-store --example
+#      store_bench`; same benchmark code, cache fixed at 128 MiB),
+#      WRITES_ONLY=1 (skip the read workloads).
+# Fairness: both sides run the same number of threads, each with one I/O
+# outstanding (fio psync, numjobs = threads; the store bench: one blocking
+# commit per thread), and an I/O counts only once durable (fio: O_DIRECT
+# write + fdatasync; the store: commit returned). fio writes in place into
+# files it laid out before timing (so its fdatasync is a cache flush only);
+# the store also makes its metadata durable (the WAL record). The store
+# bench prefills its 1 GiB working set before timing, as fio lays out its
+# files. The store runs first, fio right after, in the same minute.
 set -euo pipefail
 DIR=${1:-/var/tmp/cairn-store-bench}
 SECS=${2:-10}
@@ -13,7 +26,12 @@ CAIRN=${CAIRN:-$(dirname "$0")/../target/release/cairn}
 CACHE=${CACHE:-128M}
 RUNS=${RUNS:-1}
 command -v fio >/dev/null || { echo "fio is not installed (apt-get install fio)" >&2; exit 1; }
-[[ -x $CAIRN ]] || { echo "no cairn binary at $CAIRN (cargo build --release -p cairn-cli, or set CAIRN=)" >&2; exit 1; }
+STORE_BENCH=${STORE_BENCH:-}
+if [[ -n $STORE_BENCH ]]; then
+  [[ -x $STORE_BENCH ]] || { echo "no store_bench binary at $STORE_BENCH" >&2; exit 1; }
+else
+  [[ -x $CAIRN ]] || { echo "no cairn binary at $CAIRN (cargo build --release -p cairn-cli, or set CAIRN= or STORE_BENCH=)" >&2; exit 1; }
+fi
 mkdir -p "$DIR"
 DIRECT=1
 if ! dd if=/dev/zero of="$DIR/.odirect" bs=4096 count=1 oflag=direct status=none 2>/dev/null; then
@@ -42,16 +60,32 @@ print("%.1f %.0f %.0f %.0f %.0f"%(op["bw_bytes"]/1e6, op["iops"], p("50.000000")
 
 # cairn_run ARGS... -> prints "MBps IOPS p50us p99us maxus rssMiB"
 cairn_run() {
-  "$CAIRN" -f json store bench --path "$DIR/store" --seconds "$SECS" --cache-bytes "$CACHE" "$@" |
+  if [[ -n $STORE_BENCH ]]; then
+    local size threads read=
+    while [[ $# -gt 0 ]]; do
+      case $1 in
+        --size) size=$2; shift 2 ;;
+        --threads) threads=$2; shift 2 ;;
+        --read) read=read; shift ;;
+        *) shift ;;
+      esac
+    done
+    case $size in 4M) size=$((4 << 20)) ;; 4K) size=4096 ;; esac
+    "$STORE_BENCH" "$DIR/store" "$size" "$threads" "$SECS" $read
+  else
+    "$CAIRN" -f json store bench --path "$DIR/store" --seconds "$SECS" --cache-bytes "$CACHE" "$@"
+  fi |
   python3 -c '
 import json,sys
 r=json.load(sys.stdin)
 print("%.1f %.0f %d %d %d %d"%(r["mb_per_s"],r["iops"],r["lat_p50_us"],r["lat_p99_us"],r["lat_max_us"],r["rss_peak_bytes"]>>20))'
 }
 
+declare -A RATIOS
 row() { # row LABEL "cairn" "fio"
   read -r cm ci cp50 cp99 cmax crss <<<"$2"
   read -r fm fi fp50 fp99 fmax <<<"$3"
+  RATIOS[$1]+="$(python3 -c "print('%.3f' % ($cm / max($fm, 1e-9)))") "
   printf "%-22s cairn %8.1f MB/s %7.0f IOPS p50 %7d us p99 %7d us max %7d us RSS %4d MiB\n" "$1" "$cm" "$ci" "$cp50" "$cp99" "$cmax" "$crss"
   printf "%-22s fio   %8.1f MB/s %7.0f IOPS p50 %7.0f us p99 %7.0f us max %7.0f us\n" "" "$fm" "$fi" "$fp50" "$fp99" "$fmax"
   python3 -c "print('%-22s ratio %.2f x fio' % ('', $cm / max($fm, 1e-9)))"
@@ -66,6 +100,7 @@ for run in $(seq 1 "$RUNS"); do
   rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
   c=$(cairn_run --size 4K --threads 64); f=$(fio_run w4k randwrite 4K 64 16M)
   row "4K write, 64 threads" "$c" "$f"
+  [[ -n ${WRITES_ONLY:-} ]] && continue
   rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
   c=$(cairn_run --size 4M --threads 16 --read); f=$(fio_run r4m randread 4M 16 64M)
   row "4M read, 16 threads" "$c" "$f"
@@ -73,3 +108,12 @@ for run in $(seq 1 "$RUNS"); do
   row "4K read, 64 threads" "$c" "$f"
 done
 rm -rf "$DIR/store" "$DIR/fio"
+if [[ $RUNS -gt 1 ]]; then
+  echo "--- ratios over $RUNS runs (cairn / fio): min / median / max"
+  for k in "${!RATIOS[@]}"; do
+    python3 -c "
+import statistics,sys
+v=sorted(float(x) for x in sys.argv[2].split())
+print('%-22s %.2f / %.2f / %.2f   (%s)' % (sys.argv[1], v[0], statistics.median(v), v[-1], ' '.join('%.2f'%x for x in v)))" "$k" "${RATIOS[$k]}"
+  done
+fi

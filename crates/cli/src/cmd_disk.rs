@@ -1,4 +1,4 @@
-//! `cairn disk add|ls|zap`: turning a directory or file into an OSD of this
+//! `cairn disk add|ls|zap`: turning a directory, file or block device into an OSD of this
 //! node (register with the monitors, create the store, record it so the
 //! node daemon runs it), listing them, and wiping one. The daemon side
 //! (running the recorded OSDs) is `osdhost`.
@@ -30,9 +30,10 @@ pub struct DiskArgs {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum DiskAction {
-    /// Create an OSD on a directory or file and register it with the monitors.
+    /// Create an OSD on a directory, file or block device and register it with the monitors.
     Add {
-        /// A directory (created if missing), or a file (created with --size if missing).
+        /// A directory (created if missing), a file (created with --size if missing), or a
+        /// block device (used whole; must hold no filesystem or partition table).
         path: PathBuf,
         /// Device class; detected from the device under PATH when not given.
         #[arg(long, value_parser = ["hdd", "ssd", "nvme"])]
@@ -227,11 +228,22 @@ fn classify(o: &AddOpts) -> Result<(String, u64)> {
             }
             Ok(("dir".into(), o.size.unwrap_or(DEFAULT_OSD_BYTES)))
         }
-        Ok(md) if md.file_type().is_block_device() => bail!(
-            "{} is a block device: the store cannot run on a raw device yet (it creates its \
-             own data file); make a filesystem on it and 'cairn disk add' a directory there",
-            o.path.display()
-        ),
+        Ok(md) if md.file_type().is_block_device() => {
+            if o.size.is_some() {
+                bail!(
+                    "{} is a block device: the store takes all of it; drop --size",
+                    o.path.display()
+                );
+            }
+            // Opened exclusively: fails while it is mounted or in use.
+            use cairn_store::device::StoreFile;
+            let dev = cairn_store::device::OsFile::open(&o.path, false)
+                .with_context(|| format!("opening {}", o.path.display()))?;
+            let bytes = dev
+                .len()
+                .with_context(|| format!("size of {}", o.path.display()))?;
+            Ok(("device".into(), bytes))
+        }
         Ok(md) if md.is_file() => {
             if md.len() > 0 {
                 bail!(
@@ -267,6 +279,8 @@ pub async fn add(conf: &Path, node: &Path, o: AddOpts, wait: bool) -> Result<Osd
     let probe = if kind == "dir" {
         std::fs::create_dir_all(&device)
             .with_context(|| format!("creating {}", device.display()))?;
+        device.clone()
+    } else if kind == "device" {
         device.clone()
     } else {
         device
@@ -358,7 +372,9 @@ async fn create_store(
     } else {
         let sp = osd_dir.join("store");
         std::fs::create_dir_all(&sp)?;
-        if device.exists() {
+        // A device stays as it is (the store checks it holds nothing);
+        // an empty file is replaced by the one the store preallocates.
+        if kind == "file" && device.exists() {
             std::fs::remove_file(device)
                 .with_context(|| format!("replacing empty file {}", device.display()))?;
         }
@@ -501,6 +517,8 @@ async fn zap(conf: &Path, node: &Path, path: &Path) -> Result<()> {
                 std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
             }
         }
+    } else if md.file_type().is_block_device() {
+        wipe_device_label(&device)?;
     } else if md.is_file() {
         std::fs::File::options()
             .write(true)
@@ -509,7 +527,7 @@ async fn zap(conf: &Path, node: &Path, path: &Path) -> Result<()> {
             .with_context(|| format!("truncating {}", device.display()))?;
     } else {
         bail!(
-            "{} is not a directory or file this tool created",
+            "{} is not a directory, file or block device",
             device.display()
         );
     }
@@ -518,4 +536,24 @@ async fn zap(conf: &Path, node: &Path, path: &Path) -> Result<()> {
         None => println!("zapped {}", device.display()),
     }
     Ok(())
+}
+
+/// Bytes at the start of a device that `disk zap` zeroes: the store's label
+/// and every signature mkfs looks for.
+const ZAP_DEVICE_BYTES: usize = 1 << 20;
+
+/// Zeroes the start of a block device so that a new store can be made on
+/// it. Opened exclusively: refused while the OSD (or anything) still has it.
+fn wipe_device_label(device: &Path) -> Result<()> {
+    use cairn_store::device::{OsFile, StoreFile};
+    let dev = OsFile::open(device, false).with_context(|| {
+        format!(
+            "opening {} (if its OSD is still stopping, retry in a moment)",
+            device.display()
+        )
+    })?;
+    let n = (dev.len()? as usize).min(ZAP_DEVICE_BYTES);
+    dev.write_at(&vec![0u8; n], 0)
+        .and_then(|_| dev.sync_data())
+        .with_context(|| format!("zeroing the start of {}", device.display()))
 }

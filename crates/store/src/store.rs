@@ -1717,7 +1717,6 @@ struct SyncState {
     last_written: u64,
     /// Highest ticket a started sync covers.
     covered: u64,
-    in_flight: usize,
     closed: bool,
 }
 
@@ -1800,7 +1799,6 @@ fn wal_sync_loop(inner: &Inner, wal: &dyn StoreFile, q: &SyncQueue) {
             let from = st.covered;
             let target = st.last_written;
             st.covered = target;
-            st.in_flight += 1;
             // Only batches with a record need the log synced (a direct-path
             // group is already durable; it waits here only to keep the order).
             let needs_sync = st
@@ -1824,7 +1822,6 @@ fn wal_sync_loop(inner: &Inner, wal: &dyn StoreFile, q: &SyncQueue) {
                 Ok(g) => g,
                 Err(_) => return,
             };
-            st.in_flight -= 1;
             while st.written.front().is_some_and(|(t, _)| *t <= target) {
                 if let Some((_, jobs)) = st.written.pop_front() {
                     ack_jobs(inner, jobs, &r);

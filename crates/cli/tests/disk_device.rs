@@ -72,7 +72,10 @@ fn disk_add_on_a_block_device() {
     sparse_file(&fs_img, 64 << 20);
     // A "filesystem": the ext2/3/4 magic where mkfs puts it.
     {
-        let mut f = std::fs::OpenOptions::new().write(true).open(&fs_img).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&fs_img)
+            .unwrap();
         use std::io::Seek;
         f.seek(std::io::SeekFrom::Start(1080)).unwrap();
         f.write_all(&[0x53, 0xEF]).unwrap();
@@ -96,7 +99,10 @@ fn disk_add_on_a_block_device() {
     assert!(r.ok, "disk add {dev}: {r:?}");
     let ls = c.ok(&["disk", "ls", "--data", &node]);
     assert!(ls.contains("device") && ls.contains(&dev), "{ls}");
-    assert!(ls.contains("512.0 MiB"), "the whole device is the OSD: {ls}");
+    assert!(
+        ls.contains("512.0 MiB"),
+        "the whole device is the OSD: {ls}"
+    );
     let tree = c.ok(&["osd", "tree"]);
     assert!(tree.contains(" up "), "{tree}");
     // A second OSD on the same device is refused (it holds a store now,

@@ -165,6 +165,8 @@ pub struct Peering {
     p: PeeringParams,
     wait: Wait,
     notes: BTreeMap<i32, (PgInfo, Vec<LogEntry>)>,
+    /// Every OSD queried (or this one).
+    queried: BTreeSet<i32>,
     auth: Option<(i32, PgInfo, Vec<LogEntry>)>,
     new_info: Option<PgInfo>,
     /// Backfill of this OSD: the authoritative object list so far.
@@ -184,6 +186,7 @@ impl Peering {
             p,
             wait: Wait::PersistInfo,
             notes: BTreeMap::new(),
+            queried: BTreeSet::new(),
             auth: None,
             new_info: None,
             auth_listing: Vec::new(),
@@ -340,6 +343,11 @@ impl Peering {
         self.notes
             .insert(me, (self.p.my_info.clone(), self.p.my_log.clone()));
         let ask: BTreeSet<i32> = self.p.probe.iter().copied().filter(|&o| o != me).collect();
+        self.queried = ask.clone();
+        self.queried.insert(me);
+        for &o in &self.p.my_info.last_active_acting {
+            self.queried.insert(o);
+        }
         if ask.is_empty() {
             return self.choose_authority();
         }
@@ -365,17 +373,29 @@ impl Peering {
         info: Option<PgInfo>,
         log: Vec<LogEntry>,
     ) -> Vec<PeeringOutput> {
-        let Some(all) = self.answered(from) else {
+        if self.answered(from).is_none() {
             return Vec::new();
-        };
+        }
+        let mut out = Vec::new();
         if let Some(info) = info {
+            // The members of the interval this copy last saw activate may
+            // hold newer writes than any copy asked so far (this primary
+            // may never have seen those intervals: it is new, or it
+            // restarted): ask them too.
+            for &o in &info.last_active_acting {
+                if self.queried.insert(o) {
+                    if let Wait::Notifies(w) = &mut self.wait {
+                        w.insert(o);
+                    }
+                    out.push(PeeringOutput::Query { to: o });
+                }
+            }
             self.notes.insert(from, (info, log));
         }
-        if all {
-            self.choose_authority()
-        } else {
-            Vec::new()
+        if matches!(&self.wait, Wait::Notifies(w) if w.is_empty()) {
+            out.extend(self.choose_authority());
         }
+        out
     }
 
     fn on_query_failed(&mut self, osd: i32, why: String) -> Vec<PeeringOutput> {
@@ -756,6 +776,48 @@ mod tests {
             panic!("{out:?}")
         };
         assert!(why.contains("waiting for osd.3"), "{why}");
+    }
+
+    #[test]
+    fn a_new_primary_asks_the_members_of_the_last_activation_it_hears_of() {
+        // osd.0 is new (empty); osd.1 last saw the PG activate with [1, 5];
+        // osd.5 went on writing later. Activating from osd.1's copy alone
+        // would roll those writes back.
+        let mut p = params(PgInfo::default(), vec![], vec![]);
+        p.acting = vec![0, 1];
+        p.probe = vec![0, 1];
+        p.up_thru_recorded = true;
+        let mut sm = Peering::new(p);
+        sm.start();
+        let out = sm.handle(PeeringInput::LocalCommitted);
+        assert!(matches!(&out[..], [PeeringOutput::Query { to: 1 }]));
+        let stale = PgInfo {
+            last_active_acting: vec![1, 5],
+            ..info(13, Version { epoch: 13, seq: 4 })
+        };
+        let out = sm.handle(notify(1, &stale, &[]));
+        assert!(
+            matches!(&out[..], [PeeringOutput::Query { to: 5 }]),
+            "{out:?}"
+        );
+        let newer = PgInfo {
+            last_active_acting: vec![5, 6],
+            ..info(17, Version { epoch: 17, seq: 9 })
+        };
+        let out = sm.handle(notify(5, &newer, &[entry(17, 9, "x")]));
+        assert!(
+            matches!(&out[..], [PeeringOutput::Query { to: 6 }]),
+            "{out:?}"
+        );
+        let out = sm.handle(PeeringInput::PeerFailed {
+            osd: 6,
+            why: "down".into(),
+        });
+        // osd.5's copy is the authority: this OSD pulls from it.
+        assert!(
+            matches!(&out[..], [PeeringOutput::PullObjects { from: 5, names }] if names.len() == 1),
+            "{out:?}"
+        );
     }
 
     #[test]

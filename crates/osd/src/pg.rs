@@ -59,12 +59,20 @@ pub struct Placement {
     /// OSD has the monitors record `up_thru`; None = unknown (then every
     /// interval with `min_size` members may have accepted writes).
     pub prev_primary_up_thru: Option<Epoch>,
+    /// `up_from` of each acting member, in acting order. A member that
+    /// was marked down and up again (or restarted unnoticed) since makes a
+    /// new interval even when this OSD skipped the epochs in between (the
+    /// map source hands over only the newest map): otherwise the primary
+    /// and that member disagree on when the interval began, and the
+    /// member refuses the primary's writes as stale.
+    pub acting_up_from: Vec<Epoch>,
 }
 
 impl Placement {
     fn same_interval(&self, o: &Placement) -> bool {
         self.up == o.up
             && self.acting == o.acting
+            && self.acting_up_from == o.acting_up_from
             && self.shards == o.shards
             && self.primary == o.primary
             && self.size == o.size
@@ -223,6 +231,9 @@ pub struct Pg {
     /// interval began, or it skipped map epochs): the real start may be
     /// earlier, and the current primary knows it.
     interval_start_estimated: bool,
+    /// The earliest the current interval can have begun (the epoch after
+    /// the last map this PG saw with the previous placement).
+    interval_start_floor: Epoch,
     inflight: BTreeMap<u64, InFlight>,
     /// Objects with a write in flight, and the ops queued behind it
     /// (ordered, so that answers to queued ops go out in a reproducible
@@ -272,6 +283,7 @@ impl Pg {
             },
             went_active_this_interval: false,
             interval_start_estimated: false,
+            interval_start_floor: Epoch(0),
             inflight: BTreeMap::new(),
             busy: BTreeMap::new(),
             waiting_for_active: VecDeque::new(),
@@ -346,8 +358,15 @@ impl Pg {
         if !self.interval_start_estimated
             || !from_current_primary
             || since >= self.info.same_interval_since
+            || since < self.interval_start_floor
         {
             return false;
+        }
+        // The previous interval ended before the adopted start.
+        if let Some(last) = self.past.last_mut() {
+            if last.last >= since && since.0 > last.first.0 {
+                last.last = Epoch(since.0 - 1);
+            }
         }
         // Stay an estimate: a later message of the primary may name an even
         // earlier start (a push carries the epoch its job began at, a sub-op
@@ -394,7 +413,18 @@ impl Pg {
             }
             return;
         }
-        self.interval_start_estimated = self.placement.is_none();
+        // The start is only an estimate when this PG saw no earlier map,
+        // or skipped epochs (the map source hands over the newest map
+        // only): the change may have happened in any skipped epoch.
+        self.interval_start_estimated = self
+            .placement
+            .as_ref()
+            .is_none_or(|old| p.epoch.0 > old.epoch.0 + 1);
+        self.interval_start_floor = self
+            .placement
+            .as_ref()
+            .map(|old| Epoch(old.epoch.0 + 1))
+            .unwrap_or_default();
         if let Some(old) = self.placement.take() {
             let first = self.info.same_interval_since;
             let primary_alive = p.prev_primary_up_thru.is_none_or(|u| u >= first);
@@ -1001,6 +1031,7 @@ mod tests {
             size: 3,
             min_size: 2,
             prev_primary_up_thru: None,
+            acting_up_from: vec![Epoch(1); acting.len()],
         }
     }
 
@@ -1184,6 +1215,55 @@ mod tests {
         }));
         assert!(pg.past[1].maybe_went_rw, "osd.2 had up_thru 6");
         assert_eq!(pg.role, Role::Replica);
+    }
+
+    #[test]
+    fn a_member_that_went_down_and_up_in_skipped_epochs_starts_a_new_interval() {
+        // The primary saw e5 and then e9 with the same acting set; osd.1 was
+        // down in between (up_from 8), which osd.1 itself saw as two
+        // interval changes. Without a new interval here the two disagree
+        // on the interval start and osd.1 refuses every write.
+        let mut pg = active_primary();
+        let out = pg.handle(PgEvent::Map(Placement {
+            acting_up_from: vec![Epoch(1), Epoch(8), Epoch(1)],
+            ..placement(9, &[0, 1, 2])
+        }));
+        assert!(out.iter().any(|a| matches!(a, PgAction::Peer { .. })));
+        assert_eq!(pg.info.same_interval_since, Epoch(9));
+        // The same map again is no change.
+        let out = pg.handle(PgEvent::Map(Placement {
+            acting_up_from: vec![Epoch(1), Epoch(8), Epoch(1)],
+            ..placement(10, &[0, 1, 2])
+        }));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_replica_that_skipped_epochs_adopts_the_primarys_earlier_interval_start() {
+        // osd.1 last saw e5; the next map it gets is e9, where osd.2 joined
+        // (the primary saw that happen in e7). Without adopting e7, osd.1
+        // refuses every write of the primary as stale.
+        let mut pg = Pg::new(
+            pgid(),
+            1,
+            PgLimits::default(),
+            PgInfo::default(),
+            vec![],
+            vec![],
+        );
+        pg.handle(PgEvent::Map(placement(5, &[0, 1])));
+        pg.handle(PgEvent::Map(placement(9, &[0, 1, 2])));
+        assert_eq!(pg.info.same_interval_since, Epoch(9));
+        assert!(
+            !pg.adopt_primary_interval_start(0, Epoch(5)),
+            "before the floor"
+        );
+        assert!(pg.adopt_primary_interval_start(0, Epoch(7)));
+        assert_eq!(pg.info.same_interval_since, Epoch(7));
+        assert_eq!(pg.past.last().map(|p| p.last), Some(Epoch(6)));
+        // Consecutive epochs: the start is known exactly.
+        pg.handle(PgEvent::Map(placement(10, &[0, 1])));
+        assert!(!pg.adopt_primary_interval_start(0, Epoch(9)));
     }
 
     #[test]

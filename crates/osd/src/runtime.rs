@@ -997,6 +997,10 @@ impl PgActor {
             Some(_) => (up.clone(), m.primary),
             None => (m.acting, m.acting_primary),
         };
+        let acting_up_from = acting
+            .iter()
+            .map(|o| map.osds.get(o).map(|i| i.up_from).unwrap_or_default())
+            .collect();
         let p = Placement {
             epoch: map.epoch,
             up,
@@ -1010,6 +1014,7 @@ impl PgActor {
             } else {
                 None
             },
+            acting_up_from,
         };
         let before = self.pg.info.same_interval_since;
         let acts = self.pg.handle(PgEvent::Map(p));

@@ -1,0 +1,91 @@
+//! `cairn-sim --seed N [-v]` replays one seed exactly (with a trace);
+//! `cairn-sim --seeds N [--from S]` runs many and prints each failure with
+//! the command that replays it. `--profile basic|full` picks the faults
+//! (default full; CI runs basic).
+
+use std::process::ExitCode;
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage: cairn-sim [--profile basic|full] (--seed N [-v] | --seeds COUNT [--from FIRST])"
+    );
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut seed: Option<u64> = None;
+    let mut count: Option<u64> = None;
+    let mut from = 0u64;
+    let mut verbose = false;
+    let mut profile = cairn_sim::FaultProfile::Full;
+    let mut profile_name = "full".to_string();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let num = |v: Option<&String>| v.and_then(|s| s.parse::<u64>().ok());
+        match a.as_str() {
+            "--seed" => match num(it.next()) {
+                Some(n) => seed = Some(n),
+                None => return usage(),
+            },
+            "--seeds" => match num(it.next()) {
+                Some(n) => count = Some(n),
+                None => return usage(),
+            },
+            "--from" => match num(it.next()) {
+                Some(n) => from = n,
+                None => return usage(),
+            },
+            "-v" | "--verbose" => verbose = true,
+            "--profile" => match it.next().map(|p| (p, p.parse())) {
+                Some((name, Ok(p))) => {
+                    profile = p;
+                    profile_name = name.clone();
+                }
+                Some((_, Err(e))) => {
+                    eprintln!("{e}");
+                    return usage();
+                }
+                None => return usage(),
+            },
+            _ => return usage(),
+        }
+    }
+    let seeds: Vec<u64> = match (seed, count) {
+        (Some(s), None) => vec![s],
+        (None, Some(n)) => (from..from + n).collect(),
+        _ => return usage(),
+    };
+    let mut failed = 0;
+    for s in &seeds {
+        let o = cairn_sim::run_seed(*s, profile, verbose);
+        if o.violations.is_empty() {
+            if seeds.len() == 1 {
+                println!(
+                    "seed {s}: ok ({} events, {:.1}s simulated, {} faults, {} writes acknowledged, {} reads, healed in {:.1}s)",
+                    o.events,
+                    o.sim_time as f64 / 1e6,
+                    o.faults,
+                    o.acked_writes,
+                    o.reads,
+                    o.heal_time.unwrap_or(0) as f64 / 1e6
+                );
+            }
+        } else {
+            failed += 1;
+            println!("seed {s}: FAILED");
+            for v in &o.violations {
+                println!("  {v}");
+            }
+            println!("  replay: cargo run -p cairn-sim -- --profile {profile_name} --seed {s} -v");
+        }
+    }
+    if seeds.len() > 1 {
+        println!("{} seeds, {failed} failed", seeds.len());
+    }
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

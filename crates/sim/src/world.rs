@@ -1,0 +1,1285 @@
+//! The simulated world of one seed: the event scheduler (simulated time,
+//! ties broken by insertion order), the network (per-link FIFO like a TCP
+//! connection, random delays so links reorder against each other,
+//! duplicates, connection resets, partitions), per-node clocks (offset,
+//! drift, forward jumps), the monitor (the real `ClusterMap::apply` and
+//! `FailureJudge`, without Raft: one monitor that never fails), the
+//! clients with their oracle, and the fault schedule. The OSDs are in
+//! `osd.rs`. Nothing here reads the wall clock, spawns a thread or iterates
+//! a HashMap.
+
+use crate::disk::SimDisk;
+use crate::osd::{OsdProc, RepOpMsg};
+use crate::rng::Rng;
+use cairn_map::{
+    ApplyContext, AuthEntity, ClusterMap, FailureJudge, MonCommand, MonInfo, OsdReported, PoolKind,
+};
+use cairn_ops::{
+    LogEntry, ObjectName, OpError, OpReply, OpRequest, OpStatus, PgInfo, PgPush, PullReply,
+    PullWhat, ReqId, SubOp, SubOpOutput,
+};
+use cairn_types::{EntityName, Epoch, PgId, PoolId};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Simulated (true) time in microseconds.
+pub type Time = u64;
+
+pub const MS: Time = 1_000;
+pub const SEC: Time = 1_000_000;
+
+/// The pool every workload object lives in.
+pub const POOL: u64 = 1;
+
+/// A node of the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Ep {
+    Mon,
+    Osd(i32),
+    Client(u32),
+}
+
+/// Every message of the simulated protocol (the real ones' content, not
+/// their encoding: cairn-msg's framing and auth are tested on their own).
+#[derive(Debug, Clone)]
+pub enum Msg {
+    MonCmd(MonCommand),
+    /// Send me the current map if it is newer than `have`.
+    MapSub {
+        have: Epoch,
+    },
+    Map(Arc<ClusterMap>),
+    Op(OpRequest),
+    OpReply(OpReply),
+    RepOp(RepOpMsg),
+    RepAck {
+        pgid: PgId,
+        from: i32,
+        seq: u64,
+        interval_since: Epoch,
+    },
+    Query {
+        call: u64,
+        pgid: PgId,
+        from: i32,
+        epoch: Epoch,
+    },
+    Notify {
+        call: u64,
+        from: i32,
+        info: Option<PgInfo>,
+        log: Vec<LogEntry>,
+    },
+    Pull {
+        call: u64,
+        pgid: PgId,
+        what: PullWhat,
+    },
+    PullReply {
+        call: u64,
+        from: i32,
+        reply: PullReply,
+    },
+    Push {
+        call: u64,
+        push: PgPush,
+    },
+    PushReply {
+        call: u64,
+        from: i32,
+        result: Result<(), String>,
+    },
+    Ping {
+        from: i32,
+    },
+    Pong {
+        from: i32,
+    },
+}
+
+/// A node's clock: `local = true * (1 + drift) + offset + jumps`. Only
+/// forward jumps (a monotonic clock never goes back; a paused VM's does
+/// leap forward).
+#[derive(Debug, Clone, Default)]
+pub struct Clock {
+    pub offset_us: u64,
+    pub drift_ppm: i64,
+    pub jumped_us: u64,
+}
+
+impl Clock {
+    pub fn local(&self, now: Time) -> Time {
+        let drifted = (now as i128 * (1_000_000 + self.drift_ppm as i128) / 1_000_000) as u64;
+        drifted + self.offset_us + self.jumped_us
+    }
+}
+
+/// What happens at a point of simulated time.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one queue of events; boxing gains nothing here
+pub enum Ev {
+    Deliver {
+        from: Ep,
+        to: Ep,
+        gen: u64,
+        to_inc: u64,
+        msg: Msg,
+    },
+    OsdTick(i32, u64),
+    HbTick(i32, u64),
+    DiskSync(i32, u64, u64),
+    MonTick,
+    ClientTick(u32),
+    Fault,
+    Restart(i32),
+    HealPartition(u64),
+    MarkIn(i32),
+    EndFaults,
+    Check,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Link {
+    gen: u64,
+    last_at: Time,
+}
+
+/// Which faults a run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultProfile {
+    /// Crashes and restarts, partitions, connection resets, duplicates,
+    /// clock jumps and drift, slow networks; no placement changes (no
+    /// out/in, reweight or new OSDs, no automatic out). What CI runs.
+    Basic,
+    /// Basic plus placement changes: admin out/in, reweight, new OSDs,
+    /// and automatic out after 10 s down. Finds the known bug listed in
+    /// README.md (a PG moved onto OSDs that never held it activates
+    /// without its history).
+    Full,
+}
+
+impl std::str::FromStr for FaultProfile {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "basic" => Ok(FaultProfile::Basic),
+            "full" => Ok(FaultProfile::Full),
+            other => Err(format!("unknown fault profile '{other}' (basic or full)")),
+        }
+    }
+}
+
+/// Tunables of one run (all derived from the seed).
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub profile: FaultProfile,
+    pub hosts: u32,
+    pub osds_per_host: u32,
+    pub pg_num: u32,
+    pub clients: u32,
+    pub objects: u32,
+    pub fault_phase: Time,
+    /// After faults stop, every PG must be active+clean within this.
+    pub heal_bound: Time,
+    pub min_log_entries: usize,
+    pub max_log_entries: usize,
+    pub peer_timeout: Time,
+    pub op_timeout: Time,
+    /// Parts per million of messages duplicated during the fault phase.
+    pub dup_ppm: u64,
+    /// Mean gap between two faults.
+    pub fault_gap: Time,
+}
+
+impl SimConfig {
+    pub fn from_rng(r: &mut Rng, profile: FaultProfile) -> SimConfig {
+        SimConfig {
+            profile,
+            hosts: r.range(3, 5) as u32,
+            osds_per_host: r.range(1, 3) as u32,
+            pg_num: *[4u32, 8, 16].get(r.range(0, 3) as usize).unwrap_or(&8),
+            clients: r.range(2, 5) as u32,
+            objects: r.range(6, 20) as u32,
+            fault_phase: r.range(10, 30) * SEC,
+            heal_bound: 120 * SEC,
+            min_log_entries: r.range(3, 30) as usize,
+            max_log_entries: r.range(30, 100) as usize,
+            peer_timeout: 2 * SEC,
+            op_timeout: 3 * SEC,
+            dup_ppm: r.range(0, 20_000),
+            fault_gap: r.range(500, 3000) * MS,
+        }
+    }
+}
+
+/// One simulated OSD: its disk survives crashes, its process does not.
+pub struct SimOsd {
+    pub id: i32,
+    pub uuid: String,
+    pub disk: SimDisk,
+    pub proc_: Option<OsdProc>,
+    /// Incarnation: bumped at every start (messages and timers of an older
+    /// incarnation are dropped).
+    pub inc: u64,
+    pub clock: Clock,
+    /// Next disk sync time already scheduled (syncs stay in order).
+    pub sync_at: Time,
+}
+
+/// Per-object oracle state: one client writes each object, one write at
+/// a time, with values `name=k` for k = 1, 2, ...
+#[derive(Debug, Clone, Default)]
+struct ObjTrack {
+    acked: u64,
+    inflight: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+enum OpKind {
+    Write { obj: u32, k: u64 },
+    Read { obj: u32, min_k: u64 },
+}
+
+#[derive(Debug, Clone)]
+struct ClientOp {
+    kind: OpKind,
+    reqid: ReqId,
+    ops: Vec<SubOp>,
+    deadline: Time,
+    sent: bool,
+}
+
+struct Client {
+    map: Option<Arc<ClusterMap>>,
+    next_tid: u64,
+    op: Option<ClientOp>,
+    owned: Vec<u32>,
+}
+
+/// Result of one seed.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub seed: u64,
+    /// Oracle violations (empty: the run passed).
+    pub violations: Vec<String>,
+    pub sim_time: Time,
+    pub events: u64,
+    pub acked_writes: u64,
+    pub reads: u64,
+    pub faults: u64,
+    /// Simulated time from the end of faults to all PGs active+clean.
+    pub heal_time: Option<Time>,
+}
+
+pub struct World {
+    pub now: Time,
+    pub rng: Rng,
+    pub cfg: SimConfig,
+    pub verbose: bool,
+    queue: BinaryHeap<Reverse<(Time, u64)>>,
+    events: BTreeMap<u64, Ev>,
+    next_ev: u64,
+    pub base: Instant,
+    pub map: ClusterMap,
+    judge: FailureJudge,
+    mon_clock: Clock,
+    pub osds: BTreeMap<i32, SimOsd>,
+    clients: BTreeMap<u32, Client>,
+    objects: Vec<ObjTrack>,
+    links: BTreeMap<(Ep, Ep), Link>,
+    cut: BTreeSet<(Ep, Ep)>,
+    partitions: BTreeMap<u64, Vec<(Ep, Ep)>>,
+    next_partition: u64,
+    pub faults_on: bool,
+    slow_until: Time,
+    faults_end: Option<Time>,
+    marked_out: BTreeSet<i32>,
+    reweighted: BTreeSet<i32>,
+    pub violations: Vec<String>,
+    done: bool,
+    stats: Outcome,
+}
+
+fn ctx() -> ApplyContext {
+    ApplyContext {
+        caller: EntityName::client("admin"),
+        generated_secret: Some([7; 32]),
+    }
+}
+
+impl World {
+    pub fn new(seed: u64, profile: FaultProfile, verbose: bool) -> World {
+        let mut rng = Rng::new(seed);
+        let cfg = SimConfig::from_rng(&mut rng, profile);
+        let map = ClusterMap::new_cluster(
+            "5afc28eb-61b3-45f1-b441-6f913fd70505",
+            MonInfo {
+                name: "a".into(),
+                addr: "sim:mon.a".into(),
+                rank: 0,
+            },
+            AuthEntity::new(&[1; 32], &[("mon", "allow *"), ("osd", "allow *")]),
+        );
+        let mon_clock = Clock {
+            offset_us: rng.range(0, 1000 * SEC),
+            drift_ppm: rng.range(0, 40_000) as i64 - 20_000,
+            jumped_us: 0,
+        };
+        let mut w = World {
+            now: 0,
+            rng,
+            verbose,
+            queue: BinaryHeap::new(),
+            events: BTreeMap::new(),
+            next_ev: 0,
+            base: Instant::now(),
+            map,
+            judge: FailureJudge::new(),
+            mon_clock,
+            osds: BTreeMap::new(),
+            clients: BTreeMap::new(),
+            objects: vec![ObjTrack::default(); cfg.objects as usize],
+            links: BTreeMap::new(),
+            cut: BTreeSet::new(),
+            partitions: BTreeMap::new(),
+            next_partition: 0,
+            faults_on: true,
+            slow_until: 0,
+            faults_end: None,
+            marked_out: BTreeSet::new(),
+            reweighted: BTreeSet::new(),
+            violations: Vec::new(),
+            done: false,
+            stats: Outcome {
+                seed,
+                violations: Vec::new(),
+                sim_time: 0,
+                events: 0,
+                acked_writes: 0,
+                reads: 0,
+                faults: 0,
+                heal_time: None,
+            },
+            cfg,
+        };
+        w.setup();
+        w
+    }
+
+    pub fn trace(&self, f: impl FnOnce() -> String) {
+        if self.verbose {
+            println!("[{:>4}.{:06}] {}", self.now / SEC, self.now % SEC, f());
+        }
+    }
+
+    pub fn violation(&mut self, v: String) {
+        self.trace(|| format!("VIOLATION: {v}"));
+        if self.violations.len() < 20 {
+            self.violations.push(v);
+        }
+    }
+
+    pub fn at(&mut self, t: Time, ev: Ev) {
+        self.next_ev += 1;
+        self.events.insert(self.next_ev, ev);
+        self.queue.push(Reverse((t.max(self.now), self.next_ev)));
+    }
+
+    pub fn after(&mut self, d: Time, ev: Ev) {
+        self.at(self.now + d, ev);
+    }
+
+    /// `now` on a node's clock as an `Instant` (for the real state
+    /// machines, which only ever subtract two of them).
+    pub fn instant(&self, c: &Clock) -> Instant {
+        self.base + Duration::from_micros(c.local(self.now))
+    }
+
+    fn setup(&mut self) {
+        let down_out = match self.cfg.profile {
+            FaultProfile::Basic => "100000",
+            FaultProfile::Full => "10",
+        };
+        for (k, v) in [
+            ("osd_heartbeat_interval", "1"),
+            ("osd_heartbeat_grace", "3"),
+            ("mon_osd_down_out_interval", down_out),
+        ] {
+            let cmd = MonCommand::ConfigSet {
+                who: "global".into(),
+                key: k.into(),
+                value: v.into(),
+                force: false,
+            };
+            if let Err(e) = self.map.apply(&cmd, &ctx()) {
+                self.violation(format!("setup: config {k}: {e}"));
+            }
+        }
+        for h in 0..self.cfg.hosts {
+            for _ in 0..self.cfg.osds_per_host {
+                self.new_osd(h);
+            }
+        }
+        let mut cmds = vec![MonCommand::PoolCreate {
+            name: "rbd".into(),
+            pg_num: Some(self.cfg.pg_num),
+            pgp_num: None,
+            kind: PoolKind::Replicated,
+            profile: None,
+            rule: None,
+        }];
+        for (k, v) in [("size", "3"), ("min_size", "2")] {
+            cmds.push(MonCommand::PoolSet {
+                pool: "rbd".into(),
+                key: k.into(),
+                value: v.into(),
+                sure: false,
+            });
+        }
+        for c in cmds {
+            if let Err(e) = self.map.apply(&c, &ctx()) {
+                self.violation(format!("setup: {c:?}: {e}"));
+            }
+        }
+        let ids: Vec<i32> = self.osds.keys().copied().collect();
+        for id in ids {
+            self.start_osd(id);
+        }
+        for c in 0..self.cfg.clients {
+            let owned = (0..self.cfg.objects)
+                .filter(|o| o % self.cfg.clients == c)
+                .collect();
+            self.clients.insert(
+                c,
+                Client {
+                    map: None,
+                    next_tid: 0,
+                    op: None,
+                    owned,
+                },
+            );
+            self.send(Ep::Client(c), Ep::Mon, Msg::MapSub { have: Epoch(0) });
+            let d = self.rng.range(100, 500) * MS;
+            self.after(d, Ev::ClientTick(c));
+        }
+        self.after(250 * MS, Ev::MonTick);
+        let gap = self.cfg.fault_gap;
+        let d = self.rng.range(gap / 2, gap * 3 / 2);
+        self.after(SEC + d, Ev::Fault);
+        self.at(SEC + self.cfg.fault_phase, Ev::EndFaults);
+    }
+
+    /// Creates an OSD on host `h` in the map (not started).
+    fn new_osd(&mut self, h: u32) -> Option<i32> {
+        let n = self.osds.len() + self.map.osds.len() + 1;
+        let uuid = format!("00000000-0000-0000-0000-{n:012x}");
+        let cmd = MonCommand::OsdNew {
+            uuid: uuid.clone(),
+            id: None,
+            host: format!("host{h}"),
+            weight: 1.0,
+            class: Some("hdd".into()),
+        };
+        let r = match self.map.apply(&cmd, &ctx()) {
+            Ok(r) => r,
+            Err(e) => {
+                self.violation(format!("osd new: {e}"));
+                return None;
+            }
+        };
+        let id = r.json["osdid"].as_i64()? as i32;
+        let clock = Clock {
+            offset_us: self.rng.range(0, 1000 * SEC),
+            drift_ppm: self.rng.range(0, 40_000) as i64 - 20_000,
+            jumped_us: 0,
+        };
+        self.osds.insert(
+            id,
+            SimOsd {
+                id,
+                uuid,
+                disk: SimDisk::default(),
+                proc_: None,
+                inc: 0,
+                clock,
+                sync_at: 0,
+            },
+        );
+        Some(id)
+    }
+
+    // ---- the scheduler ----
+
+    /// Runs until the run ends (success or a liveness failure) or `limit`
+    /// events; returns the outcome.
+    pub fn run(mut self, max_events: u64) -> Outcome {
+        while !self.done {
+            let Some(Reverse((t, id))) = self.queue.pop() else {
+                self.violation("the event queue ran dry".into());
+                break;
+            };
+            let Some(ev) = self.events.remove(&id) else {
+                continue;
+            };
+            self.now = t;
+            self.stats.events += 1;
+            if self.stats.events > max_events {
+                self.violation(format!("more than {max_events} events: livelock?"));
+                break;
+            }
+            self.dispatch(ev);
+        }
+        let mut out = self.stats.clone();
+        out.violations = std::mem::take(&mut self.violations);
+        out.sim_time = self.now;
+        out
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Deliver {
+                from,
+                to,
+                gen,
+                to_inc,
+                msg,
+            } => self.deliver(from, to, gen, to_inc, msg),
+            Ev::OsdTick(id, inc) => {
+                if self.running(id, inc) {
+                    self.osd_tick(id);
+                    self.after(100 * MS, Ev::OsdTick(id, inc));
+                }
+            }
+            Ev::HbTick(id, inc) => {
+                if self.running(id, inc) {
+                    self.hb_tick(id);
+                    self.after(250 * MS, Ev::HbTick(id, inc));
+                }
+            }
+            Ev::DiskSync(id, inc, txn) => {
+                if self.running(id, inc) {
+                    self.disk_synced(id, txn);
+                }
+            }
+            Ev::MonTick => {
+                let now = self.instant(&self.mon_clock.clone());
+                let cmds = self.judge.tick(now, &self.map);
+                for c in cmds {
+                    self.mon_apply(c);
+                }
+                self.after(250 * MS, Ev::MonTick);
+            }
+            Ev::ClientTick(c) => self.client_tick(c),
+            Ev::Fault => {
+                if self.faults_on {
+                    self.inject_fault();
+                    let gap = self.cfg.fault_gap;
+                    let d = self.rng.range(gap / 2, gap * 3 / 2);
+                    self.after(d, Ev::Fault);
+                }
+            }
+            Ev::Restart(id) => {
+                if self.osds.get(&id).is_some_and(|o| o.proc_.is_none()) {
+                    self.trace(|| format!("restart osd.{id}"));
+                    self.start_osd(id);
+                }
+            }
+            Ev::HealPartition(p) => self.heal_partition(p),
+            Ev::MarkIn(id) => {
+                if self.marked_out.remove(&id) {
+                    self.trace(|| format!("admin: osd in {id}"));
+                    self.mon_apply(MonCommand::OsdIn { ids: vec![id] });
+                }
+            }
+            Ev::EndFaults => self.end_faults(),
+            Ev::Check => self.check_healed(),
+        }
+    }
+
+    pub fn running(&self, id: i32, inc: u64) -> bool {
+        self.osds
+            .get(&id)
+            .is_some_and(|o| o.inc == inc && o.proc_.is_some())
+    }
+
+    // ---- the network ----
+
+    fn blocked(&self, a: Ep, b: Ep) -> bool {
+        self.cut.contains(&(a, b))
+    }
+
+    /// Generation of the connection `a -> b` (bumped by resets and
+    /// partitions: what was in flight is lost, the sender sees a new one).
+    pub fn link_gen(&self, a: Ep, b: Ep) -> u64 {
+        self.links.get(&(a, b)).map(|l| l.gen).unwrap_or(0)
+    }
+
+    pub fn reset_link(&mut self, a: Ep, b: Ep) {
+        for k in [(a, b), (b, a)] {
+            self.links.entry(k).or_default().gen += 1;
+        }
+    }
+
+    pub fn send(&mut self, from: Ep, to: Ep, msg: Msg) {
+        if self.blocked(from, to) {
+            return;
+        }
+        let to_inc = match to {
+            Ep::Osd(id) => match self.osds.get(&id) {
+                Some(o) if o.proc_.is_some() => o.inc,
+                _ => return,
+            },
+            _ => 0,
+        };
+        let slow = self.now < self.slow_until;
+        let mut delay = self.rng.range(100, 1500);
+        if slow && self.rng.chance(300_000) {
+            delay += self.rng.range(5 * MS, 60 * MS);
+        }
+        let dup = self.faults_on && self.rng.chance(self.cfg.dup_ppm);
+        let link = self.links.entry((from, to)).or_default();
+        let at = (self.now + delay).max(link.last_at + 1);
+        link.last_at = at;
+        let gen = link.gen;
+        if dup {
+            let at2 = at + self.rng.range(1, 3 * MS);
+            if let Some(l) = self.links.get_mut(&(from, to)) {
+                l.last_at = l.last_at.max(at2);
+            }
+            self.at(
+                at2,
+                Ev::Deliver {
+                    from,
+                    to,
+                    gen,
+                    to_inc,
+                    msg: msg.clone(),
+                },
+            );
+        }
+        self.at(
+            at,
+            Ev::Deliver {
+                from,
+                to,
+                gen,
+                to_inc,
+                msg,
+            },
+        );
+    }
+
+    fn deliver(&mut self, from: Ep, to: Ep, gen: u64, to_inc: u64, msg: Msg) {
+        if gen != self.link_gen(from, to) || self.blocked(from, to) {
+            return;
+        }
+        match to {
+            Ep::Mon => self.mon_recv(from, msg),
+            Ep::Osd(id) => {
+                if self.running(id, to_inc) {
+                    self.osd_recv(id, from, msg);
+                }
+            }
+            Ep::Client(c) => self.client_recv(c, msg),
+        }
+    }
+
+    // ---- the monitor ----
+
+    fn mon_recv(&mut self, from: Ep, msg: Msg) {
+        match msg {
+            Msg::MapSub { have } if self.map.epoch > have => {
+                let m = Arc::new(self.map.clone());
+                self.send(Ep::Mon, from, Msg::Map(m));
+            }
+            Msg::MonCmd(MonCommand::OsdFailureReport { id, target, failed }) => {
+                let now = self.instant(&self.mon_clock.clone());
+                if let Some(c) = self.judge.report(now, &self.map, id, target, failed) {
+                    self.mon_apply(c);
+                }
+            }
+            Msg::MonCmd(c) => self.mon_apply(c),
+            _ => {}
+        }
+    }
+
+    /// Applies a command like the monitor leader; a new epoch goes to every
+    /// OSD and client.
+    pub fn mon_apply(&mut self, cmd: MonCommand) {
+        let before = self.map.epoch;
+        if let Err(e) = self.map.apply(&cmd, &ctx()) {
+            self.trace(|| format!("mon: {} refused: {e}", cmd.verb()));
+            return;
+        }
+        if self.map.epoch == before {
+            return;
+        }
+        self.trace(|| format!("mon: e{} after {cmd:?}", self.map.epoch.0));
+        let m = Arc::new(self.map.clone());
+        let targets: Vec<Ep> = self
+            .osds
+            .iter()
+            .filter(|(_, o)| o.proc_.is_some())
+            .map(|(id, _)| Ep::Osd(*id))
+            .chain(self.clients.keys().map(|c| Ep::Client(*c)))
+            .collect();
+        for t in targets {
+            self.send(Ep::Mon, t, Msg::Map(m.clone()));
+        }
+    }
+
+    pub fn boot_cmd(&self, id: i32) -> Option<MonCommand> {
+        let o = self.osds.get(&id)?;
+        Some(MonCommand::OsdBoot {
+            id,
+            uuid: o.uuid.clone(),
+            addrs: vec![osd_addr(id, o.inc)],
+            reported: OsdReported {
+                total_bytes: 1 << 30,
+                used_bytes: 0,
+                state: "active".into(),
+                boot_id: o.inc,
+            },
+        })
+    }
+
+    // ---- faults ----
+
+    fn osd_eps(&self) -> Vec<i32> {
+        self.osds.keys().copied().collect()
+    }
+
+    fn inject_fault(&mut self) {
+        self.stats.faults += 1;
+        let ids = self.osd_eps();
+        let running: Vec<i32> = ids
+            .iter()
+            .copied()
+            .filter(|i| self.osds[i].proc_.is_some())
+            .collect();
+        let kinds = match self.cfg.profile {
+            FaultProfile::Basic => 65,
+            FaultProfile::Full => 100,
+        };
+        let mut roll = self.rng.range(0, kinds);
+        if roll >= 65 && self.cfg.profile == FaultProfile::Basic {
+            roll = 99;
+        }
+        if self.cfg.profile == FaultProfile::Basic && self.rng.chance(80_000) {
+            roll = 99;
+        }
+        match roll {
+            0..=24 => {
+                if let Some(id) = self.rng.pick(&running) {
+                    self.crash_osd(id);
+                    let d = self.rng.range(500 * MS, 14 * SEC);
+                    self.after(d, Ev::Restart(id));
+                }
+            }
+            25..=39 => {
+                // Partition: one host (or one OSD) from everything else;
+                // sometimes including the monitor.
+                let victim = self.rng.pick(&ids).unwrap_or(0);
+                let host = self.map.osds.get(&victim).map(|o| o.host.clone());
+                let side: Vec<Ep> = if self.rng.chance(500_000) {
+                    ids.iter()
+                        .copied()
+                        .filter(|i| self.map.osds.get(i).map(|o| o.host.clone()) == host)
+                        .map(Ep::Osd)
+                        .collect()
+                } else {
+                    vec![Ep::Osd(victim)]
+                };
+                let with_mon = self.rng.chance(500_000);
+                let mut others: Vec<Ep> = ids
+                    .iter()
+                    .map(|&i| Ep::Osd(i))
+                    .filter(|e| !side.contains(e))
+                    .collect();
+                if with_mon {
+                    others.push(Ep::Mon);
+                }
+                if self.rng.chance(300_000) {
+                    others.extend(self.clients.keys().map(|&c| Ep::Client(c)));
+                }
+                let mut pairs = Vec::new();
+                for &a in &side {
+                    for &b in &others {
+                        pairs.push((a, b));
+                        pairs.push((b, a));
+                        self.reset_link(a, b);
+                    }
+                }
+                self.next_partition += 1;
+                let p = self.next_partition;
+                self.trace(|| format!("partition #{p}: {side:?} cut from {others:?}"));
+                self.cut.extend(pairs.iter().copied());
+                self.partitions.insert(p, pairs);
+                let d = self.rng.range(SEC, 10 * SEC);
+                self.after(d, Ev::HealPartition(p));
+            }
+            40..=54 => {
+                if let (Some(a), Some(b)) = (self.rng.pick(&ids), self.rng.pick(&ids)) {
+                    if a != b {
+                        self.trace(|| format!("connection reset osd.{a} <-> osd.{b}"));
+                        self.reset_link(Ep::Osd(a), Ep::Osd(b));
+                    }
+                }
+            }
+            55..=64 => {
+                let jump = self.rng.range(200 * MS, 6 * SEC);
+                if self.rng.chance(200_000) {
+                    self.trace(|| format!("mon clock jumps {jump}us forward"));
+                    self.mon_clock.jumped_us += jump;
+                } else if let Some(id) = self.rng.pick(&ids) {
+                    self.trace(|| format!("osd.{id} clock jumps {jump}us forward"));
+                    if let Some(o) = self.osds.get_mut(&id) {
+                        o.clock.jumped_us += jump;
+                    }
+                }
+            }
+            65..=74 => {
+                let up: Vec<i32> = ids
+                    .iter()
+                    .copied()
+                    .filter(|i| !self.marked_out.contains(i))
+                    .collect();
+                if let Some(id) = self.rng.pick(&up) {
+                    self.trace(|| format!("admin: osd out {id}"));
+                    self.marked_out.insert(id);
+                    self.mon_apply(MonCommand::OsdOut { ids: vec![id] });
+                    let d = self.rng.range(2 * SEC, 10 * SEC);
+                    self.after(d, Ev::MarkIn(id));
+                }
+            }
+            75..=82 => {
+                if let Some(id) = self.rng.pick(&ids) {
+                    let weight = self.rng.range(3, 11) as f64 / 10.0;
+                    self.trace(|| format!("admin: osd reweight {id} {weight}"));
+                    self.reweighted.insert(id);
+                    self.mon_apply(MonCommand::OsdReweight { osd: id, weight });
+                }
+            }
+            83..=86 => {
+                if self.osds.len() < 10 {
+                    let h = self.rng.range(0, u64::from(self.cfg.hosts)) as u32;
+                    if let Some(id) = self.new_osd(h) {
+                        self.trace(|| format!("admin: new osd.{id} on host{h}"));
+                        self.start_osd(id);
+                    }
+                }
+            }
+            _ => {
+                self.trace(|| "network slows down for 3 s".into());
+                self.slow_until = self.now + 3 * SEC;
+            }
+        }
+    }
+
+    fn heal_partition(&mut self, p: u64) {
+        let Some(pairs) = self.partitions.remove(&p) else {
+            return;
+        };
+        self.trace(|| format!("partition #{p} heals"));
+        for (a, b) in pairs {
+            self.cut.remove(&(a, b));
+            self.links.entry((a, b)).or_default().gen += 1;
+        }
+        // A pair cut by two overlapping partitions stays cut by the other.
+        let rest: Vec<(Ep, Ep)> = self.partitions.values().flatten().copied().collect();
+        self.cut.extend(rest);
+    }
+
+    pub fn crash_osd(&mut self, id: i32) {
+        self.trace(|| format!("crash osd.{id} (unsynced writes lost)"));
+        let Some(o) = self.osds.get_mut(&id) else {
+            return;
+        };
+        o.proc_ = None;
+        o.disk.crash();
+        self.reset_links_of(id);
+    }
+
+    /// Every connection of osd.`id` is gone (it crashed, or it starts anew:
+    /// peers reconnect and see a new connection generation).
+    pub fn reset_links_of(&mut self, id: i32) {
+        let peers: Vec<Ep> = self
+            .osds
+            .keys()
+            .map(|&i| Ep::Osd(i))
+            .chain([Ep::Mon])
+            .chain(self.clients.keys().map(|&c| Ep::Client(c)))
+            .collect();
+        for p in peers {
+            self.reset_link(Ep::Osd(id), p);
+        }
+    }
+
+    fn end_faults(&mut self) {
+        self.trace(|| "faults stop; healing".into());
+        self.faults_on = false;
+        self.slow_until = 0;
+        let ps: Vec<u64> = self.partitions.keys().copied().collect();
+        for p in ps {
+            self.heal_partition(p);
+        }
+        let down: Vec<i32> = self
+            .osds
+            .iter()
+            .filter(|(_, o)| o.proc_.is_none())
+            .map(|(i, _)| *i)
+            .collect();
+        for id in down {
+            self.start_osd(id);
+        }
+        let outs: Vec<i32> = std::mem::take(&mut self.marked_out).into_iter().collect();
+        if !outs.is_empty() {
+            self.mon_apply(MonCommand::OsdIn { ids: outs });
+        }
+        for id in std::mem::take(&mut self.reweighted) {
+            self.mon_apply(MonCommand::OsdReweight {
+                osd: id,
+                weight: 1.0,
+            });
+        }
+        self.faults_end = Some(self.now);
+        self.after(SEC, Ev::Check);
+    }
+
+    // ---- clients and the oracle ----
+
+    fn value(obj: u32, k: u64) -> bytes::Bytes {
+        bytes::Bytes::from(format!("obj{obj}={k}"))
+    }
+
+    fn parse_value(obj: u32, data: &[u8]) -> Option<u64> {
+        let s = std::str::from_utf8(data).ok()?;
+        let (name, k) = s.split_once('=')?;
+        (name == format!("obj{obj}")).then_some(())?;
+        k.parse().ok()
+    }
+
+    /// The PG of workload object `obj` in the monitor's map.
+    pub fn pg_of(&self, obj: u32) -> PgId {
+        let pg_num = self.map.pools.get(&POOL).map(|p| p.pg_num).unwrap_or(1);
+        let seed = cairn_map::stable_mod(
+            Self::object_name(obj).hash(),
+            pg_num,
+            pg_num.max(1).next_power_of_two() - 1,
+        );
+        PgId {
+            pool: PoolId(POOL),
+            seed,
+        }
+    }
+
+    pub fn object_name(obj: u32) -> ObjectName {
+        ObjectName::new("", format!("obj{obj}"))
+    }
+
+    fn client_tick(&mut self, c: u32) {
+        let now = self.now;
+        let Some(cl) = self.clients.get_mut(&c) else {
+            return;
+        };
+        let mut resend = false;
+        match &cl.op {
+            Some(op) if op.deadline <= now => resend = true,
+            Some(_) => {}
+            None if self.faults_on => {
+                let write = self.rng.chance(600_000);
+                let cl = self.clients.get_mut(&c).expect("client");
+                let obj = if write {
+                    let i = self.rng.range(0, cl.owned.len() as u64) as usize;
+                    cl.owned.get(i).copied()
+                } else {
+                    Some(self.rng.range(0, u64::from(self.cfg.objects)) as u32)
+                };
+                if let Some(obj) = obj {
+                    let track = &mut self.objects[obj as usize];
+                    let (kind, ops) = if write && track.inflight.is_none() {
+                        let k = track.acked + 1;
+                        track.inflight = Some(k);
+                        (
+                            OpKind::Write { obj, k },
+                            vec![SubOp::WriteFull {
+                                data: Self::value(obj, k),
+                            }],
+                        )
+                    } else {
+                        (
+                            OpKind::Read {
+                                obj,
+                                min_k: track.acked,
+                            },
+                            vec![SubOp::Read { offset: 0, len: 0 }],
+                        )
+                    };
+                    let cl = self.clients.get_mut(&c).expect("client");
+                    cl.next_tid += 1;
+                    cl.op = Some(ClientOp {
+                        kind,
+                        reqid: ReqId {
+                            client: EntityName::client(&format!("sim{c}")),
+                            incarnation: 1,
+                            tid: cl.next_tid,
+                        },
+                        ops,
+                        deadline: now,
+                        sent: false,
+                    });
+                    resend = true;
+                }
+            }
+            None => {}
+        }
+        if resend {
+            self.client_send(c);
+        }
+        let d = self.rng.range(20 * MS, 150 * MS);
+        self.after(d, Ev::ClientTick(c));
+    }
+
+    /// (Re)sends the client's op to the primary of its current map.
+    fn client_send(&mut self, c: u32) {
+        let timeout = self.cfg.op_timeout;
+        let now = self.now;
+        let Some(cl) = self.clients.get_mut(&c) else {
+            return;
+        };
+        let Some(op) = cl.op.as_mut() else {
+            return;
+        };
+        op.deadline = now + timeout;
+        let op_reqid = op.reqid.clone();
+        let have = cl.map.as_ref().map(|m| m.epoch).unwrap_or_default();
+        let obj = match op.kind {
+            OpKind::Write { obj, .. } | OpKind::Read { obj, .. } => obj,
+        };
+        let target = cl.map.as_ref().and_then(|m| {
+            let p = m.pools.get(&POOL)?;
+            let oid = Self::object_name(obj);
+            let seed = cairn_map::stable_mod(
+                oid.hash(),
+                p.pg_num,
+                p.pg_num.max(1).next_power_of_two() - 1,
+            );
+            let pgid = PgId {
+                pool: PoolId(POOL),
+                seed,
+            };
+            let primary = m.pg_to_up(POOL, seed).ok()?.primary?;
+            Some((
+                primary,
+                OpRequest {
+                    reqid: op.reqid.clone(),
+                    epoch: m.epoch,
+                    pgid,
+                    oid,
+                    ops: op.ops.clone(),
+                },
+            ))
+        });
+        op.sent = target.is_some();
+        let dest = target.as_ref().map(|(p, r)| (*p, r.pgid, r.epoch));
+        self.trace(|| format!("client {c}: sends {:?} to {dest:?}", op_reqid));
+        self.send(Ep::Client(c), Ep::Mon, Msg::MapSub { have });
+        if let Some((primary, req)) = target {
+            self.send(Ep::Client(c), Ep::Osd(primary), Msg::Op(req));
+        } else if let Some(op) = self.clients.get_mut(&c).and_then(|c| c.op.as_mut()) {
+            op.deadline = now + 200 * MS;
+        }
+    }
+
+    fn client_recv(&mut self, c: u32, msg: Msg) {
+        match msg {
+            Msg::Map(m) => {
+                if let Some(cl) = self.clients.get_mut(&c) {
+                    if cl.map.as_ref().is_none_or(|o| o.epoch < m.epoch) {
+                        cl.map = Some(m);
+                    }
+                }
+            }
+            Msg::OpReply(r) => self.client_reply(c, r),
+            _ => {}
+        }
+    }
+
+    fn client_reply(&mut self, c: u32, r: OpReply) {
+        let Some(cl) = self.clients.get_mut(&c) else {
+            return;
+        };
+        let Some(op) = cl.op.clone() else {
+            return;
+        };
+        if op.reqid != r.reqid {
+            return;
+        }
+        let result = match r.status {
+            OpStatus::Done(res) => res,
+            other => {
+                // Retry soon (a newer map is asked for on every send).
+                let d = self.rng.range(50 * MS, 250 * MS);
+                if let Some(o) = self.clients.get_mut(&c).and_then(|c| c.op.as_mut()) {
+                    o.deadline = self.now + d;
+                }
+                self.trace(|| format!("client {c}: {} -> {other:?}", op.reqid));
+                return;
+            }
+        };
+        if let Some(cl) = self.clients.get_mut(&c) {
+            cl.op = None;
+        }
+        match (op.kind, result) {
+            (OpKind::Write { obj, k }, Ok(_)) => {
+                let t = &mut self.objects[obj as usize];
+                t.acked = k;
+                t.inflight = None;
+                self.stats.acked_writes += 1;
+                self.trace(|| format!("client {c}: ack obj{obj}={k} ({})", r.version));
+            }
+            (OpKind::Read { obj, min_k }, res) => {
+                self.stats.reads += 1;
+                let got = match res {
+                    Ok(outs) => match outs.first() {
+                        Some(SubOpOutput::Data(d)) => Self::parse_value(obj, d),
+                        _ => None,
+                    },
+                    Err(OpError::NoEnt) => Some(0),
+                    Err(e) => {
+                        self.violation(format!("client {c}: read of obj{obj} failed: {e}"));
+                        return;
+                    }
+                };
+                let t = &self.objects[obj as usize];
+                let newest = t.inflight.unwrap_or(t.acked);
+                match got {
+                    Some(k) if k >= min_k && k <= newest => {}
+                    other => {
+                        let pg = self.pg_of(obj);
+                        self.violation(format!(
+                            "client {c}: read obj{obj} (pg {pg}) returned {other:?}; acknowledged when the read began: {min_k}, newest written since: {newest}"
+                        ))
+                    }
+                }
+            }
+            (OpKind::Write { obj, k }, Err(e)) => {
+                self.violation(format!("client {c}: write obj{obj}={k} failed: {e}"));
+            }
+        }
+    }
+
+    // ---- the end: liveness and the final state ----
+
+    fn check_healed(&mut self) {
+        let Some(end) = self.faults_end else {
+            return;
+        };
+        let busy = self.clients.values().filter(|c| c.op.is_some()).count();
+        let unclean = self.unclean_pgs();
+        if busy == 0 && unclean.is_empty() && self.no_disk_work() {
+            self.stats.heal_time = Some(self.now - end);
+            self.trace(|| "every PG active+clean; checking the data".into());
+            self.final_check();
+            self.done = true;
+            return;
+        }
+        if self.now - end > self.cfg.heal_bound {
+            self.violation(format!(
+                "liveness: {}s after faults stopped, {busy} client ops pending and PGs not active+clean: {}",
+                self.cfg.heal_bound / SEC,
+                unclean.join("; ")
+            ));
+            self.done = true;
+            return;
+        }
+        self.after(SEC, Ev::Check);
+    }
+
+    fn no_disk_work(&self) -> bool {
+        self.osds.values().all(|o| !o.disk.has_pending())
+    }
+
+    /// PGs whose primary (in the monitor's map) is not active+clean on it.
+    fn unclean_pgs(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let Some(pool) = self.map.pools.get(&POOL) else {
+            return vec!["no pool".into()];
+        };
+        for seed in 0..pool.pg_num {
+            let pgid = PgId {
+                pool: PoolId(POOL),
+                seed,
+            };
+            let Ok(m) = self.map.pg_to_up(POOL, seed) else {
+                out.push(format!("{pgid}: no mapping"));
+                continue;
+            };
+            let Some(p) = m.primary else {
+                out.push(format!("{pgid}: no primary"));
+                continue;
+            };
+            match self.osds.get(&p).and_then(|o| o.proc_.as_ref()) {
+                None => out.push(format!("{pgid}: primary osd.{p} not running")),
+                Some(proc_) => {
+                    if let Some(why) = proc_.unclean(pgid, self.map.epoch) {
+                        out.push(format!("{pgid} on osd.{p}: {why}"));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Once healed: every acknowledged write is on every acting member's
+    /// disk (durable), nothing newer than the last write, and the members
+    /// agree.
+    fn final_check(&mut self) {
+        let Some(pool) = self.map.pools.get(&POOL).cloned() else {
+            return;
+        };
+        let mut problems = Vec::new();
+        for obj in 0..self.cfg.objects {
+            let oid = Self::object_name(obj);
+            let seed =
+                cairn_map::stable_mod(oid.hash(), pool.pg_num, pool.pg_num.next_power_of_two() - 1);
+            let pgid = PgId {
+                pool: PoolId(POOL),
+                seed,
+            };
+            let Ok(m) = self.map.pg_to_up(POOL, seed) else {
+                continue;
+            };
+            let t = &self.objects[obj as usize];
+            for o in &m.up {
+                let got = self
+                    .osds
+                    .get(o)
+                    .and_then(|s| s.disk.durable.colls.get(&pgid))
+                    .and_then(|c| c.objects.get(&oid))
+                    .map(|st| Self::parse_value(obj, &st.data));
+                let k = match got {
+                    None => Some(0),
+                    Some(k) => k,
+                };
+                if k != Some(t.acked) {
+                    problems.push(format!(
+                        "obj{obj} on osd.{o} (pg {pgid}): {k:?}, acknowledged {}",
+                        t.acked
+                    ));
+                }
+            }
+        }
+        for p in problems {
+            self.violation(format!("final state: {p}"));
+        }
+    }
+}
+
+/// osd.`id`'s address in its incarnation `inc` (a new port per start,
+/// as a restarted daemon binds anew).
+pub fn osd_addr(id: i32, inc: u64) -> String {
+    format!("10.0.{}.{}:{}", id / 250, id % 250 + 1, 6800 + inc % 50_000)
+}

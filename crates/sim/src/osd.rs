@@ -517,7 +517,9 @@ impl World {
         p.map = Some(m.clone());
         if let Some(pool) = m.pools.get(&POOL) {
             for seed in 0..pool.pg_num {
-                if m.pg_to_up(POOL, seed).is_ok_and(|x| x.up.contains(&id)) {
+                if m.pg_to_up(POOL, seed)
+                    .is_ok_and(|x| x.up.contains(&id) || x.acting.contains(&id))
+                {
                     self.ensure_pg(id, pgid_of(seed));
                 }
             }
@@ -621,14 +623,14 @@ impl World {
         let placement = Placement {
             epoch: m.epoch,
             up: x.up.clone(),
-            acting: x.up.clone(),
+            acting: x.acting.clone(),
             shards: Vec::new(),
-            primary: x.primary,
+            primary: x.acting_primary,
             size: pool.size,
             min_size: pool.min_size,
             prev_primary_up_thru,
             acting_up_from: x
-                .up
+                .acting
                 .iter()
                 .map(|o| m.osds.get(o).map(|i| i.up_from).unwrap_or_default())
                 .collect(),

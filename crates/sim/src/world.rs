@@ -1070,7 +1070,7 @@ impl World {
                 pool: PoolId(POOL),
                 seed,
             };
-            let primary = m.pg_to_up(POOL, seed).ok()?.primary?;
+            let primary = m.pg_to_up(POOL, seed).ok()?.acting_primary?;
             Some((
                 primary,
                 OpRequest {
@@ -1217,7 +1217,7 @@ impl World {
                 out.push(format!("{pgid}: no mapping"));
                 continue;
             };
-            let Some(p) = m.primary else {
+            let Some(p) = m.acting_primary else {
                 out.push(format!("{pgid}: no primary"));
                 continue;
             };
@@ -1253,7 +1253,7 @@ impl World {
                 continue;
             };
             let t = &self.objects[obj as usize];
-            for o in &m.up {
+            for o in &m.acting {
                 let got = self
                     .osds
                     .get(o)

@@ -15,7 +15,9 @@ use cairn_client::{ClientConfig, Rados};
 use cairn_map::ClusterMap;
 use cairn_mon::MonClient;
 use cairn_msg::{Credentials, Keyring};
+use cairn_store::{ListStart, Store, StoreConfig};
 use cairn_types::EntityName;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hasher;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,6 +32,8 @@ static NEXT_RANGE: AtomicU8 = AtomicU8::new(60);
 
 /// Mon port inside namespaces (each namespace has its own port space).
 const NETNS_MON_PORT: u16 = 6789;
+/// Bound on waiting for a killed daemon to let go of a store.
+const STORE_LOCK_WAIT: Duration = Duration::from_secs(10);
 /// Bound on waiting for a mon connection or the first map.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -397,6 +401,41 @@ impl Hosts {
         .expect("moving the OSD record back");
     }
 
+    /// SIGKILL of every host's daemon.
+    pub fn kill_all(&self) {
+        for i in 0..self.hosts.len() {
+            if self.hosts[i].pid().is_some() {
+                self.kill9(i);
+            }
+        }
+    }
+
+    /// With every daemon stopped (`kill_all`): each OSD's objects (name ->
+    /// content hash), read straight from its store, whichever collection
+    /// (PG) holds them. OSDs taken away are read too.
+    pub fn read_stores(&self) -> BTreeMap<i32, HashMap<String, u64>> {
+        let mut out = BTreeMap::new();
+        for h in &self.hosts {
+            for sub in ["osds", "osds-away"] {
+                let Ok(dir) = std::fs::read_dir(h.dir.join(sub)) else {
+                    continue;
+                };
+                for e in dir.filter_map(|e| e.ok()) {
+                    let rec: serde_json::Value = serde_json::from_slice(
+                        &std::fs::read(e.path().join("osd.json")).expect("osd.json"),
+                    )
+                    .expect("osd.json is JSON");
+                    let id = rec["id"].as_i64().expect("osd id") as i32;
+                    let path = rec["store_path"].as_str().expect("store_path");
+                    let mut cfg = StoreConfig::new(path);
+                    cfg.data_bytes = rec["data_bytes"].as_u64().expect("data_bytes");
+                    out.insert(id, store_objects(cfg));
+                }
+            }
+        }
+        out
+    }
+
     /// `pg stat -f json`.
     pub fn pg_stat(&self) -> serde_json::Value {
         self.json(&["pg", "stat"])
@@ -452,7 +491,7 @@ impl Hosts {
     }
 
     /// (up, in) of each OSD from `osd dump`.
-    pub fn osd_states(&self) -> std::collections::BTreeMap<i32, (bool, bool)> {
+    pub fn osd_states(&self) -> BTreeMap<i32, (bool, bool)> {
         let v = self.json(&["osd", "dump"]);
         v["osds"]
             .as_array()
@@ -474,7 +513,7 @@ impl Hosts {
         &self,
         what: &str,
         within: Duration,
-        pred: impl Fn(&std::collections::BTreeMap<i32, (bool, bool)>) -> bool,
+        pred: impl Fn(&BTreeMap<i32, (bool, bool)>) -> bool,
     ) -> Duration {
         let t0 = Instant::now();
         loop {
@@ -538,6 +577,9 @@ impl Hosts {
 
 impl Drop for Hosts {
     fn drop(&mut self) {
+        if std::thread::panicking() || std::env::var_os("CAIRN_KEEP_LOGS").is_some() {
+            self.keep_logs();
+        }
         let mut pids = self.pids.lock().map(|p| p.clone()).unwrap_or_default();
         pids.extend(self.hosts.iter().filter_map(|h| h.pid()));
         pids.sort();
@@ -552,6 +594,64 @@ impl Drop for Hosts {
             }
         }
     }
+}
+
+impl Hosts {
+    /// Copies every host's daemon log out of the temp dir (which is
+    /// deleted) when a test fails (or `CAIRN_KEEP_LOGS` is set), and says
+    /// where.
+    fn keep_logs(&self) {
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("test")
+            .replace("::", "-");
+        let dir = std::env::temp_dir().join(format!("cairn-faults-{test}-{}", std::process::id()));
+        if std::fs::create_dir_all(&dir).is_err() {
+            return;
+        }
+        for h in &self.hosts {
+            let _ = std::fs::copy(
+                h.dir.join("daemon.log"),
+                dir.join(format!("host-{}.log", h.name)),
+            );
+        }
+        eprintln!("daemon logs kept in {}", dir.display());
+    }
+}
+
+/// Every head object of every collection of a store: name -> hash.
+fn store_objects(cfg: StoreConfig) -> HashMap<String, u64> {
+    let path = cfg.path.display().to_string();
+    // A killed daemon's lock goes only when its last thread has exited,
+    // which can be a little after its main thread shows as a zombie.
+    let t0 = Instant::now();
+    let store = loop {
+        match Store::open(cfg.clone()) {
+            Ok(s) => break s,
+            Err(e) if e.to_string().contains("in use") && t0.elapsed() < STORE_LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => panic!("opening the store {path}: {e}"),
+        }
+    };
+    let mut out = HashMap::new();
+    for coll in store.list_collections().expect("collections") {
+        let mut start = ListStart::Beginning;
+        loop {
+            let page = store.list_objects(&coll, &start, 512).expect("list");
+            for o in &page {
+                if o.namespace.is_empty() {
+                    let data = store.read(&coll, o, 0, u64::MAX).expect("read");
+                    out.insert(o.name.clone(), digest(&data));
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == 512 => start = ListStart::After(last.clone()),
+                _ => break,
+            }
+        }
+    }
+    out
 }
 
 /// Where a writer connects and what it writes.

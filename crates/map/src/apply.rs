@@ -104,6 +104,7 @@ impl ClusterMap {
             pg_temp: Default::default(),
             pool_max: 0,
             created: Epoch(1),
+            scrub_orders: Vec::new(),
         };
         map.ec_profiles
             .insert("default".into(), EcProfile::default_profile());
@@ -354,6 +355,9 @@ impl ClusterMap {
                 reported,
             } => self.osd_boot(*id, uuid, addrs, reported),
             OsdAlive { id, want } => self.osd_alive(*id, *want),
+            PgScrub { pgid, kind } => self.pg_scrub(*pgid, *kind),
+            OsdScrub { osds, kind } => self.osd_scrub(osds, *kind),
+            ScrubOrdersDone { done } => self.scrub_orders_done(done),
             _ => Err(CommandError::invalid(format!(
                 "'{}' is read-only",
                 cmd.verb()

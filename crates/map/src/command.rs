@@ -246,6 +246,27 @@ pub enum MonCommand {
         pgid: PgId,
     },
 
+    /// `rados list-inconsistent-obj PGID`: the primary's last scrub findings.
+    PgListInconsistent {
+        pgid: PgId,
+    },
+
+    // ---- scrub (crate::scrub) ----
+    /// `pg scrub|deep-scrub|repair PGID`: an order the PG's primary carries out.
+    PgScrub {
+        pgid: PgId,
+        kind: crate::scrub::ScrubKind,
+    },
+    /// `osd scrub|deep-scrub|repair N|all`: orders for every PG whose primary is one of them.
+    OsdScrub {
+        osds: OsdSelector,
+        kind: crate::scrub::ScrubKind,
+    },
+    /// Internal (monitor leader): these orders were carried out (PG, order id done).
+    ScrubOrdersDone {
+        done: Vec<(PgId, u64)>,
+    },
+
     // ---- reports from OSDs to the monitor leader (never in the map) ----
     /// OSD `id` is alive; its store usage and the PGs it is primary for.
     OsdBeacon {
@@ -293,6 +314,7 @@ impl MonCommand {
                 | PgDump { .. }
                 | OsdDf { .. }
                 | PgQuery { .. }
+                | PgListInconsistent { .. }
                 | OsdBeacon { .. }
                 | OsdFailureReport { .. }
         )
@@ -313,7 +335,13 @@ impl MonCommand {
         use MonCommand::*;
         matches!(
             self,
-            Status | Health { .. } | PgStat | PgDump { .. } | OsdDf { .. } | PgQuery { .. }
+            Status
+                | Health { .. }
+                | PgStat
+                | PgDump { .. }
+                | OsdDf { .. }
+                | PgQuery { .. }
+                | PgListInconsistent { .. }
         )
     }
 
@@ -329,7 +357,9 @@ impl MonCommand {
             MonAdd { .. } | MonRemove { .. } | OsdFailed { .. } | OsdAutoOut { .. } => {
                 CapsNeed::mon(Perms::RWX)
             }
-            OsdNew { .. } | OsdPurge { .. } | OsdLost { .. } => CapsNeed::mon(Perms::RWX),
+            OsdNew { .. } | OsdPurge { .. } | OsdLost { .. } | ScrubOrdersDone { .. } => {
+                CapsNeed::mon(Perms::RWX)
+            }
             OsdBoot { id, .. }
             | OsdAlive { id, .. }
             | PgTemp { from: id, .. }
@@ -407,6 +437,18 @@ impl MonCommand {
             PgDump { .. } => "pg dump",
             OsdDf { .. } => "osd df",
             PgQuery { .. } => "pg query",
+            PgListInconsistent { .. } => "rados list-inconsistent-obj",
+            PgScrub { kind, .. } => match kind {
+                crate::scrub::ScrubKind::Scrub => "pg scrub",
+                crate::scrub::ScrubKind::Deep => "pg deep-scrub",
+                crate::scrub::ScrubKind::Repair => "pg repair",
+            },
+            OsdScrub { kind, .. } => match kind {
+                crate::scrub::ScrubKind::Scrub => "osd scrub",
+                crate::scrub::ScrubKind::Deep => "osd deep-scrub",
+                crate::scrub::ScrubKind::Repair => "osd repair",
+            },
+            ScrubOrdersDone { .. } => "scrub orders done",
             OsdBeacon { .. } => "osd beacon",
             OsdFailureReport { .. } => "osd failure report",
         }

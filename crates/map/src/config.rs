@@ -266,6 +266,12 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "concurrent backfills per OSD",
     ),
     opt(
+        "osd_max_scrubs",
+        OptKind::Uint { min: 1, max: 16 },
+        "1",
+        "PGs one OSD scrubs at once (as primary)",
+    ),
+    opt(
         "osd_max_object_size",
         OptKind::Size {
             min: MIB,
@@ -371,6 +377,12 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "hour scrubbing must end (equal to begin = any time)",
     ),
     opt(
+        "osd_scrub_chunk_max",
+        OptKind::Uint { min: 1, max: 1000 },
+        "25",
+        "objects compared per scrub chunk (writes to a chunk wait while it is compared)",
+    ),
+    opt(
         "osd_scrub_max_interval",
         OptKind::Secs {
             min: 60,
@@ -387,6 +399,15 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         },
         "86400",
         "shortest time between scrubs of a PG",
+    ),
+    opt(
+        "osd_scrub_sleep",
+        OptKind::Float {
+            min: 0.0,
+            max: 60.0,
+        },
+        "0.05",
+        "seconds a scrub sleeps between chunks (yields to client I/O)",
     ),
     opt(
         "public_network",

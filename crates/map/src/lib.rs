@@ -25,6 +25,7 @@ pub mod pgmap;
 mod pgquery;
 mod pgtemp;
 mod query;
+pub mod scrub;
 
 pub use apply::{
     AUTH_ENTITIES_MAX, CONFIG_ENTRIES_MAX, CRUSH_RULES_MAX, CRUSH_WEIGHT_MAX_TIB, EC_PROFILES_MAX,
@@ -50,3 +51,7 @@ pub use pgmap::{
     OsdBeacon, OsdStatsEntry, PgEntry, PgMapView, PgRecoveryCounts, PgReport, PgTotals,
 };
 pub use query::{format_age, format_bytes};
+pub use scrub::{
+    InconsistentObjectReport, PgScrubReport, ScrubKind, ScrubOrder, ShardErrorReport,
+    SCRUB_REPORT_OBJECTS_MAX,
+};

@@ -255,6 +255,9 @@ pub struct ClusterMap {
     pub pool_max: u64,
     /// Epoch the cluster was created in.
     pub created: Epoch,
+    /// Operator scrub orders not yet reported done, by PG (`crate::scrub`).
+    #[serde(default)]
+    pub scrub_orders: Vec<crate::scrub::ScrubOrder>,
 }
 
 /// Serialises the auth table as a list so JSON (string-keyed maps) can hold it.

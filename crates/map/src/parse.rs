@@ -29,6 +29,9 @@ const HELP: &[(&str, &str)] = &[
     ("osd purge ID --yes-i-really-mean-it", "remove a down OSD from the OSD map, CRUSH and auth"),
     ("osd lost ID --yes-i-really-mean-it", "give up the writes only a down OSD may hold, so its PGs stop waiting for it"),
     ("osd reweight ID WEIGHT", "set an OSD's override weight between 0.0 and 1.0"),
+    ("osd scrub ID|all", "scrub every PG whose primary is osd.ID (or any up OSD)"),
+    ("osd deep-scrub ID|all", "deep-scrub every PG whose primary is osd.ID (or any up OSD)"),
+    ("osd repair ID|all", "repair every PG whose primary is osd.ID (or any up OSD)"),
     ("osd crush rule create-replicated NAME ROOT FAILURE_DOMAIN [CLASS]", "create a replicated rule placing one copy per FAILURE_DOMAIN under ROOT"),
     ("osd crush rule create-erasure NAME [PROFILE]", "create an erasure rule from an EC profile (default: 'default')"),
     ("osd crush rule ls", "list CRUSH rules"),
@@ -55,6 +58,10 @@ const HELP: &[(&str, &str)] = &[
     ("pg dump [pgs_brief]", "list every PG with its state, version and OSDs (pgs_brief: state and OSDs only)"),
     ("pg ls", "same as 'pg dump pgs_brief'"),
     ("pg PGID query", "show a PG's placement and what its primary last reported"),
+    ("pg scrub PGID", "have the PG's primary compare object lists and metadata across its copies now"),
+    ("pg deep-scrub PGID", "like scrub, and also read every byte of every copy and compare data checksums"),
+    ("pg repair PGID", "deep-scrub the PG and rewrite every bad copy from a good one"),
+    ("rados list-inconsistent-obj PGID", "list the objects the PG's last scrub found inconsistent, with the OSDs holding bad copies"),
     ("osd df [tree]", "show each OSD's size, use and PG count (tree: grouped by host)"),
     ("auth ls", "list entities, their keys and caps"),
     ("auth get NAME", "show an entity's keyring"),
@@ -199,12 +206,41 @@ pub fn parse_command_with_input(
                     .parse()
                     .map_err(|e: String| usage_err("pg query", &e))?,
             }),
+            [verb @ ("scrub" | "deep-scrub" | "repair"), pgid] => Ok(MonCommand::PgScrub {
+                pgid: pgid
+                    .parse()
+                    .map_err(|e: String| usage_err(&format!("pg {verb}"), &e))?,
+                kind: scrub_kind(verb),
+            }),
+            [verb @ ("scrub" | "deep-scrub" | "repair"), ..] => Err(usage_err(
+                &format!("pg {verb}"),
+                "give exactly one PG id, such as 1.1f",
+            )),
             _ => Err(usage_err(
                 "pg",
-                "use 'pg map PGID', 'pg stat', 'pg dump [pgs_brief]', 'pg ls' or 'pg PGID query'",
+                "use 'pg map PGID', 'pg stat', 'pg dump [pgs_brief]', 'pg ls', 'pg PGID query' or 'pg scrub|deep-scrub|repair PGID'",
+            )),
+        },
+        Some("rados") => match &w[1..] {
+            ["list-inconsistent-obj", pgid] => Ok(MonCommand::PgListInconsistent {
+                pgid: pgid
+                    .parse()
+                    .map_err(|e: String| usage_err("rados list-inconsistent-obj", &e))?,
+            }),
+            _ => Err(usage_err(
+                "rados list-inconsistent-obj",
+                "the monitors answer only 'rados list-inconsistent-obj PGID'",
             )),
         },
         Some(other) => Err(usage_err("", &format!("unknown command '{other}'"))),
+    }
+}
+
+fn scrub_kind(verb: &str) -> crate::scrub::ScrubKind {
+    match verb {
+        "deep-scrub" => crate::scrub::ScrubKind::Deep,
+        "repair" => crate::scrub::ScrubKind::Repair,
+        _ => crate::scrub::ScrubKind::Scrub,
     }
 }
 
@@ -294,11 +330,21 @@ fn parse_osd(w: &[&str], input: Option<&[u8]>) -> Result<MonCommand, ParseError>
                 "osd setcrushmap: the contents of '{path}' were not supplied (the CLI reads -i FILE and passes its bytes)"
             ))),
         },
+        [verb @ ("scrub" | "deep-scrub" | "repair"), who] => Ok(MonCommand::OsdScrub {
+            osds: if *who == "all" || *who == "*" {
+                OsdSelector::All
+            } else {
+                OsdSelector::Ids(vec![
+                    parse_osd_id(who).map_err(|e| usage_err(&format!("osd {verb}"), &e))?
+                ])
+            },
+            kind: scrub_kind(verb),
+        }),
         ["crush", rest @ ..] => parse_crush(rest),
         ["erasure-code-profile", rest @ ..] => parse_ec_profile(rest),
         ["pool", rest @ ..] => parse_pool(rest),
         [verb @ ("tree" | "dump" | "ls" | "stat" | "set" | "unset" | "purge" | "lost" | "reweight"
-        | "getcrushmap" | "setcrushmap"), ..] => Err(usage_err(
+        | "getcrushmap" | "setcrushmap" | "scrub" | "deep-scrub" | "repair"), ..] => Err(usage_err(
             &format!("osd {verb}"),
             "wrong number of arguments",
         )),

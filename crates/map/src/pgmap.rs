@@ -46,6 +46,9 @@ pub struct PgReport {
     /// Objects the reporting primary brought up to date in this PG since
     /// it started, by kind of recovery.
     pub recovery: PgRecoveryCounts,
+    /// Scrub stamps, state and findings (`crate::scrub`).
+    #[serde(default)]
+    pub scrub: crate::scrub::PgScrubReport,
 }
 
 /// Objects recovered in one PG, counted by the primary that did it (one
@@ -257,13 +260,14 @@ impl ClusterMap {
     }
 
     /// Health checks from PG states and reported usage: PG_AVAILABILITY,
-    /// PG_DEGRADED, OSD_FULL, OSD_NEARFULL. (TOO_MANY_PGS needs only the
+    /// PG_DEGRADED, OSD_SCRUB_ERRORS, PG_DAMAGED, OSD_FULL, OSD_NEARFULL. (TOO_MANY_PGS needs only the
     /// map: [`ClusterMap::check_too_many_pgs`].)
     pub fn pg_health_checks(&self, view: &PgMapView) -> Vec<HealthCheck> {
         let entries = self.pg_entries(view);
         let mut out = Vec::new();
         out.extend(check_availability(&entries));
         out.extend(self.check_degraded(&entries));
+        out.extend(self.check_scrub_errors(&entries));
         out.extend(self.check_fullness(view));
         out
     }

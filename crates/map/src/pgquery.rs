@@ -107,6 +107,10 @@ impl ClusterMap {
                     primary.clone(),
                     list(&acting),
                     acting_primary.clone(),
+                    crate::scrub::format_stamp(r.map(|r| r.scrub.last_scrub_stamp).unwrap_or(0)),
+                    crate::scrub::format_stamp(
+                        r.map(|r| r.scrub.last_deep_scrub_stamp).unwrap_or(0),
+                    ),
                 ]);
             }
             js.push(json!({
@@ -119,6 +123,9 @@ impl ClusterMap {
                 "num_objects_misplaced": r.map(|r| r.misplaced_objects),
                 "reported_epoch": r.map(|r| r.epoch),
                 "recovery": r.map(|r| r.recovery),
+                "last_scrub_stamp": r.map(|r| crate::scrub::format_stamp(r.scrub.last_scrub_stamp)),
+                "last_deep_scrub_stamp": r.map(|r| crate::scrub::format_stamp(r.scrub.last_deep_scrub_stamp)),
+                "scrub_errors": r.map(|r| r.scrub.errors),
             }));
         }
         let headers: Vec<(&str, Align)> = if brief {
@@ -144,6 +151,8 @@ impl ClusterMap {
                 ("UP_PRIMARY", Align::Right),
                 ("ACTING", Align::Left),
                 ("ACTING_PRIMARY", Align::Right),
+                ("SCRUB_STAMP", Align::Left),
+                ("DEEP_SCRUB_STAMP", Align::Left),
             ]
         };
         Reply::new(table(&headers, &rows), json!({ "pg_stats": js }))
@@ -315,6 +324,18 @@ impl ClusterMap {
             .as_ref()
             .map(|e| e.state.clone())
             .unwrap_or_else(|| "unknown".into());
+        let scrub = entry.as_ref().and_then(|e| e.report.as_ref()).map(|r| {
+            json!({
+                "last_scrub_stamp": crate::scrub::format_stamp(r.scrub.last_scrub_stamp),
+                "last_deep_scrub_stamp": crate::scrub::format_stamp(r.scrub.last_deep_scrub_stamp),
+                "scrubbing": r.scrub.scrubbing,
+                "errors": r.scrub.errors,
+                "last_failure": r.scrub.last_failure,
+                "pending_order": self.scrub_order(pgid).map(|o| {
+                    if o.repair { "repair" } else if o.deep { "deep-scrub" } else { "scrub" }
+                }),
+            })
+        });
         let report: Value = entry
             .and_then(|e| e.report)
             .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
@@ -323,6 +344,7 @@ impl ClusterMap {
             "pgid": pgid.to_string(), "epoch": self.epoch.0, "state": state,
             "up": m.up, "acting": m.acting, "up_primary": m.primary, "acting_primary": m.acting_primary,
             "pg_temp": self.pg_temp.get(&pgid),
+            "scrub": scrub.unwrap_or(Value::Null),
             "primary_report": report,
         });
         let plain = serde_json::to_string_pretty(&json).unwrap_or_default() + "\n";

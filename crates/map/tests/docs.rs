@@ -47,7 +47,7 @@ written `allow r`, `allow rw`, `allow rwx`, `allow *`, and for OSDs `allow rw po
             "osd" if usage.starts_with("osd pool") => "Pools",
             "osd" => "OSDs",
             "auth" => "Auth",
-            "pg" => "Pools",
+            "pg" | "rados" => "Pools",
             _ => "Config",
         };
         if g != group {
@@ -122,6 +122,7 @@ fn every_help_usage_parses() {
             .replace("osd.N WEIGHT", "osd.1 1.5")
             .replace("ID WEIGHT", "1 0.5")
             .replace("ID --yes", "1 --yes")
+            .replace("ID|all", "1")
             .replace("-o FILE", "-o f")
             .replace(
                 "[PG_NUM [PGP_NUM]] [replicated|erasure] [PROFILE] [RULE]",

@@ -4,7 +4,7 @@
 
 mod common;
 use cairn_map::*;
-use cairn_types::{PgId, PoolId};
+use cairn_types::{EntityName, PgId, PoolId};
 use common::*;
 use std::time::{Duration, Instant};
 
@@ -138,6 +138,7 @@ fn report(m: &ClusterMap, seed: u32, state: &str, objects: u64) -> PgReport {
         last_epoch_started: 1,
         down_reason: None,
         recovery: Default::default(),
+        scrub: Default::default(),
     }
 }
 
@@ -296,4 +297,73 @@ fn pg_queries_render_from_the_view() {
             .is_err(),
         "reports never change the map"
     );
+}
+
+#[test]
+fn scrub_orders_and_scrub_health() {
+    let mut m = pool_map();
+    let pg = |seed| PgId {
+        pool: PoolId(1),
+        seed,
+    };
+    // Bad input: a clear error, nothing changes.
+    assert!(fails(&mut m, "pg scrub 9.0").contains("pool 9 does not exist"));
+    assert!(fails(&mut m, "pg scrub 1.7").contains("has 4 PGs"));
+    assert!(fails(&mut m, "pg scrub").contains("pg scrub"));
+    assert!(fails(&mut m, "osd scrub 42").contains("osd.42 does not exist"));
+    ok(&mut m, "pg deep-scrub 1.2");
+    let o = m.scrub_order(pg(2)).cloned().unwrap();
+    assert!(o.deep && !o.repair);
+    assert_eq!(o.id, m.epoch.0);
+    // A repair widens the pending order.
+    ok(&mut m, "pg repair 1.2");
+    let o = m.scrub_order(pg(2)).cloned().unwrap();
+    assert!(o.deep && o.repair);
+    // osd scrub: every PG the OSD is primary of.
+    let p = m.pg_to_up(1, 0).unwrap().primary.unwrap();
+    let out = ok(&mut m, &format!("osd scrub {p}"));
+    assert!(out.contains(&format!("osd.{p}")), "{out}");
+    assert!(m.scrub_order(pg(0)).is_some());
+
+    // The primary reports order 1.2 done: the leader settles it.
+    let mut reports: Vec<PgReport> = (0..4).map(|s| report(&m, s, "active+clean", 5)).collect();
+    reports[2].scrub.order_done = m.scrub_order(pg(2)).unwrap().id;
+    reports[2].state = "active+clean+inconsistent".into();
+    reports[2].scrub.errors = 1;
+    reports[2].scrub.inconsistent = vec![InconsistentObjectReport {
+        object: "victim".into(),
+        version: Some("5'3".into()),
+        auth_osd: reports[2].primary,
+        shards: vec![ShardErrorReport {
+            osd: reports[2].acting[1],
+            shard: None,
+            errors: vec!["data_digest_mismatch".into()],
+            detail: None,
+        }],
+    }];
+    let p2 = reports[2].primary.unwrap();
+    let v = view_of(&m, reports, &[]);
+    let beacon = v.osds[&p2].beacon.clone();
+    let done = m.scrub_orders_settled_by(p2, &beacon).expect("settles");
+    exec_as(&mut m, &done, EntityName::mon("a")).unwrap();
+    assert!(m.scrub_order(pg(2)).is_none());
+
+    let h = m.health(&HealthInputs {
+        pgmap: Some(v.clone()),
+        ..Default::default()
+    });
+    assert_eq!(h.status, HealthStatus::Err);
+    assert_eq!(h.check("OSD_SCRUB_ERRORS").unwrap().summary, "1 scrub errors");
+    let d = h.check("PG_DAMAGED").unwrap();
+    assert_eq!(d.summary, "Possible data damage: 1 pgs inconsistent");
+    let text = d.detail.join("\n");
+    assert!(text.contains("pg 1.2") && text.contains("victim"), "{text}");
+    assert!(text.contains("data_digest_mismatch"), "{text}");
+    let mut q = qctx();
+    q.runtime.health.pgmap = Some(v);
+    let cmd = parse_command(&words("rados list-inconsistent-obj 1.2")).unwrap();
+    let l = m.query(&cmd, &q).unwrap();
+    assert!(l.plain.contains("victim"), "{}", l.plain);
+    let dump = m.query(&MonCommand::PgDump { brief: false }, &q).unwrap();
+    assert!(dump.plain.contains("SCRUB_STAMP"), "{}", dump.plain);
 }

@@ -61,7 +61,8 @@ impl LeaderReports {
                 beacon.validate(*id)?;
                 self.judge.beacon(now.into_std(), map, *id);
                 self.beacons.insert(*id, (now, beacon.clone()));
-                Ok(None)
+                // Operator scrub orders the beacon shows carried out leave the map.
+                Ok(map.scrub_orders_settled_by(*id, beacon))
             }
             MonCommand::OsdFailureReport { id, target, failed } => {
                 if !map.osds.contains_key(target) {

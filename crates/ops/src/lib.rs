@@ -2,16 +2,19 @@
 //! requests (a vector of sub-ops on one object, or a PG-level listing),
 //! replies with per-sub-op results, the primary -> replica replication
 //! sub-op and its commit ack, and the small peering/recovery messages the
-//! primary uses before a PG goes active. Every message is encoded with a
-//! version byte (`cairn_types::encode_versioned`). No I/O here.
+//! primary uses before a PG goes active, and the scrub-map exchange.
+//! Every message is encoded with a version byte
+//! (`cairn_types::encode_versioned`). No I/O here.
 
 mod ec;
 mod msgs;
 mod op;
+mod scrub;
 
 pub use ec::*;
 pub use msgs::*;
 pub use op::*;
+pub use scrub::*;
 
 /// Message type numbers on a `cairn-msg` connection (0x05xx = OSD family).
 pub mod msg_type {
@@ -44,6 +47,9 @@ pub mod msg_type {
     pub const PG_BACKFILL_ACK: u16 = 0x0532;
     /// primary -> stray copy, one-way: [`crate::PgRemove`].
     pub const PG_REMOVE: u16 = 0x0533;
+    /// primary -> member (call): [`crate::ScrubMapRequest`]; answered with [`SCRUB_MAP_REPLY`].
+    pub const SCRUB_MAP: u16 = 0x0541;
+    pub const SCRUB_MAP_REPLY: u16 = 0x0542;
 }
 
 /// Wire format version of every message in this crate.

@@ -181,10 +181,8 @@ impl ClusterMap {
             PgDump { brief } => Ok(self.q_pg_dump(ctx, *brief)),
             OsdDf { tree } => Ok(self.q_osd_df(ctx, *tree)),
             PgQuery { pgid } => self.q_pg_query(ctx, *pgid),
-            PgListInconsistent { pgid } => self.q_list_inconsistent(
-                &ctx.runtime.health.pgmap.clone().unwrap_or_default(),
-                *pgid,
-            ),
+            PgListInconsistent { pgid } => self
+                .q_list_inconsistent(&ctx.runtime.health.pgmap.clone().unwrap_or_default(), *pgid),
             OsdBeacon { .. } | OsdFailureReport { .. } => Err(CommandError::invalid(format!(
                 "'{}' is an OSD report for the monitor leader's runtime, not a query of the map",
                 cmd.verb()

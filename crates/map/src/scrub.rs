@@ -220,7 +220,10 @@ impl ClusterMap {
     }
 
     /// Internal: orders the PGs' primaries report done (`id` at least the order's).
-    pub(crate) fn scrub_orders_done(&mut self, done: &[(PgId, u64)]) -> Result<Reply, CommandError> {
+    pub(crate) fn scrub_orders_done(
+        &mut self,
+        done: &[(PgId, u64)],
+    ) -> Result<Reply, CommandError> {
         let before = self.scrub_orders.len();
         self.scrub_orders
             .retain(|o| !done.iter().any(|(p, id)| *p == o.pgid && *id >= o.id));
@@ -299,10 +302,7 @@ impl ClusterMap {
             HealthCheck {
                 code: "PG_DAMAGED".into(),
                 severity: HealthStatus::Err,
-                summary: format!(
-                    "Possible data damage: {} pgs inconsistent",
-                    damaged.len()
-                ),
+                summary: format!("Possible data damage: {} pgs inconsistent", damaged.len()),
                 detail,
             },
         ]

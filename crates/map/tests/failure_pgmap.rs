@@ -353,7 +353,10 @@ fn scrub_orders_and_scrub_health() {
         ..Default::default()
     });
     assert_eq!(h.status, HealthStatus::Err);
-    assert_eq!(h.check("OSD_SCRUB_ERRORS").unwrap().summary, "1 scrub errors");
+    assert_eq!(
+        h.check("OSD_SCRUB_ERRORS").unwrap().summary,
+        "1 scrub errors"
+    );
     let d = h.check("PG_DAMAGED").unwrap();
     assert_eq!(d.summary, "Possible data damage: 1 pgs inconsistent");
     let text = d.detail.join("\n");

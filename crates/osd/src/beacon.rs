@@ -110,6 +110,7 @@ fn report_of(
         last_epoch_started: st.last_epoch_started,
         down_reason: st.down_reason.clone(),
         recovery,
+        scrub: st.scrub.clone(),
     }
 }
 

@@ -335,7 +335,7 @@ impl EcPeeringJob {
 
     /// The authoritative state of `name` for `shard`, rebuilt from the
     /// chunks of up-to-date `sources` (None = the object does not exist).
-    async fn rebuild_object(
+    pub(crate) async fn rebuild_object(
         &self,
         name: &ObjectName,
         shard: usize,
@@ -443,7 +443,7 @@ impl EcPeeringJob {
     }
 
     /// Installs rebuilt objects on `osd` (this OSD: straight into its store).
-    async fn deliver(
+    pub(crate) async fn deliver(
         &self,
         osd: i32,
         objects: Vec<(u32, ObjectName, Option<ObjectState>)>,

@@ -16,6 +16,8 @@
 //! - `ec_pool`, `ec_exec`, `ec_io`, `ec_peering`: erasure-coded PGs (one
 //!   store collection per shard; the primary encodes, gathers chunks for
 //!   reads and rebuilds missing shards at activation).
+//! - `scrub`: scrub, deep-scrub and repair run by a PG's primary (scrub
+//!   maps, comparison, EC parity check, repair, periodic scheduling).
 
 pub mod auth;
 mod beacon;
@@ -29,6 +31,7 @@ mod peering;
 pub mod peering_sm;
 pub mod pg;
 mod runtime;
+mod scrub;
 
 pub use ec_io::{ec_encode_totals, EcEncodeTotals};
 pub use pg::{PgLimits, PgState, Role};

@@ -7,8 +7,8 @@
 //! back [`PgEvent`]s. Recovery planning is the pure [`plan_recovery`].
 
 use cairn_ops::{
-    LogEntry, LogOp, ObjectName, OpError, OpReply, OpRequest, OpStatus, PgInfo, ReqId, SubOp,
-    SubOpOutput, Version,
+    LogEntry, LogOp, ObjectName, OpError, OpReply, OpRequest, OpStatus, PgInfo, ReqId, ScrubRange,
+    SubOp, SubOpOutput, Version,
 };
 use cairn_types::{Epoch, PgId};
 use serde::{Deserialize, Serialize};
@@ -244,6 +244,10 @@ pub struct Pg {
     /// PG re-peers: until it is active again, writes carrying data are
     /// refused at once (deletes wait: they free space).
     full: Option<OpError>,
+    /// The chunk a scrub is comparing: writes to its objects wait.
+    scrub_block: Option<ScrubRange>,
+    /// Writes waiting for the scrubbed chunk to be released.
+    scrub_waiting: VecDeque<(Token, OpRequest)>,
 }
 
 fn reply(req_reqid: &ReqId, status: OpStatus, version: Version, epoch: Epoch) -> OpReply {
@@ -288,6 +292,8 @@ impl Pg {
             busy: BTreeMap::new(),
             waiting_for_active: VecDeque::new(),
             full: None,
+            scrub_block: None,
+            scrub_waiting: VecDeque::new(),
         };
         pg.info.pgid = Some(pgid);
         pg.reset_log(log);
@@ -581,10 +587,12 @@ impl Pg {
     /// Answers every op queued behind a busy object or waiting for
     /// activation with `status` (the client resends).
     fn answer_queued(&mut self, status: OpStatus, epoch: Epoch, out: &mut Vec<PgAction>) {
+        self.scrub_block = None;
         let queued: Vec<(Token, OpRequest)> = std::mem::take(&mut self.busy)
             .into_values()
             .flat_map(|q| q.into_iter())
             .chain(self.waiting_for_active.drain(..))
+            .chain(self.scrub_waiting.drain(..))
             .collect();
         for (t, req) in queued {
             out.push(PgAction::Reply {
@@ -651,11 +659,93 @@ impl Pg {
             out.push(PgAction::Read { token, req });
             return;
         }
+        if req.is_write() && self.blocked_by_scrub(&req.oid) {
+            self.hold_for_scrub(token, req, out);
+            return;
+        }
         if let Some(q) = self.busy.get_mut(&req.oid) {
             q.push_back((token, req));
             return;
         }
         self.start(token, req, out);
+    }
+
+    fn blocked_by_scrub(&self, oid: &ObjectName) -> bool {
+        self.scrub_block
+            .is_some_and(|r| r.contains_hash(oid.hash()))
+    }
+
+    /// Queues a write behind the scrubbed chunk (bounded: beyond
+    /// `max_waiting_ops` the client is told to retry).
+    fn hold_for_scrub(&mut self, token: Token, req: OpRequest, out: &mut Vec<PgAction>) {
+        if self.scrub_waiting.len() < self.limits.max_waiting_ops {
+            self.scrub_waiting.push_back((token, req));
+        } else {
+            out.push(PgAction::Reply {
+                token,
+                reply: reply(
+                    &req.reqid,
+                    OpStatus::NotActive {
+                        state: "scrubbing this object's chunk; retry".into(),
+                    },
+                    Version::default(),
+                    self.epoch(),
+                ),
+            });
+        }
+    }
+
+    /// Scrub: writes to objects in `range` wait from now on. Returns false
+    /// when the PG cannot be scrubbed now (not an active primary).
+    pub fn scrub_block(&mut self, range: ScrubRange) -> bool {
+        if self.role != Role::Primary || !self.state.active {
+            return false;
+        }
+        self.scrub_block = Some(range);
+        true
+    }
+
+    /// Scrub: the chunk writes wait for, if any.
+    pub fn scrub_blocked_range(&self) -> Option<ScrubRange> {
+        self.scrub_block
+    }
+
+    /// Scrub: whether a write to an object of the blocked chunk is still in flight.
+    pub fn scrub_chunk_busy(&self) -> bool {
+        let Some(r) = self.scrub_block else {
+            return false;
+        };
+        self.inflight
+            .values()
+            .any(|f| r.contains_hash(f.oid.hash()))
+    }
+
+    /// Scrub: releases the chunk; the writes that waited start now.
+    pub fn scrub_unblock(&mut self) -> Vec<PgAction> {
+        let mut out = Vec::new();
+        self.scrub_block = None;
+        let waiting: Vec<_> = self.scrub_waiting.drain(..).collect();
+        if self.role != Role::Primary || !self.state.active {
+            let epoch = self.epoch();
+            for (t, req) in waiting {
+                out.push(PgAction::Reply {
+                    token: t,
+                    reply: reply(
+                        &req.reqid,
+                        OpStatus::NotActive {
+                            state: self.state.to_string(),
+                        },
+                        Version::default(),
+                        epoch,
+                    ),
+                });
+            }
+            return out;
+        }
+        for (t, req) in waiting {
+            self.admit(t, req, &mut out);
+        }
+        out
     }
 
     fn start(&mut self, token: Token, req: OpRequest, out: &mut Vec<PgAction>) {
@@ -845,6 +935,14 @@ impl Pg {
                 if let Some(&seq) = self.reqids.get(&req.reqid) {
                     self.answer_dup(t, seq, &req, out);
                     continue;
+                }
+                if self.blocked_by_scrub(oid) {
+                    // The rest of this object's queue waits behind the scrub.
+                    self.hold_for_scrub(t, req, out);
+                    for (t, r) in q.drain(..) {
+                        self.hold_for_scrub(t, r, out);
+                    }
+                    return;
                 }
                 self.start(t, req, out);
                 if let Some(rest) = self.busy.get_mut(oid) {

@@ -130,6 +130,8 @@ pub struct PgStat {
     pub same_interval_since: u64,
     pub last_epoch_started: u64,
     pub down_reason: Option<String>,
+    /// Scrub stamps, state and findings (primary only).
+    pub scrub: cairn_map::PgScrubReport,
 }
 
 /// Tasks of one OSD, so that `stop` can end them all (a simulated kill).
@@ -206,6 +208,10 @@ pub(crate) enum PgMsg {
         interval_since: Epoch,
         result: Result<(PgInfo, Vec<LogEntry>), String>,
     },
+    /// From this PG's scrub job: block / poll / release its chunk.
+    Scrub(crate::scrub::ScrubCtl),
+    /// This PG's scrub job finished.
+    ScrubDone(Box<crate::scrub::ScrubOutcome>),
 }
 
 /// A connection to a peer OSD and its generation (bumped per reconnect).
@@ -227,6 +233,8 @@ pub(crate) struct Shared {
     tasks: Tasks,
     next_token: AtomicU64,
     addr: SocketAddr,
+    /// Scrub slots (`osd_max_scrubs`) and scrub-map builds for peers.
+    pub(crate) scrub: crate::scrub::OsdScrubShared,
 }
 
 /// A running OSD. Dropping it (or `stop`) ends every task; the store closes
@@ -307,6 +315,7 @@ impl Osd {
             tasks: Tasks::default(),
             next_token: AtomicU64::new(1),
             addr: listener.local_addr(),
+            scrub: crate::scrub::OsdScrubShared::default(),
         });
         let colls = shared
             .store
@@ -427,6 +436,7 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
         None => Vec::new(),
     };
     let log = peering::read_log(store, coll)?;
+    let scrub_stamps = crate::scrub::load_stamps(store, coll).unwrap_or_default();
     let pg = Pg::new(pgid, shared.cfg.id, shared.cfg.pg.clone(), info, log, past);
     let (tx, rx) = mpsc::channel(PG_QUEUE_LEN);
     let actor = PgActor {
@@ -443,6 +453,14 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
         peering: None,
         ec: None,
         ec_rolled_forward: Version::default(),
+        scrub: PgScrubState {
+            stamps: scrub_stamps,
+            running: None,
+            pending: None,
+            jitter: rand::random::<f64>(),
+            blocked_at: None,
+            retry_at: None,
+        },
     };
     shared.tasks.spawn(actor.run());
     let map = shared.map_rx.borrow().clone();
@@ -536,6 +554,19 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
             let _ = conn
                 .reply(&msg, msg_type::EC_READ_REPLY, encode(&reply))
                 .await;
+            return Ok(());
+        }
+        msg_type::SCRUB_MAP => {
+            let req: cairn_ops::ScrubMapRequest = decode("scrub map", &msg.payload).map_err(de)?;
+            let s = shared.clone();
+            let conn = conn.clone();
+            // Built off the connection task: a deep map reads every byte.
+            shared.tasks.spawn(async move {
+                let reply = crate::scrub::serve_scrub_map(&s, req).await;
+                let _ = conn
+                    .reply(&msg, msg_type::SCRUB_MAP_REPLY, encode(&reply))
+                    .await;
+            });
             return Ok(());
         }
         msg_type::EC_ROLLBACK => {
@@ -777,6 +808,22 @@ struct PgActor {
     ec: Option<EcPg>,
     /// EC: rollback stashes of log entries up to here are dropped.
     ec_rolled_forward: Version,
+    scrub: PgScrubState,
+}
+
+/// The actor's scrub bookkeeping (the logic is `crate::scrub`'s).
+struct PgScrubState {
+    stamps: crate::scrub::ScrubStamps,
+    /// The running job: what it does and how to stop it.
+    running: Option<(crate::scrub::ScrubRequest, AbortHandle)>,
+    /// An operator order waiting for a slot.
+    pending: Option<crate::scrub::ScrubRequest>,
+    /// Spreads periodic scrubs of this OSD's PGs (0..1).
+    jitter: f64,
+    /// When the job's current chunk started holding writes back.
+    blocked_at: Option<std::time::Instant>,
+    /// No new job before this (after a failed one).
+    retry_at: Option<std::time::Instant>,
 }
 
 impl PgActor {
@@ -884,6 +931,8 @@ impl PgActor {
                 self.run_actions(acts).await;
             }
             PgMsg::EcRollback { conn, msg, rb } => self.on_ec_rollback(conn, msg, rb).await,
+            PgMsg::Scrub(c) => self.on_scrub_ctl(c).await,
+            PgMsg::ScrubDone(o) => self.on_scrub_done(*o),
             PgMsg::CommitFailed {
                 seq,
                 from,
@@ -1024,7 +1073,9 @@ impl PgActor {
             if let Some((_, job)) = self.peering.take() {
                 job.abort();
             }
+            self.stop_scrub("the PG's interval changed");
         }
+        self.note_scrub_order(&map);
         self.run_actions(acts).await;
         let held = std::mem::take(&mut self.held);
         for (conn, rep) in held {
@@ -1050,6 +1101,7 @@ impl PgActor {
             let acts = self.pg.retry_peering();
             self.run_actions(acts).await;
         }
+        self.scrub_tick().await;
     }
 
     async fn resend_all(&mut self, r: i32, gen: u64, conn: &Connection, below: u64) {
@@ -1617,9 +1669,14 @@ impl PgActor {
 
     fn publish_stats(&self) {
         let p = self.pg.placement();
+        let running = self.scrub.running.as_ref().map(|(r, _)| *r);
         let st = PgStat {
             pgid: self.pgid.to_string(),
-            state: self.pg.state.to_string(),
+            state: format!(
+                "{}{}",
+                self.pg.state,
+                crate::scrub::state_suffix(&self.scrub.stamps, running)
+            ),
             role: self.pg.role,
             up: p.map(|p| p.up.clone()).unwrap_or_default(),
             acting: p.map(|p| p.acting.clone()).unwrap_or_default(),
@@ -1631,7 +1688,222 @@ impl PgActor {
             same_interval_since: self.pg.info.same_interval_since.0,
             last_epoch_started: self.pg.info.last_epoch_started.0,
             down_reason: self.pg.state.down_reason.clone(),
+            scrub: crate::scrub::report_of(&self.scrub.stamps, running),
         };
         lock(&self.shared.stats).insert(self.pgid, st);
+    }
+
+    // ------------------------------------------------------------ scrub hooks
+
+    /// A job's request about its chunk (see `crate::scrub::ScrubCtl`).
+    async fn on_scrub_ctl(&mut self, c: crate::scrub::ScrubCtl) {
+        use crate::scrub::ScrubCtl;
+        match c {
+            ScrubCtl::Block {
+                interval_since,
+                range,
+                reply,
+            } => {
+                let r = if interval_since != self.pg.info.same_interval_since {
+                    Err("the PG's interval changed".to_string())
+                } else if self.pg.scrub_block(range) {
+                    self.scrub.blocked_at = Some(std::time::Instant::now());
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "pg {} is {}: not an active primary",
+                        self.pgid, self.pg.state
+                    ))
+                };
+                let _ = reply.send(r);
+            }
+            ScrubCtl::Settled { reply } => {
+                let r = match self.pg.scrub_blocked_range() {
+                    None => Err("the chunk was released (interval change or held too long)".into()),
+                    Some(_) if self.pg.scrub_chunk_busy() => Ok(None),
+                    Some(range) => Ok(Some(crate::scrub::chunk_log(self.pg.log(), range))),
+                };
+                let _ = reply.send(r);
+            }
+            ScrubCtl::Unblock => {
+                self.scrub.blocked_at = None;
+                let acts = self.pg.scrub_unblock();
+                self.run_actions(acts).await;
+            }
+        }
+    }
+
+    fn persist_scrub(&self) {
+        let mut t = Transaction::new();
+        t.meta_set(
+            self.coll,
+            crate::scrub::META_SCRUB,
+            encode(&self.scrub.stamps),
+        );
+        if let Err(e) = self.shared.store.submit(t) {
+            tracing::warn!("pg {}: persisting scrub stamps failed: {e}", self.pgid);
+        }
+    }
+
+    /// Aborts the running scrub job (its slot is freed with it).
+    fn stop_scrub(&mut self, why: &str) {
+        if let Some((req, job)) = self.scrub.running.take() {
+            job.abort();
+            tracing::info!("pg {}: scrub stopped: {why}", self.pgid);
+            self.scrub.stamps.last_failure = Some(why.to_string());
+            if req.order.is_some() && self.scrub.pending.is_none() {
+                self.scrub.pending = Some(req);
+            }
+        }
+        self.scrub.blocked_at = None;
+    }
+
+    /// Queues the operator's order for this PG unless already carried out.
+    fn note_scrub_order(&mut self, map: &ClusterMap) {
+        let Some(o) = map.scrub_order(self.pgid) else {
+            return;
+        };
+        let queued = |r: Option<crate::scrub::ScrubRequest>| r.and_then(|r| r.order) == Some(o.id);
+        if o.id <= self.scrub.stamps.order_done
+            || queued(self.scrub.pending)
+            || queued(self.scrub.running.as_ref().map(|(r, _)| *r))
+        {
+            return;
+        }
+        self.scrub.pending = Some(crate::scrub::ScrubRequest {
+            deep: o.deep,
+            repair: o.repair,
+            order: Some(o.id),
+        });
+    }
+
+    /// Starts a scrub when one is ordered or due and a slot is free.
+    async fn scrub_tick(&mut self) {
+        use crate::scrub::{now_secs, ScrubJob, ScrubSchedule, SCRUB_CHUNK_HOLD_MAX};
+        let now = std::time::Instant::now();
+        if self
+            .scrub
+            .blocked_at
+            .is_some_and(|t| now.duration_since(t) > SCRUB_CHUNK_HOLD_MAX)
+        {
+            self.stop_scrub("a chunk held writes back too long; retrying later");
+            self.scrub.retry_at = Some(now + crate::scrub::SCRUB_RETRY_AFTER);
+            let acts = self.pg.scrub_unblock();
+            self.run_actions(acts).await;
+        }
+        if self.pg.role != Role::Primary
+            || !self.pg.state.active
+            || self.scrub.running.is_some()
+            || self.scrub.retry_at.is_some_and(|t| now < t)
+        {
+            return;
+        }
+        if self.scrub.stamps.first_seen_secs == 0 {
+            self.scrub.stamps.first_seen_secs = now_secs();
+            self.persist_scrub();
+        }
+        let map = self.shared.map_rx.borrow().clone();
+        let req = match self.scrub.pending {
+            Some(r) => r,
+            None if self.pg.state.clean => {
+                match ScrubSchedule::from_map(&map, self.me()).due(
+                    &self.scrub.stamps,
+                    now_secs(),
+                    self.scrub.jitter,
+                ) {
+                    Some(r) => r,
+                    None => return,
+                }
+            }
+            None => return,
+        };
+        let max = map
+            .config_value(&format!("osd.{}", self.me()), "osd_max_scrubs")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1);
+        let Some(slot) = self.shared.scrub.try_slot(max) else {
+            return;
+        };
+        let Some(p) = self.pg.placement() else {
+            return;
+        };
+        let job = ScrubJob {
+            shared: self.shared.clone(),
+            pgid: self.pgid,
+            coll: self.coll,
+            actor: self.tx.clone(),
+            epoch: self.pg.epoch(),
+            interval_since: self.pg.info.same_interval_since,
+            acting: p.acting.clone(),
+            ec: self.ec.clone(),
+            req,
+            slot,
+        };
+        tracing::info!(
+            "pg {}: starting {}{}",
+            self.pgid,
+            if req.deep { "deep-scrub" } else { "scrub" },
+            if req.repair { " with repair" } else { "" }
+        );
+        let h = self.shared.tasks.spawn(job.run());
+        self.scrub.pending = None;
+        self.scrub.running = Some((req, h));
+    }
+
+    /// Records a finished job's findings and stamps.
+    fn on_scrub_done(&mut self, o: crate::scrub::ScrubOutcome) {
+        let ours = self
+            .scrub
+            .running
+            .as_ref()
+            .is_some_and(|(r, _)| *r == o.req);
+        if !ours || o.interval_since != self.pg.info.same_interval_since {
+            return;
+        }
+        self.scrub.running = None;
+        self.scrub.blocked_at = None;
+        let st = &mut self.scrub.stamps;
+        match o.result {
+            Ok((findings, repaired)) => {
+                let now = crate::scrub::now_secs();
+                st.last_scrub_secs = now;
+                if o.req.deep {
+                    st.last_deep_scrub_secs = now;
+                }
+                st.errors = findings.iter().map(|f| f.bad.len() as u64).sum();
+                st.inconsistent = findings
+                    .iter()
+                    .take(cairn_map::SCRUB_REPORT_OBJECTS_MAX)
+                    .map(|f| f.report())
+                    .collect();
+                st.last_failure = None;
+                if let Some(id) = o.req.order {
+                    st.order_done = st.order_done.max(id);
+                }
+                let what = if o.req.deep { "deep-scrub" } else { "scrub" };
+                if st.errors == 0 {
+                    tracing::info!("pg {}: {what} ok ({repaired} copies repaired)", self.pgid);
+                } else {
+                    tracing::warn!(
+                        "pg {}: {what}: {} errors in {} objects ({repaired} copies repaired)",
+                        self.pgid,
+                        st.errors,
+                        findings.len()
+                    );
+                }
+                self.scrub.retry_at = None;
+            }
+            Err(e) => {
+                tracing::warn!("pg {}: scrub failed: {e}", self.pgid);
+                st.last_failure = Some(e);
+                if o.req.order.is_some() && self.scrub.pending.is_none() {
+                    self.scrub.pending = Some(o.req);
+                }
+                self.scrub.retry_at =
+                    Some(std::time::Instant::now() + crate::scrub::SCRUB_RETRY_AFTER);
+            }
+        }
+        self.persist_scrub();
     }
 }

@@ -81,7 +81,8 @@ fn parse(args: &[String]) -> Result<Opts> {
 pub const USAGE: &str = "usage: cairn rados -p POOL put OBJ FILE|- | get OBJ FILE|- | rm OBJ | stat OBJ | ls | \
 append OBJ FILE|- | truncate OBJ SIZE | setxattr OBJ NAME [VALUE] | getxattr OBJ NAME | listxattr OBJ | \
 setomapval OBJ KEY [VALUE] | getomapval OBJ KEY [FILE] | listomapkeys OBJ | listomapvals OBJ | rmomapkey OBJ KEY | \
-bench SECONDS write|seq|rand [-b BYTES] [-O OBJECT_BYTES] [-t N] [--no-cleanup] [--run-name NAME] | cleanup [--run-name NAME]";
+bench SECONDS write|seq|rand [-b BYTES] [-O OBJECT_BYTES] [-t N] [--no-cleanup] [--run-name NAME] | cleanup [--run-name NAME]; \
+cairn rados list-inconsistent-obj PGID (no pool: asks the monitors for the PG's last scrub findings)";
 
 /// Runs `cairn rados …` (the whole command line after `cairn`).
 pub fn run(args: &[String]) -> Result<()> {

@@ -135,6 +135,8 @@ fn main() -> ExitCode {
     exit_quietly_on_broken_stdout();
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let result = match first_verb(&raw) {
+        // Scrub findings come from the monitors, not from a pool.
+        Some("rados") if raw.iter().any(|a| a == "list-inconsistent-obj") => cmd_admin::run(&raw),
         Some("rados") => cmd_rados::run(&raw),
         Some("osd" | "pg") if cmd_pg::handles(&cmd_pg::words(&raw)) => cmd_pg::run(&raw),
         Some(v) if cmd_admin::ADMIN_VERBS.contains(&v) => cmd_admin::run(&raw),

@@ -246,12 +246,25 @@ pub enum MonCommand {
         pgid: PgId,
     },
 
+    // ---- reports from OSDs to the monitor leader (never in the map) ----
+    /// OSD `id` is alive; its store usage and the PGs it is primary for.
+    OsdBeacon {
+        id: i32,
+        beacon: crate::pgmap::OsdBeacon,
+    },
+    /// OSD `id` reports that `target` missed its heartbeats for
+    /// `osd_heartbeat_grace` (`failed`), or withdraws that report.
+    OsdFailureReport {
+        id: i32,
+        target: i32,
+        failed: bool,
+    },
+
+    // ---- scrub (crate::scrub; last, so earlier variants keep their encoding) ----
     /// `rados list-inconsistent-obj PGID`: the primary's last scrub findings.
     PgListInconsistent {
         pgid: PgId,
     },
-
-    // ---- scrub (crate::scrub) ----
     /// `pg scrub|deep-scrub|repair PGID`: an order the PG's primary carries out.
     PgScrub {
         pgid: PgId,
@@ -265,20 +278,6 @@ pub enum MonCommand {
     /// Internal (monitor leader): these orders were carried out (PG, order id done).
     ScrubOrdersDone {
         done: Vec<(PgId, u64)>,
-    },
-
-    // ---- reports from OSDs to the monitor leader (never in the map) ----
-    /// OSD `id` is alive; its store usage and the PGs it is primary for.
-    OsdBeacon {
-        id: i32,
-        beacon: crate::pgmap::OsdBeacon,
-    },
-    /// OSD `id` reports that `target` missed its heartbeats for
-    /// `osd_heartbeat_grace` (`failed`), or withdraws that report.
-    OsdFailureReport {
-        id: i32,
-        target: i32,
-        failed: bool,
     },
 }
 

@@ -146,7 +146,7 @@ impl ClusterMap {
     /// `pg scrub|deep-scrub|repair PGID`.
     pub(crate) fn pg_scrub(&mut self, pgid: PgId, kind: ScrubKind) -> Result<Reply, CommandError> {
         self.check_pg_exists(pgid)?;
-        let primary = self.pg_to_up(pgid.pool.0, pgid.seed)?.primary;
+        let primary = self.pg_to_up(pgid.pool.0, pgid.seed)?.acting_primary;
         self.prune_scrub_orders();
         self.add_scrub_order(pgid, kind);
         let who = match primary {
@@ -189,7 +189,7 @@ impl ClusterMap {
         let pool_ids: Vec<u64> = self.pools.keys().copied().collect();
         for pool in pool_ids {
             for (seed, m) in self.pool_pg_mappings(pool)?.into_iter().enumerate() {
-                if m.primary.is_some_and(|p| ids.contains(&p)) {
+                if m.acting_primary.is_some_and(|p| ids.contains(&p)) {
                     pgs.push(PgId {
                         pool: PoolId(pool),
                         seed: seed as u32,

@@ -170,10 +170,12 @@ async fn replicated_corruption_and_missing_objects_are_found_and_repaired() {
             pgmap: Some(c.pg_view(Duration::from_secs(30))),
             ..Default::default()
         });
+        // The stand-in monitor may still hold the beacon of the shallow scrub.
         if let (Some(e), Some(d)) = (h.check("OSD_SCRUB_ERRORS"), h.check("PG_DAMAGED")) {
-            assert_eq!(e.summary, "2 scrub errors");
-            assert_eq!(d.summary, "Possible data damage: 1 pgs inconsistent");
-            break d.detail.join("\n");
+            if e.summary == "2 scrub errors" {
+                assert_eq!(d.summary, "Possible data damage: 1 pgs inconsistent");
+                break d.detail.join("\n");
+            }
         }
         assert!(
             t0.elapsed() < Duration::from_secs(20),

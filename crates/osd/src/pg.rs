@@ -1191,6 +1191,51 @@ mod tests {
         seqs
     }
 
+    #[test]
+    fn scrub_holds_writes_to_its_chunk_until_released() {
+        let mut pg = active_primary();
+        let writes = |acts: &[PgAction]| {
+            acts.iter()
+                .filter(|a| matches!(a, PgAction::Write { .. }))
+                .count()
+        };
+        // A write to "a" is in flight when the scrub blocks a's chunk.
+        let first = pg.handle(PgEvent::ClientOp {
+            token: 1,
+            req: write_req(1, "a"),
+        });
+        let seqs = submit(&mut pg, &first);
+        let h = ObjectName::new("", "a").hash().reverse_bits() as u64;
+        let range = ScrubRange {
+            start: h,
+            end: h + 1,
+        };
+        assert!(pg.scrub_block(range));
+        assert!(pg.scrub_chunk_busy());
+        // New writes to "a" wait; writes elsewhere and reads go on.
+        let held = pg.handle(PgEvent::ClientOp {
+            token: 2,
+            req: write_req(2, "a"),
+        });
+        assert_eq!(writes(&held), 0);
+        let other = pg.handle(PgEvent::ClientOp {
+            token: 3,
+            req: write_req(3, "b"),
+        });
+        assert_eq!(writes(&other), 1);
+        submit(&mut pg, &other);
+        let done = commit_all(&mut pg, seqs[0]);
+        assert!(done
+            .iter()
+            .any(|a| matches!(a, PgAction::Reply { token: 1, .. })));
+        assert_eq!(writes(&done), 0, "the queued write stays held");
+        assert!(!pg.scrub_chunk_busy());
+        // Released: the held write starts.
+        let go = pg.scrub_unblock();
+        assert_eq!(writes(&go), 1);
+        assert!(pg.scrub_blocked_range().is_none());
+    }
+
     fn commit_all(pg: &mut Pg, seq: u64) -> Vec<PgAction> {
         let mut out = Vec::new();
         for from in [0, 1, 2] {

@@ -211,6 +211,15 @@ impl PeeringJob {
             my_info: self.my_info.clone(),
             my_log: self.my_log.clone(),
             up_thru_recorded: self.up_thru_recorded(),
+            up_osds: self
+                .shared
+                .map_rx
+                .borrow()
+                .osds
+                .values()
+                .filter(|o| o.up)
+                .map(|o| o.id)
+                .collect(),
             batch_bytes: self.shared.cfg.recovery_batch_bytes,
         });
         let r = self.drive(&mut sm).await;

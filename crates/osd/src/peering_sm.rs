@@ -44,6 +44,10 @@ pub struct PeeringParams {
     /// The monitors already record `up_thru >= interval_since` for this
     /// OSD (or no monitor tracks it): no need to ask.
     pub up_thru_recorded: bool,
+    /// Every OSD up in the map. A primary whose copy never went active
+    /// (it is new to the PG) knows no history to probe, so it asks all of
+    /// them: any copy found leads on to the members of its last activation.
+    pub up_osds: Vec<i32>,
     /// A push batch is closed once it holds this many bytes of objects.
     pub batch_bytes: u64,
 }
@@ -342,7 +346,15 @@ impl Peering {
         let me = self.me();
         self.notes
             .insert(me, (self.p.my_info.clone(), self.p.my_log.clone()));
-        let ask: BTreeSet<i32> = self.p.probe.iter().copied().filter(|&o| o != me).collect();
+        let new_here = self.p.my_info.last_epoch_started == Epoch(0);
+        let ask: BTreeSet<i32> = self
+            .p
+            .probe
+            .iter()
+            .chain(self.p.up_osds.iter().filter(|_| new_here))
+            .copied()
+            .filter(|&o| o != me)
+            .collect();
         self.queried = ask.clone();
         self.queried.insert(me);
         for &o in &self.p.my_info.last_active_acting {
@@ -683,6 +695,7 @@ mod tests {
             my_info,
             my_log,
             up_thru_recorded: false,
+            up_osds: vec![],
             batch_bytes: 1 << 20,
         }
     }
@@ -816,6 +829,35 @@ mod tests {
         // osd.5's copy is the authority: this OSD pulls from it.
         assert!(
             matches!(&out[..], [PeeringOutput::PullObjects { from: 5, names }] if names.len() == 1),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_primary_new_to_the_pg_asks_every_up_osd() {
+        let mut p = params(PgInfo::default(), vec![], vec![]);
+        p.acting = vec![0, 1];
+        p.probe = vec![0, 1];
+        p.up_osds = vec![0, 1, 2, 7];
+        p.up_thru_recorded = true;
+        let mut sm = Peering::new(p.clone());
+        sm.start();
+        let asked: Vec<i32> = sm
+            .handle(PeeringInput::LocalCommitted)
+            .into_iter()
+            .filter_map(|o| match o {
+                PeeringOutput::Query { to } => Some(to),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(asked, vec![1, 2, 7]);
+        // A copy that has been active here asks only its probe set.
+        p.my_info = info(5, Version::default());
+        let mut sm = Peering::new(p);
+        sm.start();
+        let out = sm.handle(PeeringInput::LocalCommitted);
+        assert!(
+            matches!(&out[..], [PeeringOutput::Query { to: 1 }]),
             "{out:?}"
         );
     }

@@ -956,6 +956,11 @@ impl World {
             .as_ref()
             .and_then(|m| m.osds.get(&id))
             .is_some_and(|o| o.up_thru >= interval_since);
+        let up_osds: Vec<i32> = p
+            .map
+            .as_ref()
+            .map(|m| m.osds.values().filter(|o| o.up).map(|o| o.id).collect())
+            .unwrap_or_default();
         p.next_run += 1;
         let run_id = p.next_run;
         let Some(s) = p.pgs.get_mut(&pgid) else {
@@ -972,6 +977,7 @@ impl World {
             my_info: s.pg.info.clone(),
             my_log: s.pg.log().cloned().collect(),
             up_thru_recorded,
+            up_osds,
             batch_bytes: 1 << 20,
         });
         let outs = sm.start();

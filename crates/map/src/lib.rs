@@ -48,7 +48,8 @@ pub use parse::{
     parse_osd_id,
 };
 pub use pgmap::{
-    OsdBeacon, OsdStatsEntry, PgEntry, PgMapView, PgRecoveryCounts, PgReport, PgTotals,
+    BackfillProgress, OsdBeacon, OsdStatsEntry, PgEntry, PgMapView, PgRecoveryCounts, PgReport,
+    PgTotals, RecoveryRate,
 };
 pub use query::{format_age, format_bytes};
 pub use scrub::{

@@ -49,6 +49,16 @@ pub struct PgReport {
     /// Scrub stamps, state and findings (`crate::scrub`).
     #[serde(default)]
     pub scrub: crate::scrub::PgScrubReport,
+    /// Objects no reachable OSD holds (always 0 today: a PG whose only
+    /// copies are unreachable stays down instead).
+    pub unfound_objects: u64,
+    /// Objects and bytes the primary copied for the PG by recovery and
+    /// backfill since it started (counters; the monitor leader derives
+    /// rates from successive beacons).
+    pub recovered_objects: u64,
+    pub recovered_bytes: u64,
+    /// The backfill in progress, if any.
+    pub backfill: Option<BackfillProgress>,
 }
 
 /// Objects recovered in one PG, counted by the primary that did it (one
@@ -61,6 +71,29 @@ pub struct PgRecoveryCounts {
     /// Copied by a full scan because the log did not reach back far
     /// enough or the member was new (backfill).
     pub backfill_objects: u64,
+}
+
+/// A PG's backfill as its primary reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BackfillProgress {
+    /// Targets still being backfilled.
+    pub targets: Vec<i32>,
+    /// Objects copied so far (summed over targets).
+    pub copied_objects: u64,
+    /// Objects to copy in all (the primary's objects times the targets).
+    pub total_objects: u64,
+    /// Why it is not copying right now (flag, reservation, throttle).
+    pub waiting: Option<String>,
+    /// Position of the slowest target in store order (`hash:name`).
+    pub position: Option<String>,
+}
+
+/// Cluster-wide recovery rate, computed by the monitor leader from
+/// successive beacons on its own monotonic clock.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RecoveryRate {
+    pub bytes_per_sec: f64,
+    pub objects_per_sec: f64,
 }
 
 /// What an OSD tells the monitors every `osd_beacon_report_interval`: it is
@@ -110,6 +143,8 @@ pub struct OsdStatsEntry {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct PgMapView {
     pub osds: BTreeMap<i32, OsdStatsEntry>,
+    /// Recovery and backfill rate over the last beacons (None: no recovery).
+    pub recovery: Option<RecoveryRate>,
 }
 
 /// One PG of the cluster: placement from the map, state from its primary.

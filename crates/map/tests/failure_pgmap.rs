@@ -139,6 +139,10 @@ fn report(m: &ClusterMap, seed: u32, state: &str, objects: u64) -> PgReport {
         down_reason: None,
         recovery: Default::default(),
         scrub: Default::default(),
+        unfound_objects: 0,
+        recovered_objects: 0,
+        recovered_bytes: 0,
+        backfill: None,
     }
 }
 

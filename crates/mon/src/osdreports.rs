@@ -6,8 +6,11 @@
 //! monotonic clock and nothing depends on clocks agreeing across machines.
 //! Proposing the judge's decisions is the service's job.
 
-use cairn_map::{ClusterMap, FailureJudge, MonCommand, OsdBeacon, OsdStatsEntry, PgMapView};
+use cairn_map::{
+    ClusterMap, FailureJudge, MonCommand, OsdBeacon, OsdStatsEntry, PgMapView, RecoveryRate,
+};
 use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -16,6 +19,11 @@ use tokio::time::Instant;
 pub const BEACON_STALE_INTERVALS: u64 = 3;
 /// A beacon is never stale sooner than this.
 pub const BEACON_STALE_MIN: Duration = Duration::from_secs(10);
+/// Recovery rates are averaged over this window of beacons.
+pub const RECOVERY_RATE_WINDOW: Duration = Duration::from_secs(30);
+/// Rate samples kept at most.
+const RATE_SAMPLES_MAX: usize = 256;
+
 /// A stale beacon is forgotten after this (its PGs then show `unknown`).
 pub const BEACON_FORGET_AFTER: Duration = Duration::from_secs(600);
 
@@ -25,6 +33,9 @@ pub struct LeaderReports {
     pub term: u64,
     judge: FailureJudge,
     beacons: BTreeMap<i32, (Instant, OsdBeacon)>,
+    /// (when, bytes, objects) of cluster-wide recovery counters, on this
+    /// leader's monotonic clock.
+    rate_samples: VecDeque<(Instant, u64, u64)>,
 }
 
 /// How old a beacon may be before it is stale, from the map's config.
@@ -42,6 +53,7 @@ impl LeaderReports {
             term,
             judge: FailureJudge::new(),
             beacons: BTreeMap::new(),
+            rate_samples: VecDeque::new(),
         }
     }
 
@@ -61,6 +73,7 @@ impl LeaderReports {
                 beacon.validate(*id)?;
                 self.judge.beacon(now.into_std(), map, *id);
                 self.beacons.insert(*id, (now, beacon.clone()));
+                self.sample_recovery(now);
                 // Operator scrub orders the beacon shows carried out leave the map.
                 Ok(map.scrub_orders_settled_by(*id, beacon))
             }
@@ -92,6 +105,49 @@ impl LeaderReports {
         self.judge.tick(now.into_std(), map)
     }
 
+    /// Records the cluster-wide recovery counters (sums over the last
+    /// beacon of every OSD). A counter that went down (an OSD restarted,
+    /// a PG moved) restarts the window.
+    fn sample_recovery(&mut self, now: Instant) {
+        let (mut bytes, mut objects) = (0u64, 0u64);
+        for (_, b) in self.beacons.values() {
+            for r in &b.pgs {
+                bytes += r.recovered_bytes;
+                objects += r.recovered_objects;
+            }
+        }
+        if self
+            .rate_samples
+            .back()
+            .is_some_and(|(_, b, o)| bytes < *b || objects < *o)
+        {
+            self.rate_samples.clear();
+        }
+        self.rate_samples.push_back((now, bytes, objects));
+        while self.rate_samples.len() > RATE_SAMPLES_MAX
+            || self
+                .rate_samples
+                .front()
+                .is_some_and(|(t, _, _)| now.duration_since(*t) > RECOVERY_RATE_WINDOW)
+        {
+            self.rate_samples.pop_front();
+        }
+    }
+
+    /// Recovery rate over the window, None when nothing moved.
+    pub fn recovery_rate(&self) -> Option<RecoveryRate> {
+        let (t0, b0, o0) = *self.rate_samples.front()?;
+        let (t1, b1, o1) = *self.rate_samples.back()?;
+        let secs = t1.duration_since(t0).as_secs_f64();
+        if secs < 1.0 || (b1 == b0 && o1 == o0) {
+            return None;
+        }
+        Some(RecoveryRate {
+            bytes_per_sec: (b1 - b0) as f64 / secs,
+            objects_per_sec: (o1 - o0) as f64 / secs,
+        })
+    }
+
     /// The PG statistics as queries and health checks see them.
     pub fn view(&self, now: Instant, map: &ClusterMap) -> PgMapView {
         let stale_after = beacon_stale_after(map);
@@ -110,7 +166,10 @@ impl LeaderReports {
                 )
             })
             .collect();
-        PgMapView { osds }
+        PgMapView {
+            osds,
+            recovery: self.recovery_rate(),
+        }
     }
 }
 

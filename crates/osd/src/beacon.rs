@@ -92,6 +92,10 @@ fn report_of(
         .filter(|o| map.osds.contains_key(o))
         .count();
     let missing = size.saturating_sub(members) as u64;
+    // Copies still to backfill beyond the missing acting members are
+    // misplaced (the acting set holds them; they move to the up set).
+    let degraded = objects * missing;
+    let misplaced = st.misplaced_objects.saturating_sub(degraded);
     PgReport {
         pgid,
         state: st.state.clone(),
@@ -102,8 +106,8 @@ fn report_of(
         objects,
         bytes: count.map(|c| c.bytes).unwrap_or(0),
         log_entries: st.log_entries as u64,
-        degraded_objects: objects * missing,
-        misplaced_objects: 0,
+        degraded_objects: degraded,
+        misplaced_objects: misplaced,
         last_update: st.last_update.clone(),
         log_tail: st.log_tail.clone(),
         same_interval_since: st.same_interval_since,
@@ -111,6 +115,10 @@ fn report_of(
         down_reason: st.down_reason.clone(),
         recovery,
         scrub: st.scrub.clone(),
+        unfound_objects: 0,
+        recovered_objects: st.recovered_objects,
+        recovered_bytes: st.recovered_bytes,
+        backfill: st.backfill.clone(),
     }
 }
 

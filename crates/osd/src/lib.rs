@@ -6,6 +6,9 @@
 //! - `runtime`: tokio tasks that own the socket, the store and one actor per
 //!   PG, follow the cluster map, replicate, and run activation (query, pull,
 //!   push) before a PG serves I/O.
+//! - `backfill`: background backfill of new up members while `pg_temp`
+//!   keeps complete copies serving, its throttles and flags, and stray
+//!   removal once a PG is clean.
 //! - `auth`: who may connect (keys from the map's auth table, or tickets
 //!   sealed with the OSD service secret) and what they may do (osd caps).
 //! - `peering_sm`: replicated activation as a pure state machine (the
@@ -20,6 +23,7 @@
 //!   maps, comparison, EC parity check, repair, periodic scheduling).
 
 pub mod auth;
+mod backfill;
 mod beacon;
 mod ec_exec;
 mod ec_io;

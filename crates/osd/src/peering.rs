@@ -82,7 +82,7 @@ pub(crate) fn list_all(
 }
 
 /// Installs objects in one transaction (replacing whole state).
-fn install_objects(
+pub(crate) fn install_objects(
     store: &Store,
     coll: CollectionId,
     txn: &mut Transaction,
@@ -150,7 +150,17 @@ pub(crate) struct PeeringJob {
     pub past: Vec<PastInterval>,
     pub my_info: PgInfo,
     pub my_log: Vec<LogEntry>,
+    /// The up set and the pool's size and min_size.
+    pub up: Vec<i32>,
+    pub size: u32,
+    pub min_size: u32,
+    /// Filled with the machine's `Activated` output (backfill targets and
+    /// strays) for the PG actor.
+    pub activated: Arc<std::sync::Mutex<Option<Activated>>>,
 }
+
+/// Backfill targets and stray copies an activation found.
+pub(crate) type Activated = (Vec<crate::peering_sm::BackfillStart>, Vec<i32>);
 
 /// One request/response call to a peer OSD, bounded by `peer_timeout`.
 async fn call_peer<T: serde::de::DeserializeOwned>(
@@ -221,6 +231,11 @@ impl PeeringJob {
                 .map(|o| o.id)
                 .collect(),
             batch_bytes: self.shared.cfg.recovery_batch_bytes,
+            up: self.up.clone(),
+            size: self.size,
+            min_size: self.min_size,
+            lost: self.shared.map_rx.borrow().lost_osds(),
+            may_remap: self.shared.mon.is_some(),
         });
         let r = self.drive(&mut sm).await;
         self.shared.add_recovered(self.pgid, sm.recovered());
@@ -235,6 +250,22 @@ impl PeeringJob {
             while let Some(out) = todo.pop_front() {
                 match out {
                     PeeringOutput::Done(r) => return r,
+                    PeeringOutput::RequestPgTemp { osds } => {
+                        if let Some(mon) = &self.shared.mon {
+                            let cmd = cairn_map::MonCommand::PgTemp {
+                                from: self.me(),
+                                pgid: self.pgid,
+                                osds,
+                            };
+                            if mon.send(cmd).await.is_err() {
+                                return Err("the monitor link is closed".into());
+                            }
+                        }
+                    }
+                    PeeringOutput::Activated { backfill, strays } => {
+                        *self.activated.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some((backfill, strays));
+                    }
                     PeeringOutput::AskUpThru { .. }
                     | PeeringOutput::Query { .. }
                     | PeeringOutput::PullList { .. }

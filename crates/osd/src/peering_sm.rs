@@ -11,7 +11,10 @@
 //! (a reply, or a failure/timeout); inputs that answer nothing the machine
 //! waits for are ignored (late replies, duplicates).
 
-use crate::pg::{check_can_activate, plan_recovery, PastInterval, RecoveryPlan};
+use crate::pg::{
+    check_can_activate, cursor_key, obj_key, plan_recovery, PastInterval, RecoveryPlan,
+    PG_TEMP_WAIT,
+};
 use cairn_map::PgRecoveryCounts;
 use cairn_ops::{ListCursor, LogEntry, ObjectName, ObjectState, PgInfo, PgPush};
 use cairn_types::{Epoch, PgId};
@@ -50,6 +53,27 @@ pub struct PeeringParams {
     pub up_osds: Vec<i32>,
     /// A push batch is closed once it holds this many bytes of objects.
     pub batch_bytes: u64,
+    /// The up set (CRUSH's placement); differs from `acting` while
+    /// `pg_temp` holds.
+    pub up: Vec<i32>,
+    /// The pool's size and min_size.
+    pub size: u32,
+    pub min_size: u32,
+    /// OSDs an admin declared lost: activation no longer waits for them.
+    pub lost: Vec<i32>,
+    /// The machine may ask for `pg_temp` (replicated pool, a monitor to
+    /// ask) so new members backfill while complete ones serve.
+    pub may_remap: bool,
+}
+
+/// How a backfill target starts once the PG is active.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackfillStart {
+    pub osd: i32,
+    /// Resume: the target's copy is good up to `through` once these
+    /// objects (changed since its last update) are pushed again. None:
+    /// start over (the target drops what it holds).
+    pub resume: Option<(Option<ListCursor>, Vec<ObjectName>)>,
 }
 
 /// Inputs: answers to the outputs the machine emitted.
@@ -124,6 +148,16 @@ pub enum PeeringOutput {
     Push { to: i32, push: PgPush },
     /// Replace the local log and info. → `LocalCommitted` / `LocalFailed`.
     ReplaceLog { info: PgInfo, log: Vec<LogEntry> },
+    /// Ask the monitors for `pg_temp` = `osds` (complete copies that serve
+    /// while the up set backfills); followed by `Done(Err(PG_TEMP_WAIT…))`.
+    RequestPgTemp { osds: Vec<i32> },
+    /// Just before `Done(Ok)`: the up members to backfill in the
+    /// background, and OSDs holding copies outside the up and acting sets
+    /// (removed once the PG is clean).
+    Activated {
+        backfill: Vec<BackfillStart>,
+        strays: Vec<i32>,
+    },
     /// Activation finished: Ok = the new info and log, durable here and on
     /// every acting member; Err = why the PG cannot activate now.
     Done(Result<(PgInfo, Vec<LogEntry>), String>),
@@ -304,7 +338,9 @@ impl Peering {
             (Wait::Push, I::PeerFailed { osd, why }) if self.is_target(osd) => self.fail(why),
             (Wait::FinalLog, I::LocalCommitted) => {
                 let r = self.final_result();
-                self.finish(r)
+                let mut out = self.activated();
+                out.extend(self.finish(r));
+                out
             }
             // Late, duplicate or unrelated answers.
             _ => Vec::new(),
@@ -427,18 +463,20 @@ impl Peering {
     /// Newest `last_epoch_started`, then newest `last_update` (ties: the
     /// highest OSD id, as the notes are ordered by id).
     fn choose_authority(&mut self) -> Vec<PeeringOutput> {
+        // A copy still being backfilled lacks objects: never authoritative.
         let Some((auth_id, (auth_info, auth_log))) = self
             .notes
             .iter()
+            .filter(|(_, (i, _))| i.backfill.is_none())
             .max_by_key(|(_, (i, _))| (i.last_epoch_started, i.last_update))
             .map(|(k, v)| (*k, v.clone()))
         else {
             return self.fail("no copy of the PG answered".into());
         };
         let responders: Vec<i32> = self.notes.keys().copied().collect();
-        if let Err(why) =
-            check_can_activate(&self.p.past, auth_info.last_epoch_started, &responders)
-        {
+        let mut settled = responders.clone();
+        settled.extend(self.p.lost.iter().copied());
+        if let Err(why) = check_can_activate(&self.p.past, auth_info.last_epoch_started, &settled) {
             return self.fail(why);
         }
         tracing::debug!(
@@ -459,6 +497,9 @@ impl Peering {
         let me = self.me();
         self.members = self.p.acting.iter().copied().filter(|&m| m != me).collect();
         let plan = (auth_id != me).then(|| {
+            if self.p.my_info.backfill.is_some() {
+                return RecoveryPlan::Backfill;
+            }
             plan_recovery(
                 &auth_info,
                 &auth_log,
@@ -466,6 +507,20 @@ impl Peering {
             )
         });
         self.auth = Some((auth_id, auth_info, auth_log));
+        if let Some(want) = self.wanted_pg_temp() {
+            tracing::info!(
+                "pg {}: up {:?} needs backfill; asking for pg_temp {want:?} so complete copies serve meanwhile",
+                self.p.pgid,
+                self.p.up
+            );
+            let why = format!(
+                "{PG_TEMP_WAIT} {want:?} (up {:?} needs backfill)",
+                self.p.up
+            );
+            let mut out = vec![PeeringOutput::RequestPgTemp { osds: want }];
+            out.extend(self.fail(why));
+            return out;
+        }
         match plan {
             None | Some(RecoveryPlan::UpToDate) => self.next_member(),
             Some(RecoveryPlan::Log { objects }) => {
@@ -561,7 +616,10 @@ impl Peering {
             return self.fail("activation lost its authoritative copy".into());
         };
         let member = self.notes.get(&m).map(|(i, l)| (i, &l[..]));
-        let plan = plan_recovery(auth_info, auth_log, member);
+        let plan = match member {
+            Some((i, _)) if i.backfill.is_some() => RecoveryPlan::Backfill,
+            _ => plan_recovery(auth_info, auth_log, member),
+        };
         tracing::debug!("pg {}: bringing osd.{m} up to date: {plan:?}", self.p.pgid);
         let mut t = PushTarget {
             osd: m,
@@ -647,6 +705,107 @@ impl Peering {
         vec![PeeringOutput::Push { to: t.osd, push }]
     }
 
+    /// How `osd`'s copy relates to the authoritative one (a copy still
+    /// being backfilled always needs backfill).
+    fn plan_for(&self, osd: i32) -> RecoveryPlan {
+        let Some((_, auth_info, auth_log)) = self.auth.as_ref() else {
+            return RecoveryPlan::Backfill;
+        };
+        match self.notes.get(&osd) {
+            Some((i, _)) if i.backfill.is_some() => RecoveryPlan::Backfill,
+            Some((i, l)) => plan_recovery(auth_info, auth_log, Some((i, &l[..]))),
+            None => plan_recovery(auth_info, auth_log, None),
+        }
+    }
+
+    /// When the acting set is the up set and some up members need a
+    /// backfill: the acting set to ask for instead — up members that are
+    /// complete (or a log away), then other complete copies that answered
+    /// — if it reaches min_size. None: activate as usual.
+    fn wanted_pg_temp(&self) -> Option<Vec<i32>> {
+        if !self.p.may_remap || self.p.acting != self.p.up {
+            return None;
+        }
+        // A member with no copy is complete enough when the log covers
+        // the PG's whole history (a young PG): log recovery fills it.
+        let complete = |o: i32| !matches!(self.plan_for(o), RecoveryPlan::Backfill);
+        if self.p.up.iter().all(|&o| complete(o)) {
+            return None;
+        }
+        let mut want: Vec<i32> = self.p.up.iter().copied().filter(|&o| complete(o)).collect();
+        let mut others: Vec<i32> = self
+            .notes
+            .keys()
+            .copied()
+            .filter(|o| !want.contains(o) && !self.p.up.contains(o) && complete(*o))
+            .collect();
+        // Prefer the members of the last active acting set, in its order.
+        let last = self
+            .auth
+            .as_ref()
+            .map(|a| a.1.last_active_acting.clone())
+            .unwrap_or_default();
+        others.sort_by_key(|o| (last.iter().position(|x| x == o).unwrap_or(usize::MAX), *o));
+        for o in others {
+            if want.len() >= self.p.size as usize {
+                break;
+            }
+            want.push(o);
+        }
+        (want.len() >= self.p.min_size.max(1) as usize && want != self.p.acting).then_some(want)
+    }
+
+    /// The `Activated` output (empty when there is nothing to report).
+    fn activated(&self) -> Vec<PeeringOutput> {
+        let backfill: Vec<BackfillStart> = self
+            .p
+            .up
+            .iter()
+            .copied()
+            .filter(|o| !self.p.acting.contains(o))
+            .map(|osd| BackfillStart {
+                osd,
+                resume: self.resume_point(osd),
+            })
+            .collect();
+        let strays: Vec<i32> = self
+            .notes
+            .keys()
+            .copied()
+            .filter(|o| !self.p.acting.contains(o) && !self.p.up.contains(o))
+            .collect();
+        if backfill.is_empty() && strays.is_empty() {
+            return Vec::new();
+        }
+        vec![PeeringOutput::Activated { backfill, strays }]
+    }
+
+    /// Where a backfill target's earlier, interrupted backfill can resume.
+    fn resume_point(&self, osd: i32) -> Option<(Option<ListCursor>, Vec<ObjectName>)> {
+        let (info, log) = self.notes.get(&osd)?;
+        let mark = info.backfill.as_ref()?;
+        let (_, auth_info, auth_log) = self.auth.as_ref()?;
+        let complete_info = cairn_ops::PgInfo {
+            backfill: None,
+            ..info.clone()
+        };
+        let objects = match plan_recovery(auth_info, auth_log, Some((&complete_info, &log[..]))) {
+            RecoveryPlan::UpToDate => Vec::new(),
+            RecoveryPlan::Log { objects } => objects,
+            RecoveryPlan::Backfill => return None,
+        };
+        let through = mark.through.clone();
+        let within = |o: &ObjectName| {
+            through
+                .as_ref()
+                .is_some_and(|t| obj_key(o) <= cursor_key(t))
+        };
+        Some((
+            through.clone(),
+            objects.into_iter().filter(within).collect(),
+        ))
+    }
+
     fn final_result(&self) -> Result<(PgInfo, Vec<LogEntry>), String> {
         match (&self.new_info, &self.auth) {
             (Some(i), Some(a)) => Ok((i.clone(), a.2.clone())),
@@ -697,6 +856,11 @@ mod tests {
             up_thru_recorded: false,
             up_osds: vec![],
             batch_bytes: 1 << 20,
+            up: vec![0, 1, 2],
+            size: 3,
+            min_size: 2,
+            lost: Vec::new(),
+            may_remap: false,
         }
     }
 

@@ -110,6 +110,10 @@ pub struct PgState {
     pub degraded: bool,
     pub undersized: bool,
     pub remapped: bool,
+    /// A backfill waits for a reservation, a flag or the throttle.
+    pub backfill_wait: bool,
+    /// A backfill copies objects to members of the up set.
+    pub backfilling: bool,
     pub down: bool,
     /// Why the PG is down (which OSDs it waits for).
     pub down_reason: Option<String>,
@@ -127,6 +131,8 @@ impl std::fmt::Display for PgState {
             (self.undersized, "undersized"),
             (self.degraded, "degraded"),
             (self.remapped, "remapped"),
+            (self.backfill_wait, "backfill_wait"),
+            (self.backfilling, "backfilling"),
         ] {
             if on {
                 parts.push(name);
@@ -188,6 +194,9 @@ pub enum PgAction {
         version: Version,
         trim_to: Version,
         replicas: Vec<i32>,
+        /// Backfill targets among `replicas` that have not reached this
+        /// object yet: they get the log entry without the data.
+        log_only: Vec<i32>,
     },
     /// Run activation: query `probe`, pick the authoritative log, bring
     /// every acting member to it, then feed back `PeeringDone`.
@@ -240,6 +249,15 @@ pub struct Pg {
     /// order: the simulator replays a seed exactly).
     busy: BTreeMap<ObjectName, VecDeque<(Token, OpRequest)>>,
     waiting_for_active: VecDeque<(Token, OpRequest)>,
+    /// Backfill targets of this interval (members of the up set outside
+    /// the acting set) and the last object each holds, in store order
+    /// (None: nothing yet). Writes go to them too, with data only for
+    /// objects at or before their position.
+    backfill: BTreeMap<i32, Option<ObjKey>>,
+    /// Backfill targets that hold every object (writes carry data to them).
+    backfill_done: BTreeSet<i32>,
+    /// Activation asked the monitors for `pg_temp` and waits for the map.
+    pub waiting_pg_temp: bool,
     /// Set when a member's store refused a write for lack of space and the
     /// PG re-peers: until it is active again, writes carrying data are
     /// refused at once (deletes wait: they free space).
@@ -291,6 +309,9 @@ impl Pg {
             inflight: BTreeMap::new(),
             busy: BTreeMap::new(),
             waiting_for_active: VecDeque::new(),
+            backfill: BTreeMap::new(),
+            backfill_done: BTreeSet::new(),
+            waiting_pg_temp: false,
             full: None,
             scrub_block: None,
             scrub_waiting: VecDeque::new(),
@@ -357,10 +378,11 @@ impl Pg {
     /// so the primary's pushes and sub-ops of this very interval are not
     /// refused as stale. Returns whether it changed anything.
     pub fn adopt_primary_interval_start(&mut self, from: i32, since: Epoch) -> bool {
-        let from_current_primary = self
-            .placement
-            .as_ref()
-            .is_some_and(|p| p.primary == Some(from) && p.acting.contains(&self.whoami));
+        let from_current_primary = self.placement.as_ref().is_some_and(|p| {
+            // Acting members and backfill targets (up, not acting).
+            p.primary == Some(from)
+                && (p.acting.contains(&self.whoami) || p.up.contains(&self.whoami))
+        });
         if !self.interval_start_estimated
             || !from_current_primary
             || since >= self.info.same_interval_since
@@ -455,6 +477,9 @@ impl Pg {
         }
         self.info.same_interval_since = p.epoch;
         self.went_active_this_interval = false;
+        self.backfill.clear();
+        self.backfill_done.clear();
+        self.waiting_pg_temp = false;
         self.abort_ops(&p, out);
         self.role = if p.primary == Some(self.whoami) {
             Role::Primary
@@ -497,9 +522,10 @@ impl Pg {
         let Some(p) = self.placement.clone() else {
             return Vec::new();
         };
-        if self.role != Role::Primary || !self.state.down {
+        if self.role != Role::Primary || !(self.state.down || self.waiting_pg_temp) {
             return Vec::new();
         }
+        self.waiting_pg_temp = false;
         self.state.down = false;
         self.state.down_reason = None;
         self.state.peering = true;
@@ -760,12 +786,23 @@ impl Pg {
             epoch: p.epoch.0,
             seq: self.info.last_update.seq + 1 + self.inflight_unsubmitted(),
         };
-        let replicas: Vec<i32> = p
+        let mut replicas: Vec<i32> = p
             .acting
             .iter()
             .copied()
             .filter(|&o| o != self.whoami)
             .collect();
+        let key = obj_key(&req.oid);
+        let mut log_only = Vec::new();
+        for (&t, through) in &self.backfill {
+            if replicas.contains(&t) || t == self.whoami {
+                continue;
+            }
+            replicas.push(t);
+            if !self.backfill_done.contains(&t) && through.as_ref().is_none_or(|th| key > *th) {
+                log_only.push(t);
+            }
+        }
         let mut waiting: BTreeSet<i32> = replicas.iter().copied().collect();
         waiting.insert(self.whoami);
         let trim_to = self.trim_point(1 + self.inflight_unsubmitted() as usize);
@@ -788,6 +825,7 @@ impl Pg {
             version,
             trim_to,
             replicas,
+            log_only,
         });
     }
 
@@ -968,6 +1006,13 @@ impl Pg {
         };
         self.state.peering = false;
         match result {
+            Err(why) if why.starts_with(PG_TEMP_WAIT) => {
+                // Ops stay queued: the map with pg_temp starts a new
+                // interval whose primary serves them (or tells them to resend).
+                self.state.peering = true;
+                self.waiting_pg_temp = true;
+                self.state.down_reason = Some(why);
+            }
             Err(why) => {
                 self.state.down = true;
                 self.state.down_reason = Some(why.clone());
@@ -1019,6 +1064,103 @@ impl Pg {
             .log
             .back()
             .is_none_or(|e| e.version == self.info.last_update));
+    }
+}
+
+/// Prefix of the activation error that means "asked the monitors for
+/// `pg_temp`; the next map brings it" (the PG keeps its ops queued).
+pub const PG_TEMP_WAIT: &str = "waiting for pg_temp";
+
+/// An object's position in store order: bit-reversed hash, namespace, name.
+pub type ObjKey = (u32, String, String);
+
+/// The store-order key of `oid`.
+pub fn obj_key(oid: &ObjectName) -> ObjKey {
+    (
+        oid.hash().reverse_bits(),
+        oid.namespace.clone(),
+        oid.name.clone(),
+    )
+}
+
+/// The store-order key of a listing cursor.
+pub fn cursor_key(c: &cairn_ops::ListCursor) -> ObjKey {
+    (c.hash.reverse_bits(), c.namespace.clone(), c.name.clone())
+}
+
+impl Pg {
+    /// Sets this interval's backfill targets and their positions.
+    pub fn set_backfill_targets(&mut self, targets: BTreeMap<i32, Option<ObjKey>>) {
+        self.backfill = targets;
+        self.state.backfill_wait = !self.backfill.is_empty();
+    }
+
+    /// `osd` now holds every object up to `through`.
+    pub fn backfill_advance(&mut self, osd: i32, through: ObjKey) {
+        if let Some(t) = self.backfill.get_mut(&osd) {
+            *t = Some(through);
+        }
+    }
+
+    /// Backfill target side: takes the current primary's start of the
+    /// interval (this OSD may date it later, e.g. after skipping map
+    /// epochs), so the primary's sub-ops are not refused as stale. Only
+    /// for an up member outside the acting set: it serves nothing.
+    pub fn adopt_backfill_interval(&mut self, from: i32, since: Epoch) {
+        let target = self.placement.as_ref().is_some_and(|p| {
+            p.primary == Some(from)
+                && p.up.contains(&self.whoami)
+                && !p.acting.contains(&self.whoami)
+        });
+        if target {
+            self.info.same_interval_since = since;
+        }
+    }
+
+    /// Stops sending writes to backfill target `osd` (its backfill failed
+    /// and restarts later): writes waiting only for it complete now. It is
+    /// not an acting member, so no acknowledgement loses durability.
+    pub fn drop_backfill_target(&mut self, osd: i32) -> Vec<PgAction> {
+        let mut out = Vec::new();
+        if self.backfill.remove(&osd).is_none() {
+            return out;
+        }
+        self.backfill_done.remove(&osd);
+        let seqs: Vec<u64> = self.inflight.keys().copied().collect();
+        for s in seqs {
+            self.on_committed(s, osd, &mut out);
+        }
+        out
+    }
+
+    /// Adds backfill target `osd` at the start (nothing copied yet).
+    pub fn add_backfill_target(&mut self, osd: i32) {
+        self.backfill.insert(osd, None);
+        self.backfill_done.remove(&osd);
+    }
+
+    /// `osd` holds every object: writes carry data to it from now on.
+    pub fn backfill_complete(&mut self, osd: i32) {
+        if self.backfill.contains_key(&osd) {
+            self.backfill_done.insert(osd);
+        }
+    }
+
+    /// Backfill targets and their positions.
+    pub fn backfill_targets(&self) -> &BTreeMap<i32, Option<ObjKey>> {
+        &self.backfill
+    }
+
+    /// The first object (store order) after `after` with a write in
+    /// flight or queued: a backfill batch must not reach it (the write
+    /// went to the target without data, and the object may not even be
+    /// listed yet), so the copy the batch sends is never overtaken.
+    pub fn first_busy_after(&self, after: Option<&ObjKey>) -> Option<ObjKey> {
+        self.busy
+            .keys()
+            .map(obj_key)
+            .filter(|k| after.is_none_or(|a| k > a))
+            .min()
     }
 }
 

@@ -16,8 +16,9 @@ use cairn_map::{ClusterMap, PgRecoveryCounts, PoolKind};
 use cairn_msg::{connect, Connection, Credentials, Listener, Message, MsgConfig, MsgError, Secret};
 use cairn_ops::{
     decode, encode, msg_type, EcRead, EcRollback, EcRollbackReply, LogEntry, LogOp, Mutation,
-    OpError, OpReply, OpRequest, OpStatus, PgInfo, PgNotify, PgPull, PgPush, PgPushReply, PgQuery,
-    PullReply, RepOp, RepOpAck, SubOp, SubOpOutput, Version,
+    OpError, OpReply, OpRequest, OpStatus, PgBackfill, PgBackfillAck, PgInfo, PgNotify, PgPull,
+    PgPush, PgPushReply, PgQuery, PgRemove, PullReply, RepOp, RepOpAck, SubOp, SubOpOutput,
+    Version,
 };
 use cairn_store::{CollectionId, Store, StoreError, Transaction};
 use cairn_types::{EntityName, Epoch, PgId, PoolId};
@@ -132,6 +133,14 @@ pub struct PgStat {
     pub down_reason: Option<String>,
     /// Scrub stamps, state and findings (primary only).
     pub scrub: cairn_map::PgScrubReport,
+    /// Backfill in progress (acting primary only).
+    pub backfill: Option<crate::backfill::BackfillStat>,
+    /// Object copies still to move to backfill targets.
+    pub misplaced_objects: u64,
+    /// Objects and bytes this OSD copied for the PG by backfill since it
+    /// started (counters: the monitors derive rates).
+    pub recovered_objects: u64,
+    pub recovered_bytes: u64,
 }
 
 /// Tasks of one OSD, so that `stop` can end them all (a simulated kill).
@@ -212,6 +221,15 @@ pub(crate) enum PgMsg {
     Scrub(crate::scrub::ScrubCtl),
     /// This PG's scrub job finished.
     ScrubDone(Box<crate::scrub::ScrubOutcome>),
+    /// Backfill target side: a batch from the primary.
+    Backfill {
+        conn: Connection,
+        bf: PgBackfill,
+    },
+    /// Primary side: a target's answer to a batch.
+    BackfillAck(PgBackfillAck),
+    /// The primary says this OSD's copy is a stray of a clean PG.
+    Remove(PgRemove),
 }
 
 /// A connection to a peer OSD and its generation (bumped per reconnect).
@@ -230,6 +248,8 @@ pub(crate) struct Shared {
     peer_gen: AtomicU64,
     throttle: Arc<Semaphore>,
     throttle_units: u32,
+    /// Backfill slots, batches in flight and the bandwidth cap.
+    pub(crate) recovery: crate::backfill::RecoveryThrottle,
     tasks: Tasks,
     next_token: AtomicU64,
     addr: SocketAddr,
@@ -303,6 +323,7 @@ impl Osd {
         let shared = Arc::new(Shared {
             throttle: Arc::new(Semaphore::new(units as usize)),
             throttle_units: units,
+            recovery: Default::default(),
             cfg,
             store: Arc::new(store),
             map_rx: map,
@@ -461,6 +482,10 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
             blocked_at: None,
             retry_at: None,
         },
+        activated: Arc::default(),
+        backfill: None,
+        strays: Vec::new(),
+        recovered: (0, 0),
     };
     shared.tasks.spawn(actor.run());
     let map = shared.map_rx.borrow().clone();
@@ -616,6 +641,25 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
                 },
             )
         }
+        msg_type::PG_BACKFILL => {
+            let bf: PgBackfill = decode("pg backfill", &msg.payload).map_err(de)?;
+            let tx = ensure_pg(shared, bf.pgid).map_err(|e| e.to_string())?;
+            let _ = tx
+                .send(PgMsg::Backfill {
+                    conn: conn.clone(),
+                    bf,
+                })
+                .await;
+            return Ok(());
+        }
+        msg_type::PG_BACKFILL_ACK => {
+            let ack: PgBackfillAck = decode("pg backfill ack", &msg.payload).map_err(de)?;
+            (ack.pgid, PgMsg::BackfillAck(ack))
+        }
+        msg_type::PG_REMOVE => {
+            let r: PgRemove = decode("pg remove", &msg.payload).map_err(de)?;
+            (r.pgid, PgMsg::Remove(r))
+        }
         msg_type::PG_PUSH => {
             let push: PgPush = decode("pg push", &msg.payload).map_err(de)?;
             let tx = ensure_pg(shared, push.pgid).map_err(|e| e.to_string())?;
@@ -672,6 +716,27 @@ async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Res
                 map.epoch,
             ))
             .await;
+            return Ok(());
+        }
+    }
+    if map.flags.contains(&cairn_map::OsdFlag::Pause) {
+        // `pause`: client ops wait (bounded) for the flag to go.
+        let wait = map
+            .config_value(
+                &format!("osd.{}", shared.cfg.id),
+                "osd_client_op_pause_wait",
+            )
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(30);
+        let mut rx = shared.map_rx.clone();
+        let unpaused = rx.wait_for(|m| !m.flags.contains(&cairn_map::OsdFlag::Pause));
+        let _ = tokio::time::timeout(Duration::from_secs(wait), unpaused).await;
+        map = shared.map_rx.borrow().clone();
+        if map.flags.contains(&cairn_map::OsdFlag::Pause) {
+            let e = OpError::Io(format!(
+                "the cluster is paused (pause flag set); the op waited {wait} s (osd_client_op_pause_wait); 'cairn osd unset pause' resumes I/O"
+            ));
+            send(answer(OpStatus::Done(Err(e)), map.epoch)).await;
             return Ok(());
         }
     }
@@ -809,6 +874,14 @@ struct PgActor {
     /// EC: rollback stashes of log entries up to here are dropped.
     ec_rolled_forward: Version,
     scrub: PgScrubState,
+    /// What the running activation found (backfill targets, strays).
+    activated: Arc<Mutex<Option<peering::Activated>>>,
+    /// The background backfill of this interval (acting primary).
+    backfill: Option<crate::backfill::BackfillRun>,
+    /// OSDs with copies outside the acting and up sets, removed once clean.
+    strays: Vec<i32>,
+    /// (objects, bytes) copied by finished backfill runs of this PG.
+    recovered: (u64, u64),
 }
 
 /// The actor's scrub bookkeeping (the logic is `crate::scrub`'s).
@@ -833,6 +906,11 @@ impl PgActor {
         loop {
             tokio::select! {
                 m = self.rx.recv() => match m {
+                    Some(PgMsg::Remove(r)) => {
+                        if self.on_remove(r).await {
+                            return;
+                        }
+                    }
                     Some(m) => self.on_msg(m).await,
                     None => return,
                 },
@@ -924,15 +1002,57 @@ impl PgActor {
                 if let Err(e) = &result {
                     tracing::info!("pg {}: not activating: {e}", self.pgid);
                 }
+                let found = self
+                    .activated
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                let current = interval_since == self.pg.info.same_interval_since;
+                if let (Ok((info, log)), Some((targets, strays)), true) = (&result, found, current)
+                {
+                    self.strays = strays;
+                    if !targets.is_empty() {
+                        // Before the first op is admitted: the targets'
+                        // start messages must precede every sub-op.
+                        let cx = crate::backfill::StepCtx {
+                            shared: &self.shared,
+                            pg: &mut self.pg,
+                            pgid: self.pgid,
+                            coll: self.coll,
+                        };
+                        let run = crate::backfill::BackfillRun::start(
+                            cx,
+                            interval_since,
+                            targets,
+                            info,
+                            log,
+                        )
+                        .await;
+                        self.backfill = Some(run);
+                    }
+                }
                 let acts = self.pg.handle(PgEvent::PeeringDone {
                     interval_since,
                     result,
                 });
                 self.run_actions(acts).await;
+                self.after_activation().await;
             }
             PgMsg::EcRollback { conn, msg, rb } => self.on_ec_rollback(conn, msg, rb).await,
             PgMsg::Scrub(c) => self.on_scrub_ctl(c).await,
             PgMsg::ScrubDone(o) => self.on_scrub_done(*o),
+            PgMsg::Backfill { conn, bf } => self.on_backfill(conn, bf).await,
+            PgMsg::BackfillAck(ack) => {
+                let Some(run) = self.backfill.as_mut() else {
+                    return;
+                };
+                if ack.interval_since != run.interval_since {
+                    return;
+                }
+                run.on_ack(&self.shared, self.pgid, ack.from, ack.seq, ack.result);
+                self.backfill_step().await;
+            }
+            PgMsg::Remove(_) => {}
             PgMsg::CommitFailed {
                 seq,
                 from,
@@ -1070,6 +1190,8 @@ impl PgActor {
         if self.pg.info.same_interval_since != before {
             self.repops.clear();
             self.sent_gen.clear();
+            self.end_backfill();
+            self.strays.clear();
             if let Some((_, job)) = self.peering.take() {
                 job.abort();
             }
@@ -1102,6 +1224,7 @@ impl PgActor {
             self.run_actions(acts).await;
         }
         self.scrub_tick().await;
+        self.backfill_step().await;
     }
 
     async fn resend_all(&mut self, r: i32, gen: u64, conn: &Connection, below: u64) {
@@ -1161,8 +1284,9 @@ impl PgActor {
                     version,
                     trim_to,
                     replicas,
+                    log_only,
                 } => {
-                    let more = self.write(req, version, trim_to, replicas).await;
+                    let more = self.write(req, version, trim_to, replicas, log_only).await;
                     queue.extend(more);
                 }
                 PgAction::Peer {
@@ -1220,6 +1344,7 @@ impl PgActor {
         version: Version,
         trim_to: Version,
         replicas: Vec<i32>,
+        log_only: Vec<i32>,
     ) -> Vec<PgAction> {
         let store = self.shared.store.clone();
         let coll = self.coll;
@@ -1340,7 +1465,26 @@ impl PgActor {
                 .collect()
         } else {
             let bytes = encode(&rep);
-            replicas.iter().map(|&r| (r, bytes.clone())).collect()
+            let entry_only = if log_only.is_empty() {
+                bytes.clone()
+            } else {
+                // Backfill targets not yet at this object: the entry alone.
+                encode(&RepOp {
+                    mutations: Vec::new(),
+                    ..rep.clone()
+                })
+            };
+            replicas
+                .iter()
+                .map(|&r| {
+                    let b = if log_only.contains(&r) {
+                        entry_only.clone()
+                    } else {
+                        bytes.clone()
+                    };
+                    (r, b)
+                })
+                .collect()
         };
         if !replicas.is_empty() {
             self.repops.insert(version.seq, per_replica.clone());
@@ -1452,10 +1596,10 @@ impl PgActor {
         }
         self.pg
             .adopt_primary_interval_start(rep.from, rep.interval_since);
-        let ok_sender = self
-            .pg
-            .placement()
-            .is_some_and(|p| p.primary == Some(rep.from) && p.acting.contains(&self.shared.cfg.id));
+        let ok_sender = self.pg.placement().is_some_and(|p| {
+            let me = self.shared.cfg.id;
+            p.primary == Some(rep.from) && (p.acting.contains(&me) || p.up.contains(&me))
+        });
         if !ok_sender || rep.interval_since < self.pg.info.same_interval_since {
             tracing::debug!(
                 "pg {}: ignoring {} from osd.{} (interval {} vs ours {})",
@@ -1554,6 +1698,16 @@ impl PgActor {
         if let Some((_, old)) = self.peering.take() {
             old.abort();
         }
+        // Up members outside the acting set are asked too: a backfill
+        // target's mark says where its backfill resumes.
+        let mut probe = probe;
+        if let Some(p) = self.pg.placement() {
+            for o in &p.up {
+                if !probe.contains(o) {
+                    probe.push(*o);
+                }
+            }
+        }
         let job = peering::PeeringJob {
             shared: self.shared.clone(),
             pgid: self.pgid,
@@ -1565,7 +1719,16 @@ impl PgActor {
             past,
             my_info: self.pg.info.clone(),
             my_log: self.pg.log().cloned().collect(),
+            up: self
+                .pg
+                .placement()
+                .map(|p| p.up.clone())
+                .unwrap_or_default(),
+            size: self.pg.placement().map(|p| p.size).unwrap_or(0),
+            min_size: self.pg.placement().map(|p| p.min_size).unwrap_or(0),
+            activated: self.activated.clone(),
         };
+        *self.activated.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let tx = self.tx.clone();
         let ec = self.ec.clone();
         let h = self.shared.tasks.spawn(async move {
@@ -1667,6 +1830,159 @@ impl PgActor {
             .await;
     }
 
+    /// Drops this interval's backfill run (its slot is released).
+    fn end_backfill(&mut self) {
+        if let Some(run) = self.backfill.take() {
+            self.shared.recovery.release(self.pgid);
+            self.recovered.0 += run.copied_objects;
+            self.recovered.1 += run.copied_bytes;
+        }
+        self.pg.state.backfilling = false;
+        self.pg.state.backfill_wait = false;
+    }
+
+    /// One backfill step (active primary with targets only).
+    async fn backfill_step(&mut self) {
+        if self.pg.role != Role::Primary || !self.pg.state.active {
+            return;
+        }
+        let Some(mut run) = self.backfill.take() else {
+            return;
+        };
+        let cx = crate::backfill::StepCtx {
+            shared: &self.shared,
+            pg: &mut self.pg,
+            pgid: self.pgid,
+            coll: self.coll,
+        };
+        let acts = run.step(cx).await;
+        self.backfill = Some(run);
+        if !acts.is_empty() {
+            Box::pin(self.run_actions(acts)).await;
+        }
+    }
+
+    /// After an activation: once the PG is clean, strays delete their copies.
+    async fn after_activation(&mut self) {
+        if self.pg.state.clean && !self.strays.is_empty() {
+            let strays = std::mem::take(&mut self.strays);
+            let (shared, pgid, epoch) = (self.shared.clone(), self.pgid, self.pg.epoch());
+            self.shared.tasks.spawn(async move {
+                crate::backfill::remove_strays(&shared, pgid, epoch, &strays).await;
+            });
+        }
+        self.backfill_step().await;
+    }
+
+    /// Backfill target side: installs a batch and acknowledges it once durable.
+    async fn on_backfill(&mut self, conn: Connection, bf: PgBackfill) {
+        if bf.epoch > self.pg.epoch() {
+            let mut rx = self.shared.map_rx.clone();
+            let wait = rx.wait_for(|m| m.epoch >= bf.epoch);
+            let _ = tokio::time::timeout(self.shared.cfg.map_wait, wait).await;
+            let map = self.shared.map_rx.borrow().clone();
+            self.on_map(map).await;
+        }
+        self.pg
+            .adopt_primary_interval_start(bf.from, bf.interval_since);
+        let me = self.me();
+        let from_primary = self
+            .pg
+            .placement()
+            .is_some_and(|p| p.primary == Some(bf.from) && p.up.contains(&me));
+        let ack = |result: Result<(), String>| PgBackfillAck {
+            pgid: bf.pgid,
+            from: me,
+            interval_since: bf.interval_since,
+            seq: bf.seq,
+            result,
+        };
+        // From the current primary, sent in a map epoch of this OSD's
+        // current interval: accepted even when the primary dates the
+        // interval's start earlier than this OSD does.
+        let current = bf.interval_since >= self.pg.info.same_interval_since
+            || bf.epoch >= self.pg.info.same_interval_since;
+        if from_primary && current {
+            self.pg.adopt_backfill_interval(bf.from, bf.interval_since);
+        }
+        if !from_primary || !current {
+            let why = format!(
+                "backfill from osd.{} for interval {} refused: not this OSD's primary or an older interval (ours {})",
+                bf.from, bf.interval_since.0, self.pg.info.same_interval_since.0
+            );
+            let _ = conn
+                .send(msg_type::PG_BACKFILL_ACK, encode(&ack(Err(why))))
+                .await;
+            return;
+        }
+        if bf.interval_since > self.pg.info.same_interval_since {
+            self.pg.info.same_interval_since = bf.interval_since;
+        }
+        let built = crate::backfill::target_txn(&self.shared.store, self.coll, &self.pg.info, &bf);
+        let (txn, adopt, info) = match built {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = conn
+                    .send(msg_type::PG_BACKFILL_ACK, encode(&ack(Err(e))))
+                    .await;
+                return;
+            }
+        };
+        match adopt {
+            Some((info, log)) => self.pg.reload(info, log),
+            None => self.pg.info.backfill = info.backfill.clone(),
+        }
+        let h = self.shared.store.submit(txn);
+        let a = ack(Ok(()));
+        self.shared.tasks.spawn(async move {
+            let r = match h {
+                Ok(h) => h.await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let a = PgBackfillAck { result: r, ..a };
+            let _ = conn.send(msg_type::PG_BACKFILL_ACK, encode(&a)).await;
+        });
+    }
+
+    /// Stray side: the primary of a clean PG says this copy is no longer
+    /// needed. Returns true when the copy is deleted (the actor ends).
+    async fn on_remove(&mut self, r: PgRemove) -> bool {
+        if r.epoch > self.pg.epoch() {
+            let mut rx = self.shared.map_rx.clone();
+            let wait = rx.wait_for(|m| m.epoch >= r.epoch);
+            let _ = tokio::time::timeout(self.shared.cfg.map_wait, wait).await;
+            let map = self.shared.map_rx.borrow().clone();
+            self.on_map(map).await;
+        }
+        let me = self.me();
+        let needed = self.pg.placement().is_none_or(|p| {
+            p.up.contains(&me) || p.acting.contains(&me) || p.primary != Some(r.from)
+        });
+        if needed || self.peering.is_some() {
+            tracing::debug!(
+                "pg {}: keeping this copy (osd.{} asked to remove it, but this OSD is in the placement or the sender is not the primary)",
+                self.pgid,
+                r.from
+            );
+            return false;
+        }
+        if let Err(e) = self.flush().await {
+            tracing::warn!("pg {}: flush before removal failed: {e}", self.pgid);
+            return false;
+        }
+        lock(&self.shared.pgs).remove(&self.pgid);
+        lock(&self.shared.stats).remove(&self.pgid);
+        match crate::backfill::delete_copy(&self.shared.store, self.coll).await {
+            Ok(()) => tracing::info!(
+                "pg {}: stray copy removed (primary osd.{})",
+                self.pgid,
+                r.from
+            ),
+            Err(e) => tracing::warn!("pg {}: removing the stray copy: {e}", self.pgid),
+        }
+        true
+    }
+
     fn publish_stats(&self) {
         let p = self.pg.placement();
         let running = self.scrub.running.as_ref().map(|(r, _)| *r);
@@ -1689,6 +2005,20 @@ impl PgActor {
             last_epoch_started: self.pg.info.last_epoch_started.0,
             down_reason: self.pg.state.down_reason.clone(),
             scrub: crate::scrub::report_of(&self.scrub.stamps, running),
+            backfill: self.backfill.as_ref().map(|b| b.stat()),
+            misplaced_objects: self
+                .backfill
+                .as_ref()
+                .map(|b| b.remaining_copies())
+                .unwrap_or(0),
+            recovered_objects: self.recovered.0
+                + self
+                    .backfill
+                    .as_ref()
+                    .map(|b| b.copied_objects)
+                    .unwrap_or(0),
+            recovered_bytes: self.recovered.1
+                + self.backfill.as_ref().map(|b| b.copied_bytes).unwrap_or(0),
         };
         lock(&self.shared.stats).insert(self.pgid, st);
     }

@@ -1002,6 +1002,11 @@ impl ScrubJob {
             past: Vec::new(),
             my_info: PgInfo::default(),
             my_log: Vec::new(),
+            // Repair only uses the job's calls, never activation.
+            up: self.acting.clone(),
+            size: 0,
+            min_size: 0,
+            activated: Default::default(),
         }
     }
 

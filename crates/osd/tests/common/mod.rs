@@ -260,7 +260,10 @@ impl Cluster {
                 )
             })
             .collect();
-        PgMapView { osds }
+        PgMapView {
+            osds,
+            ..Default::default()
+        }
     }
 
     /// Reopens osd.`id`'s store (waiting for the killed instance to let go) and boots it.

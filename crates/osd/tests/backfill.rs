@@ -1,0 +1,268 @@
+//! Backfill with pg_temp: an OSD marked out under a write load keeps its
+//! PGs active (the old, complete set serves through pg_temp) while the new
+//! members are backfilled in the background; then every PG is active+clean
+//! with complete copies on the new set and the out OSD's copies removed.
+//! Also: `nobackfill` holds a backfill (the PG stays remapped and active)
+//! until it is unset.
+
+mod common;
+use cairn_map::{MonCommand, OsdFlag};
+use cairn_store::Store;
+use common::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Objects written before the placement change: enough per PG (pg_num 4)
+/// that the PG logs (250 entries when clean) no longer cover them, so new
+/// members need a backfill rather than log recovery.
+const PRELOAD_OBJECTS: u64 = 1400;
+const OBJ_BYTES: usize = 4096;
+
+async fn preload(io: &cairn_client::IoCtx) {
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..16u64 {
+        let io = io.clone();
+        set.spawn(async move {
+            let mut i = w;
+            while i < PRELOAD_OBJECTS {
+                io.write_full(&format!("pre-{i}"), pattern(i, OBJ_BYTES))
+                    .await
+                    .expect("preload write");
+                i += 16;
+            }
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("preload task");
+    }
+}
+
+/// Writers rewriting their own objects until stopped; records the last
+/// acknowledged seed per object.
+struct Load {
+    acked: Arc<Mutex<BTreeMap<String, u64>>>,
+    acks: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    set: tokio::task::JoinSet<()>,
+}
+
+impl Load {
+    fn start(io: &cairn_client::IoCtx, writers: u64) -> Load {
+        let acked: Arc<Mutex<BTreeMap<String, u64>>> = Default::default();
+        let acks = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut set = tokio::task::JoinSet::new();
+        for w in 0..writers {
+            let (io, acked, acks, stop) = (io.clone(), acked.clone(), acks.clone(), stop.clone());
+            set.spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let name = format!("live-{w}-{}", i % 50);
+                    let seed = 1_000_000 * (w + 1) + i;
+                    io.write_full(&name, pattern(seed, OBJ_BYTES))
+                        .await
+                        .expect("write during backfill");
+                    acked.lock().unwrap().insert(name, seed);
+                    acks.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+            });
+        }
+        Load {
+            acked,
+            acks,
+            stop,
+            set,
+        }
+    }
+
+    async fn finish(mut self) -> BTreeMap<String, u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        while let Some(r) = self.set.join_next().await {
+            r.expect("writer");
+        }
+        let acked = self.acked.lock().unwrap().clone();
+        acked
+    }
+}
+
+async fn verify(io: &cairn_client::IoCtx, acked: &BTreeMap<String, u64>) {
+    for i in 0..PRELOAD_OBJECTS {
+        let got = io.read(&format!("pre-{i}"), 0, 0).await.expect("read");
+        assert_eq!(got, pattern(i, OBJ_BYTES), "pre-{i}");
+    }
+    for (name, seed) in acked {
+        let got = io.read(name, 0, 0).await.expect("read");
+        assert_eq!(
+            got,
+            pattern(*seed, OBJ_BYTES),
+            "{name} lost its acked write"
+        );
+    }
+}
+
+/// Objects of each PG collection in a stopped OSD's store.
+fn store_pgs(c: &Cluster, id: i32) -> BTreeMap<u32, usize> {
+    let store = Store::open(c.store_cfg(id)).expect("open store");
+    let mut out = BTreeMap::new();
+    for coll in store.list_collections().expect("collections") {
+        let mut n = 0;
+        let mut after = None;
+        loop {
+            let (objs, next) =
+                cairn_osd::exec::list_objects(&store, coll, after.as_ref(), 1024).expect("list");
+            n += objs.len();
+            match next {
+                Some(c) => after = Some(c),
+                None => break,
+            }
+        }
+        out.insert(coll.seed, n);
+    }
+    out
+}
+
+fn states(c: &Cluster) -> Vec<String> {
+    c.primary_states().into_values().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn out_osd_backfills_in_the_background_then_strays_go() {
+    let mut c = Cluster::start_with(4, 1, 4, 512 << 20, vec![], true).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    preload(&io).await;
+    let map = c.current();
+    // The OSD in the most PGs goes out.
+    let mut count: BTreeMap<i32, usize> = BTreeMap::new();
+    for seed in 0..4 {
+        for o in map.pg_to_up(1, seed).unwrap().up {
+            *count.entry(o).or_default() += 1;
+        }
+    }
+    let victim = *count.iter().max_by_key(|(_, n)| **n).unwrap().0;
+    let load = Load::start(&io, 4);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t0 = Instant::now();
+    c.apply(MonCommand::OsdOut { ids: vec![victim] });
+    // The remapped PGs must serve I/O while they backfill.
+    let mut saw_remapped = false;
+    let mut acks_while_remapped = 0;
+    let deadline = Instant::now() + Duration::from_secs(50);
+    loop {
+        let st = states(&c);
+        let remapped = st.iter().any(|s| s.contains("remapped"));
+        if remapped {
+            let a0 = load.acks.load(Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let grew = load.acks.load(Ordering::Relaxed) - a0;
+            if !saw_remapped {
+                eprintln!("remapped after {:?}: {st:?}", t0.elapsed());
+            }
+            saw_remapped = true;
+            acks_while_remapped += grew;
+        }
+        let clean = st.len() == 4 && st.iter().all(|s| s == "active+clean");
+        if clean && c.current().pg_temp.is_empty() && c.current().epoch > map.epoch {
+            break;
+        }
+        if Instant::now() > deadline {
+            for (id, o) in &c.osds {
+                if let Some(o) = o {
+                    for s in o.pg_stats() {
+                        eprintln!("osd.{id}: {s:?}");
+                    }
+                }
+            }
+            panic!(
+                "not clean after backfill: {st:?}, pg_temp {:?}",
+                c.current().pg_temp
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "clean after {:?}; {acks_while_remapped} writes acknowledged while remapped",
+        t0.elapsed()
+    );
+    assert!(saw_remapped, "no PG went through pg_temp (remapped)");
+    assert!(
+        acks_while_remapped > 0,
+        "client I/O stalled during the backfill"
+    );
+    let acked = load.finish().await;
+    verify(&io, &acked).await;
+    // Strays are removed asynchronously once clean.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let map = c.current();
+    let ids: Vec<i32> = map.osds.keys().copied().collect();
+    for id in &ids {
+        c.crash(*id);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held: BTreeMap<i32, BTreeMap<u32, usize>> =
+        ids.iter().map(|id| (*id, store_pgs(&c, *id))).collect();
+    for seed in 0..4u32 {
+        let up = map.pg_to_up(1, seed).unwrap().up;
+        assert_eq!(up.len(), 3);
+        let counts: Vec<usize> = up
+            .iter()
+            .map(|o| held[o].get(&seed).copied().unwrap_or(0))
+            .collect();
+        assert!(
+            counts.iter().all(|n| *n == counts[0] && *n > 0),
+            "pg 1.{seed:x}: copies on {up:?} hold {counts:?} objects"
+        );
+    }
+    assert!(
+        held[&victim].is_empty(),
+        "osd.{victim} (out) still holds {:?}",
+        held[&victim]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nobackfill_holds_backfill_until_unset() {
+    let mut c = Cluster::start_with(4, 1, 4, 512 << 20, vec![], true).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    preload(&io).await;
+    c.apply(MonCommand::OsdSetFlag {
+        flag: OsdFlag::NoBackfill,
+    });
+    c.apply(MonCommand::OsdOut { ids: vec![0] });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = states(&c);
+        if st.iter().any(|s| s.contains("backfill_wait")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no backfill_wait: {st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Held: still remapped (and serving) two seconds later.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let st = states(&c);
+    assert!(
+        st.iter().any(|s| s.contains("remapped+backfill_wait")),
+        "{st:?}"
+    );
+    assert!(st.iter().all(|s| s.contains("active")), "{st:?}");
+    assert!(!c.current().pg_temp.is_empty());
+    io.write_full("during-nobackfill", pattern(7, OBJ_BYTES))
+        .await
+        .expect("writes continue under nobackfill");
+    c.apply(MonCommand::OsdUnsetFlag {
+        flag: OsdFlag::NoBackfill,
+    });
+    c.wait_clean(Duration::from_secs(60)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.current().pg_temp.is_empty() {
+        assert!(Instant::now() < deadline, "pg_temp never cleared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        io.read("during-nobackfill", 0, 0).await.expect("read"),
+        pattern(7, OBJ_BYTES)
+    );
+}

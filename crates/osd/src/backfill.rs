@@ -477,7 +477,7 @@ impl BackfillRun {
                 acts.extend(cx.pg.drop_backfill_target(osd));
                 continue;
             }
-            if !t.restart_at.is_some_and(|at| at <= now) {
+            if t.restart_at.is_none_or(|at| at > now) {
                 continue;
             }
             let info = PgInfo {

@@ -176,6 +176,7 @@ pub struct PgTotals {
     /// degraded percentage.
     pub object_copies: u64,
     pub misplaced_objects: u64,
+    pub unfound_objects: u64,
     /// From fresh beacons of up OSDs.
     pub used_bytes: u64,
     pub total_bytes: u64,
@@ -262,6 +263,7 @@ impl ClusterMap {
                 t.data_bytes += r.bytes;
                 t.degraded_objects += r.degraded_objects;
                 t.misplaced_objects += r.misplaced_objects;
+                t.unfound_objects += r.unfound_objects;
                 t.object_copies += r.objects * u64::from(size);
             }
         }

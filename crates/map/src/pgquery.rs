@@ -19,6 +19,80 @@ pub(crate) fn state_lines(t: &PgTotals) -> Vec<String> {
     v.into_iter().map(|(s, n)| format!("{n} {s}")).collect()
 }
 
+/// The recovery part of `status`: degraded/misplaced/unfound lines for
+/// the data section, the `recovery:` io line, and a progress bar with an
+/// ETA (remaining copies over the leader's measured object rate).
+pub(crate) struct RecoveryLines {
+    pub data: Vec<String>,
+    pub io: Option<String>,
+    pub progress: Option<Vec<String>>,
+    pub eta_secs: Option<u64>,
+}
+
+/// Width of the text progress bar in `status`.
+const PROGRESS_BAR_WIDTH: usize = 30;
+
+pub(crate) fn recovery_lines(
+    t: &PgTotals,
+    rate: Option<&crate::pgmap::RecoveryRate>,
+) -> RecoveryLines {
+    let base = t.object_copies.max(1);
+    let pct = |n: u64| n as f64 * 100.0 / base as f64;
+    let mut data = Vec::new();
+    if t.degraded_objects > 0 {
+        data.push(format!(
+            "{}/{} objects degraded ({:.3}%)",
+            t.degraded_objects,
+            t.object_copies,
+            pct(t.degraded_objects)
+        ));
+    }
+    if t.misplaced_objects > 0 {
+        data.push(format!(
+            "{}/{} objects misplaced ({:.3}%)",
+            t.misplaced_objects,
+            t.object_copies,
+            pct(t.misplaced_objects)
+        ));
+    }
+    if t.unfound_objects > 0 {
+        data.push(format!("{} objects unfound", t.unfound_objects));
+    }
+    let remaining = t.degraded_objects + t.misplaced_objects;
+    let io = rate.map(|r| {
+        format!(
+            "{}/s, {:.0} objects/s",
+            format_bytes(r.bytes_per_sec as u64),
+            r.objects_per_sec
+        )
+    });
+    let eta_secs = rate
+        .filter(|r| r.objects_per_sec > 0.0 && remaining > 0)
+        .map(|r| (remaining as f64 / r.objects_per_sec).ceil() as u64);
+    let progress = (remaining > 0).then(|| {
+        let done = 1.0 - remaining as f64 / base as f64;
+        let filled = ((done * PROGRESS_BAR_WIDTH as f64).round() as usize).min(PROGRESS_BAR_WIDTH);
+        let eta = eta_secs
+            .map(|s| format!("ETA {}", crate::query::format_age(s)))
+            .unwrap_or_else(|| "ETA unknown: no recovery rate yet".into());
+        vec![
+            format!("Global Recovery Event ({eta})"),
+            format!(
+                "  [{}{}] ({:.1}% of object copies in place)",
+                "=".repeat(filled),
+                ".".repeat(PROGRESS_BAR_WIDTH - filled),
+                done * 100.0
+            ),
+        ]
+    });
+    RecoveryLines {
+        data,
+        io,
+        progress,
+        eta_secs,
+    }
+}
+
 fn list(v: &[i32]) -> String {
     let items: Vec<String> = v.iter().map(|o| o.to_string()).collect();
     format!("[{}]", items.join(","))

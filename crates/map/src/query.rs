@@ -265,6 +265,29 @@ impl ClusterMap {
             }
             _ => {}
         }
+        let recovery = totals.as_ref().map(|t| {
+            crate::pgquery::recovery_lines(
+                t,
+                rt.health.pgmap.as_ref().and_then(|v| v.recovery.as_ref()),
+            )
+        });
+        if let Some(r) = &recovery {
+            for line in &r.data {
+                let _ = writeln!(s, "             {line}");
+            }
+            if let Some(io) = &r.io {
+                let _ = writeln!(s, " ");
+                let _ = writeln!(s, "  io:");
+                let _ = writeln!(s, "    recovery: {io}");
+            }
+            if let Some(p) = &r.progress {
+                let _ = writeln!(s, " ");
+                let _ = writeln!(s, "  progress:");
+                for line in p {
+                    let _ = writeln!(s, "    {line}");
+                }
+            }
+        }
         let pgs_by_state: Vec<Value> = totals
             .as_ref()
             .map(|t| {
@@ -288,6 +311,13 @@ impl ClusterMap {
             "osdmap": { "epoch": self.epoch.0, "num_osds": n, "num_up_osds": up, "num_in_osds": inn },
             "pgmap": { "num_pools": self.pools.len(), "num_pgs": pgs, "pgs_by_state": pgs_by_state,
                 "num_objects": objects, "data_bytes": data_bytes,
+                "degraded_objects": totals.as_ref().map(|t| t.degraded_objects),
+                "degraded_total": totals.as_ref().map(|t| t.object_copies),
+                "misplaced_objects": totals.as_ref().map(|t| t.misplaced_objects),
+                "unfound_objects": totals.as_ref().map(|t| t.unfound_objects),
+                "recovering_bytes_per_sec": rt.health.pgmap.as_ref().and_then(|v| v.recovery.as_ref()).map(|r| r.bytes_per_sec),
+                "recovering_objects_per_sec": rt.health.pgmap.as_ref().and_then(|v| v.recovery.as_ref()).map(|r| r.objects_per_sec),
+                "recovery_eta_secs": recovery.as_ref().and_then(|r| r.eta_secs),
                 "bytes_used": used, "bytes_avail": avail, "bytes_total": total },
         });
         Reply::new(s, json)

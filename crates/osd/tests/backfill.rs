@@ -266,3 +266,68 @@ async fn nobackfill_holds_backfill_until_unset() {
         pattern(7, OBJ_BYTES)
     );
 }
+
+/// Backfill throughput with the throttles lifted (ignored: a measurement,
+/// run with `cargo test -p cairn-osd --test backfill -- --ignored
+/// --nocapture backfill_throughput`; compare with `fio` on the same
+/// filesystem, see bench/README.md). Prints MB/s of data moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore]
+async fn backfill_throughput() {
+    let objects: u64 = std::env::var("CAIRN_BACKFILL_OBJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
+    let size = 1 << 20;
+    let mut c = Cluster::start_with(
+        4,
+        1,
+        4,
+        4 << 30,
+        vec![
+            ("osd_max_backfills", "16"),
+            ("osd_recovery_max_active", "16"),
+        ],
+        true,
+    )
+    .await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..8u64 {
+        let io = io.clone();
+        set.spawn(async move {
+            let mut i = w;
+            while i < objects {
+                io.write_full(&format!("big-{i}"), pattern(i, size))
+                    .await
+                    .expect("write");
+                i += 8;
+            }
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("writer");
+    }
+    // Enough small writes that the logs no longer cover the big objects.
+    preload(&io).await;
+    let victim = c.current().pg_to_up(1, 0).unwrap().up[1];
+    let t0 = Instant::now();
+    c.apply(MonCommand::OsdOut { ids: vec![victim] });
+    c.wait_clean(Duration::from_secs(600)).await;
+    while !c.current().pg_temp.is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let moved: u64 = c
+        .osds
+        .values()
+        .flatten()
+        .flat_map(|o| o.pg_stats())
+        .map(|s| s.recovered_bytes)
+        .sum();
+    eprintln!(
+        "backfill: {:.1} MiB moved in {secs:.2} s = {:.1} MiB/s (out of osd.{victim})",
+        moved as f64 / (1 << 20) as f64,
+        moved as f64 / (1 << 20) as f64 / secs
+    );
+}

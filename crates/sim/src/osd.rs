@@ -979,6 +979,13 @@ impl World {
             up_thru_recorded,
             up_osds,
             batch_bytes: 1 << 20,
+            // The simulator does not drive background backfill yet: no
+            // pg_temp requests (activation copies inside peering).
+            up: acting.clone(),
+            size: s.pg.placement().map(|p| p.size).unwrap_or(0),
+            min_size: s.pg.placement().map(|p| p.min_size).unwrap_or(0),
+            lost: Vec::new(),
+            may_remap: false,
         });
         let outs = sm.start();
         s.run = Some(Run {
@@ -1017,6 +1024,9 @@ impl World {
         let mut todo: VecDeque<PeeringOutput> = outs.into();
         while let Some(out) = todo.pop_front() {
             let input = match out {
+                // Only with `may_remap` / backfill targets, which the
+                // simulator does not use yet.
+                PeeringOutput::RequestPgTemp { .. } | PeeringOutput::Activated { .. } => None,
                 PeeringOutput::Done(result) => {
                     let Some(s) = self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid)) else {
                         return;

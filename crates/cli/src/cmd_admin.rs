@@ -1,4 +1,4 @@
-//! Admin verbs (`status`, `-s`, `health`, `quorum_status`, `mon`, `osd`,
+//! Admin verbs (`status`, `-s`, `-w` (watch), `health`, `quorum_status`, `mon`, `osd`,
 //! `auth`, `config`, `tell`): the words go to `cairn_map::parse_command`
 //! locally first (instant usage errors), then to the monitors over a
 //! `MonClient`; the reply prints as Ceph-like text or JSON.
@@ -17,6 +17,7 @@ use std::time::Duration;
 pub const ADMIN_VERBS: &[&str] = &[
     "status",
     "-s",
+    "-w",
     "health",
     "quorum_status",
     "mon",
@@ -41,6 +42,8 @@ struct AdminOpts {
     keyring: Option<PathBuf>,
     timeout: Duration,
     words: Vec<String>,
+    /// `-w`: print status changes and a recovery progress bar until Ctrl-C.
+    watch: bool,
 }
 
 fn take_value(it: &mut std::slice::Iter<'_, String>, flag: &str) -> Result<String> {
@@ -59,6 +62,7 @@ fn parse_opts(args: &[String]) -> Result<AdminOpts> {
         keyring: None,
         timeout: DEFAULT_CLIENT_TIMEOUT,
         words: Vec::new(),
+        watch: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -106,6 +110,10 @@ fn parse_opts(args: &[String]) -> Result<AdminOpts> {
     if o.words.first().map(String::as_str) == Some("-s") {
         o.words[0] = "status".into();
     }
+    if o.words.first().map(String::as_str) == Some("-w") {
+        o.words[0] = "status".into();
+        o.watch = true;
+    }
     Ok(o)
 }
 
@@ -147,6 +155,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if o.watch {
+        return rt.block_on(watch(&client, &cmd));
+    }
     let reply = rt
         .block_on(client.command(&cmd))
         .map_err(|e| anyhow!("{e}"))?;
@@ -177,4 +188,114 @@ pub fn help() {
     for (usage, what) in cairn_map::command_help() {
         println!("  cairn {usage}\n      {what}");
     }
+}
+
+/// How often `cairn -w` asks for the status.
+const WATCH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// One line summarising a `status` reply's JSON: health, PG states and
+/// degraded/misplaced counts (printed when it changes).
+fn watch_line(j: &serde_json::Value) -> String {
+    let health = j["health"]["status"].as_str().unwrap_or("?");
+    let pg = &j["pgmap"];
+    let mut states: Vec<(u64, String)> = pg["pgs_by_state"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    (
+                        s["count"].as_u64().unwrap_or(0),
+                        s["state_name"].as_str().unwrap_or("?").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    states.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let states: Vec<String> = states.iter().map(|(n, s)| format!("{n} {s}")).collect();
+    let mut line = format!("{health}; pgs: {}", states.join(", "));
+    for (key, what) in [
+        ("degraded_objects", "degraded"),
+        ("misplaced_objects", "misplaced"),
+    ] {
+        if let Some(n) = pg[key].as_u64().filter(|n| *n > 0) {
+            line.push_str(&format!(
+                "; {n}/{} objects {what}",
+                pg["degraded_total"].as_u64().unwrap_or(0)
+            ));
+        }
+    }
+    line
+}
+
+/// `cairn -w`: prints the status once, then a line whenever the summary
+/// changes, with an indicatif progress bar while objects are degraded or
+/// misplaced (rate and ETA from the monitor leader). Runs until Ctrl-C.
+async fn watch(client: &MonClient, cmd: &cairn_map::MonCommand) -> Result<()> {
+    let first = client.command(cmd).await.map_err(|e| anyhow!("{e}"))?;
+    print!("{}", first.plain);
+    let mut last = String::new();
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    loop {
+        let reply = tokio::select! {
+            r = client.command(cmd) => r.map_err(|e| anyhow!("{e}"))?,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        let line = watch_line(&reply.json);
+        let pg = &reply.json["pgmap"];
+        let copies = pg["degraded_total"].as_u64().unwrap_or(0);
+        let remaining = pg["degraded_objects"].as_u64().unwrap_or(0)
+            + pg["misplaced_objects"].as_u64().unwrap_or(0);
+        if line != last {
+            match &bar {
+                Some(b) => b.println(format!("{}  {line}", now_hms())),
+                None => println!("{}  {line}", now_hms()),
+            }
+            last = line;
+        }
+        if remaining > 0 && copies > 0 {
+            let b = bar.get_or_insert_with(|| {
+                let b = indicatif::ProgressBar::new(copies);
+                if let Ok(style) = indicatif::ProgressStyle::with_template(
+                    "recovery [{bar:30}] {percent:>3}% {msg}",
+                ) {
+                    b.set_style(style.progress_chars("=> "));
+                }
+                b
+            });
+            b.set_length(copies);
+            b.set_position(copies.saturating_sub(remaining));
+            let rate = match (
+                pg["recovering_bytes_per_sec"].as_f64(),
+                pg["recovering_objects_per_sec"].as_f64(),
+            ) {
+                (Some(bps), Some(ops)) => format!(
+                    "{}/s, {ops:.0} objects/s",
+                    cairn_map::format_bytes(bps as u64)
+                ),
+                _ => "measuring".into(),
+            };
+            let eta = pg["recovery_eta_secs"]
+                .as_u64()
+                .map(|s| format!(", ETA {}", cairn_map::format_age(s)))
+                .unwrap_or_default();
+            b.set_message(format!("{rate}{eta}"));
+        } else if let Some(b) = bar.take() {
+            b.finish_and_clear();
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(WATCH_INTERVAL) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+/// The local wall-clock time of day (display only).
+fn now_hms() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let d = secs % 86_400;
+    format!("{:02}:{:02}:{:02}", d / 3600, (d / 60) % 60, d % 60)
 }

@@ -95,7 +95,7 @@ fn first_verb(args: &[String]) -> Option<&str> {
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
-        if a == "-s" {
+        if a == "-s" || a == "-w" {
             return Some(a);
         }
         if VALUE_FLAGS.contains(&a) {

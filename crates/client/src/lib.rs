@@ -28,6 +28,23 @@ mod striper;
 
 pub use error::ClientError;
 pub use ioctx::{IoCtx, OpResult, PoolCursor};
+
+/// The snapshot side of a request: the writer's context and the snapshot
+/// reads go to.
+#[derive(Debug, Clone)]
+pub(crate) struct SnapArgs {
+    pub snapc: Option<std::sync::Arc<cairn_ops::SnapContext>>,
+    pub read_at: u64,
+}
+
+impl Default for SnapArgs {
+    fn default() -> Self {
+        SnapArgs {
+            snapc: None,
+            read_at: cairn_ops::SNAP_HEAD,
+        }
+    }
+}
 pub use striper::{Extent, Striper};
 
 use bytes::Bytes;
@@ -187,6 +204,7 @@ impl Rados {
         target: Target,
         oid: cairn_ops::ObjectName,
         ops: Vec<cairn_ops::SubOp>,
+        snap: &SnapArgs,
     ) -> Result<OpReply, ClientError> {
         let timeout = self.inner.cfg.op_timeout;
         let deadline = Instant::now() + timeout;
@@ -236,6 +254,8 @@ impl Rados {
                 pgid,
                 oid: oid.clone(),
                 ops: ops.clone(),
+                snapc: snap.snapc.as_deref().cloned(),
+                snap: snap.read_at,
             };
             let conn = match self.conn(osd, &map).await {
                 Ok(c) => c,

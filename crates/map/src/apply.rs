@@ -316,6 +316,7 @@ impl ClusterMap {
                 sure,
             } => self.pool_set(pool, key, value, *sure),
             PoolApplicationEnable { pool, app } => self.pool_app_enable(pool, app),
+            PoolSnapAllocate { pool } => self.pool_snap_allocate(pool),
             PoolDelete {
                 pool,
                 confirm,
@@ -943,6 +944,7 @@ impl ClusterMap {
             stripe_width: layout.stripe_width,
             created: e,
             last_change: e,
+            snap_seq: 0,
         };
         self.check_pg_per_osd(id, pool.pg_num, pool.size)?;
         let warning = self.placement_shortfall(&pool).map(|s| s.describe(&pool));
@@ -1139,6 +1141,25 @@ impl ClusterMap {
         Ok(done(format!(
             "enabled application '{app}' on pool '{name}'"
         )))
+    }
+
+    /// Hands out the next self-managed snapshot id of a pool (RBD
+    /// snapshots): bumps `snap_seq` in a new epoch, so ids are unique
+    /// cluster-wide and never reused. JSON: `{"snap_id": N}`.
+    fn pool_snap_allocate(&mut self, name: &str) -> Result<Reply, CommandError> {
+        let id = self.pool_by_name(name)?.id;
+        let e = self.next_epoch();
+        let pool = self
+            .pools
+            .get_mut(&id)
+            .ok_or_else(|| CommandError::not_found(format!("pool '{name}' does not exist")))?;
+        pool.snap_seq += 1;
+        pool.last_change = e;
+        let snap = pool.snap_seq;
+        Ok(Reply::new(
+            format!("allocated snapshot id {snap} in pool '{name}'"),
+            json!({ "snap_id": snap }),
+        ))
     }
 
     fn pool_delete(

@@ -132,6 +132,10 @@ pub enum MonCommand {
         pool: String,
         app: String,
     },
+    /// Allocates a self-managed snapshot id in a pool (RBD snapshots).
+    PoolSnapAllocate {
+        pool: String,
+    },
     PoolDelete {
         pool: String,
         confirm: String,
@@ -413,6 +417,7 @@ impl MonCommand {
             PoolCreate { .. } => "osd pool create",
             PoolSet { .. } => "osd pool set",
             PoolApplicationEnable { .. } => "osd pool application enable",
+            PoolSnapAllocate { .. } => "osd pool selfmanaged-snap allocate",
             PoolDelete { .. } => "osd pool delete",
             AuthGetOrCreate { .. } => "auth get-or-create",
             AuthDel { .. } => "auth del",

@@ -109,6 +109,9 @@ pub struct Pool {
     pub stripe_width: u64,
     pub created: Epoch,
     pub last_change: Epoch,
+    /// Newest self-managed snapshot id handed out for this pool (ids are
+    /// unique per pool, cluster-wide; 0 = none yet).
+    pub snap_seq: u64,
 }
 
 /// An erasure-code profile.

@@ -129,11 +129,23 @@ mod tests {
                     SubOp::OmapList { after: None, limit: 5, values: true },
                     SubOp::CmpXattr { name: "k".into(), op: CmpOp::Eq, value: data.into() },
                 ],
+                snapc: Some(SnapContext { seq: off, snaps: vec![off / 2, 1] }),
+                snap: SNAP_HEAD,
             };
             let b = encode(&req);
             let back: OpRequest = decode("op request", &b).unwrap();
             prop_assert_eq!(back, req);
         }
+    }
+
+    #[test]
+    fn snap_context_shape_is_checked() {
+        assert!(SnapContext { seq: 5, snaps: vec![5, 3, 1] }.validate().is_ok());
+        assert!(SnapContext::default().validate().is_ok());
+        assert!(SnapContext { seq: 4, snaps: vec![5] }.validate().is_err());
+        assert!(SnapContext { seq: 5, snaps: vec![3, 3] }.validate().is_err());
+        assert!(SnapContext { seq: 5, snaps: vec![2, 3] }.validate().is_err());
+        assert!(SnapContext { seq: 5, snaps: vec![0] }.validate().is_err());
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub enum Mutation {
     OmapSet { entries: Vec<(Bytes, Bytes)> },
     OmapRm { keys: Vec<Bytes> },
     OmapClear,
+    /// Preserves the head's current content as clone `clone` (its id is
+    /// the writer's snap seq), before the entry's other mutations.
+    CloneHead { clone: u64 },
+    /// Removes clone `clone` of the object (snap trimming).
+    RemoveClone { clone: u64 },
 }
 
 /// What a log entry did to its object.
@@ -193,6 +198,10 @@ pub struct ObjectState {
     pub data: Bytes,
     pub attrs: Vec<(String, Bytes)>,
     pub omap: Vec<(Bytes, Bytes)>,
+    /// The object's snapshot clones (clone id, its whole state; their own
+    /// `clones` are empty): they travel with their head in recovery and
+    /// backfill.
+    pub clones: Vec<(u64, ObjectState)>,
 }
 
 impl ObjectState {
@@ -208,6 +217,7 @@ impl ObjectState {
                 .iter()
                 .map(|(k, v)| k.len() + v.len())
                 .sum::<usize>()) as u64
+            + self.clones.iter().map(|(_, c)| c.bytes()).sum::<u64>()
     }
 }
 

@@ -195,6 +195,10 @@ pub enum SubOp {
         limit: u32,
         values: bool,
     },
+    /// Changes no data: applies the request's snap context to the object
+    /// (trims clones whose snapshots were all removed). `NoEnt` when
+    /// neither the object nor any clone of it exists.
+    SnapTrim,
     // ---- PG-level (the request's `oid` is ignored) ----
     /// Up to `limit` objects of this PG strictly after `after`.
     ListObjects {
@@ -222,6 +226,7 @@ impl SubOp {
                 | SubOp::OmapRm { .. }
                 | SubOp::OmapClear
                 | SubOp::OmapSetHeader { .. }
+                | SubOp::SnapTrim
         )
     }
 
@@ -329,6 +334,52 @@ pub struct OpReply {
     pub epoch: Epoch,
 }
 
+/// Snapshot id meaning "the head" (the live object, not a snapshot).
+pub const SNAP_HEAD: u64 = u64::MAX;
+
+/// Most snapshot ids one [`SnapContext`] may carry.
+pub const MAX_SNAPS_PER_CONTEXT: usize = 4096;
+
+/// The snapshots a writer knows of (Ceph's self-managed snap context):
+/// `seq` is the newest snapshot id ever allocated for the data being
+/// written, `snaps` the ids that still exist, newest first. The first write
+/// to an object after a snapshot newer than the object's last write
+/// preserves the object's old content as a clone covering those snapshots;
+/// clones whose snapshots are all gone (ids at or below `seq` missing from
+/// `snaps`) are trimmed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SnapContext {
+    pub seq: u64,
+    pub snaps: Vec<u64>,
+}
+
+impl SnapContext {
+    /// Checks the shape: ids strictly decreasing, none above `seq`, none
+    /// 0 or [`SNAP_HEAD`], at most [`MAX_SNAPS_PER_CONTEXT`].
+    pub fn validate(&self) -> Result<(), OpError> {
+        if self.snaps.len() > MAX_SNAPS_PER_CONTEXT {
+            return Err(OpError::Invalid(format!(
+                "snap context carries {} snapshots, limit is {MAX_SNAPS_PER_CONTEXT}",
+                self.snaps.len()
+            )));
+        }
+        if self.seq == SNAP_HEAD {
+            return Err(OpError::Invalid("snap context seq is the head id".into()));
+        }
+        let mut prev = self.seq.saturating_add(1);
+        for &s in &self.snaps {
+            if s == 0 || s >= prev {
+                return Err(OpError::Invalid(format!(
+                    "snap context {self:?} is not strictly decreasing ids in 1..={}",
+                    self.seq
+                )));
+            }
+            prev = s;
+        }
+        Ok(())
+    }
+}
+
 /// One client request: sub-ops on one object of one PG.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpRequest {
@@ -338,6 +389,12 @@ pub struct OpRequest {
     pub pgid: PgId,
     pub oid: ObjectName,
     pub ops: Vec<SubOp>,
+    /// Writes: the writer's snapshot context (None = no snapshots: no
+    /// clone is made and none is trimmed).
+    pub snapc: Option<SnapContext>,
+    /// Reads: the snapshot to read at ([`SNAP_HEAD`] = the live object).
+    /// A request with writes must read at the head.
+    pub snap: u64,
 }
 
 impl OpRequest {

@@ -35,6 +35,23 @@ pub fn stash_oid(name: &ObjectName, seq: u64) -> ObjectId {
     ))
 }
 
+/// Snapshots are not implemented for erasure-coded pools: a request that
+/// reads at a snapshot, trims, or carries snapshots to preserve is refused
+/// (a context without snapshots is harmless and accepted).
+pub fn refuse_snapshots(req: &cairn_ops::OpRequest) -> Result<(), OpError> {
+    let with_snaps = req.snapc.as_ref().is_some_and(|c| !c.snaps.is_empty());
+    if req.snap != cairn_ops::SNAP_HEAD
+        || with_snaps
+        || req.ops.iter().any(|o| matches!(o, SubOp::SnapTrim))
+    {
+        return Err(OpError::Invalid(format!(
+            "object {}: snapshots are not supported on erasure-coded pools yet",
+            req.oid
+        )));
+    }
+    Ok(())
+}
+
 /// Whether a store namespace is internal (not a client object).
 pub fn is_internal_ns(ns: &str) -> bool {
     ns.starts_with(INTERNAL_NS_PREFIX)

@@ -225,6 +225,7 @@ impl EcTarget {
         req: &OpRequest,
     ) -> Result<(Vec<SubOpOutput>, Version), OpError> {
         let store = &self.shared.store;
+        ec_exec::refuse_snapshots(req)?;
         if let [SubOp::ListObjects { after, limit }] = req.ops.as_slice() {
             let (objs, next) = exec::list_objects(store, self.coll, after.as_ref(), *limit)?;
             return Ok((
@@ -281,6 +282,7 @@ impl EcTarget {
         &self,
         req: &OpRequest,
     ) -> Result<(EcWritePlan, Vec<ShardWrite>), OpError> {
+        ec_exec::refuse_snapshots(req)?;
         let plan = ec_exec::plan_ops(&self.shared.store, self.coll, &self.ec, &req.oid, &req.ops)?;
         let Some((wp, data)) = plan.data_plan() else {
             return Ok((plan, Vec::new()));

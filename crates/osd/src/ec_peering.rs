@@ -439,6 +439,7 @@ impl EcPeeringJob {
             data,
             attrs,
             omap: Vec::new(),
+            clones: Vec::new(),
         }))
     }
 

@@ -2,19 +2,36 @@
 //! sub-ops into replicated [`Mutation`]s (checking guards, fixing append
 //! offsets), turning mutations into a store [`Transaction`], serving reads,
 //! and whole-object state for recovery. Owns the store attribute naming
-//! (`u.` user xattrs, `_v` version, `_h` omap header); not ordering or
-//! replication (see `pg`).
+//! (`u.` user xattrs, `_v` version, `_h` omap header, `_ss` snapshot set);
+//! not ordering or replication (see `pg`).
+//!
+//! Snapshots (replicated pools): a write carrying a [`SnapContext`] newer
+//! than the object's snapshot set first clones the head (store object with
+//! `snap = clone id`) in the same transaction and log entry; a read at a
+//! snapshot resolves to the clone covering it, or the head; removing a head
+//! that clones still need leaves an empty "whiteout" head holding the
+//! snapshot set; clones whose snapshots are all gone are trimmed by the next
+//! write (or `SnapTrim`) carrying the writer's context. Clones travel with
+//! their head in [`get_object_state`] / [`put_object_state`].
 
 use bytes::Bytes;
 use cairn_ops::{
-    LogOp, Mutation, ObjStat, ObjectName, ObjectState, OpError, SubOp, SubOpOutput, Version,
+    LogOp, Mutation, ObjStat, ObjectName, ObjectState, OpError, SnapContext, SubOp, SubOpOutput,
+    Version, SNAP_HEAD,
 };
 use cairn_store::{CollectionId, ObjectId, Store, StoreError, Transaction};
+use serde::{Deserialize, Serialize};
 
 /// Store attribute holding the object version.
 pub const ATTR_VERSION: &str = "_v";
 /// Store attribute holding the omap header.
 pub const ATTR_OMAP_HEADER: &str = "_h";
+/// Store attribute holding the object's [`SnapSet`] (on the head).
+pub const ATTR_SNAPSET: &str = "_ss";
+/// Version byte of the snapshot set encoding.
+const SNAPSET_VERSION: u8 = 1;
+/// Largest snapshot set decoded.
+const SNAPSET_MAX_BYTES: usize = 1 << 20;
 /// Prefix of user xattrs in the store.
 pub const USER_ATTR_PREFIX: &str = "u.";
 /// Most omap entries one `OmapList` returns.
@@ -59,6 +76,104 @@ pub fn decode_version(b: &[u8]) -> Version {
     }
 }
 
+/// One clone of an object: its id (the writer's snap seq when it was made),
+/// the snapshots it stands for (newest first) and its size.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CloneInfo {
+    pub id: u64,
+    pub snaps: Vec<u64>,
+    pub size: u64,
+}
+
+/// An object's snapshot bookkeeping, kept on the head.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SnapSet {
+    /// Newest snap seq of a write applied to the object.
+    pub seq: u64,
+    /// Clones, oldest first (ids increase).
+    pub clones: Vec<CloneInfo>,
+    /// The head was removed; the store object stays (empty) because clones
+    /// still need this snapshot set.
+    pub whiteout: bool,
+}
+
+impl SnapSet {
+    pub fn encode(&self) -> Bytes {
+        Bytes::from(cairn_types::encode_versioned(SNAPSET_VERSION, self))
+    }
+
+    pub fn decode(b: &[u8]) -> Result<SnapSet, OpError> {
+        cairn_types::decode_versioned(
+            "snapshot set",
+            b,
+            SNAPSET_VERSION,
+            SNAPSET_VERSION,
+            SNAPSET_MAX_BYTES,
+        )
+        .map(|(_, v)| v)
+        .map_err(|e| OpError::Io(e.to_string()))
+    }
+
+    /// The snapshot set stored on `head` (default when none or no head).
+    pub fn load(store: &Store, coll: &CollectionId, head: &ObjectId) -> Result<SnapSet, OpError> {
+        match store.getattr(coll, head, ATTR_SNAPSET) {
+            Ok(Some(b)) => SnapSet::decode(&b),
+            Ok(None) | Err(StoreError::NoSuchObject { .. }) => Ok(SnapSet::default()),
+            Err(e) => Err(map_store_err(e)),
+        }
+    }
+
+    /// Where a read at `snap` goes: `Some(SNAP_HEAD)` = the head (if it
+    /// exists), `Some(id)` = clone `id`, `None` = the object did not exist
+    /// at that snapshot.
+    pub fn resolve(&self, snap: u64) -> Option<u64> {
+        if snap == SNAP_HEAD || snap > self.seq {
+            return Some(SNAP_HEAD);
+        }
+        self.clones
+            .iter()
+            .find(|c| c.id >= snap)
+            .filter(|c| c.snaps.contains(&snap))
+            .map(|c| c.id)
+    }
+
+    /// Applies a writer's context: drops snapshots the writer says are
+    /// gone (returns the clones left with none, to remove), and, if the
+    /// context is newer than the last write, records a clone of the head
+    /// (`head_size` = Some when the head exists) covering the snapshots
+    /// taken since. Returns (clones to remove, clone to make).
+    pub fn apply_context(
+        &mut self,
+        sc: &SnapContext,
+        head_size: Option<u64>,
+    ) -> (Vec<u64>, Option<u64>) {
+        let mut trimmed = Vec::new();
+        if sc.seq > 0 {
+            for c in &mut self.clones {
+                c.snaps.retain(|s| *s > sc.seq || sc.snaps.contains(s));
+                if c.snaps.is_empty() {
+                    trimmed.push(c.id);
+                }
+            }
+            self.clones.retain(|c| !c.snaps.is_empty());
+        }
+        let mut made = None;
+        if sc.seq > self.seq {
+            let covered: Vec<u64> = sc.snaps.iter().copied().filter(|s| *s > self.seq).collect();
+            if let (Some(size), false) = (head_size, covered.is_empty()) {
+                self.clones.push(CloneInfo {
+                    id: sc.seq,
+                    snaps: covered,
+                    size,
+                });
+                made = Some(sc.seq);
+            }
+            self.seq = sc.seq;
+        }
+        (trimmed, made)
+    }
+}
+
 /// What a request sees of its object before it runs.
 struct View<'a> {
     store: &'a Store,
@@ -70,6 +185,37 @@ struct View<'a> {
 }
 
 impl<'a> View<'a> {
+    /// The object as seen at `snap` ([`SNAP_HEAD`] = the head): a whiteout
+    /// head, or a snapshot the object did not exist at, reads as absent.
+    fn load_at(
+        store: &'a Store,
+        coll: CollectionId,
+        head: ObjectId,
+        snap: u64,
+    ) -> Result<Self, OpError> {
+        let ss = SnapSet::load(store, &coll, &head)?;
+        let target = match ss.resolve(snap) {
+            Some(SNAP_HEAD) => head,
+            Some(clone) => head.with_snap(clone),
+            None => {
+                return Ok(View {
+                    store,
+                    coll,
+                    oid: head,
+                    exists: false,
+                    size: 0,
+                    version: Version::default(),
+                })
+            }
+        };
+        let mut v = View::load(store, coll, target)?;
+        if v.oid.snap == SNAP_HEAD && ss.whiteout {
+            v.exists = false;
+            v.size = 0;
+        }
+        Ok(v)
+    }
+
     fn load(store: &'a Store, coll: CollectionId, oid: ObjectId) -> Result<Self, OpError> {
         let (exists, size, version) = match store.stat(&coll, &oid) {
             Ok(st) => {
@@ -257,14 +403,42 @@ fn check_extent(offset: u64, len: u64, max: u64) -> Result<(), OpError> {
 /// Resolves a request's sub-ops against the object's current state into the
 /// mutations every replica applies, stamping `version`. Guards and reads
 /// see the object as it was before the request.
+///
+/// `snapc` is the writer's snapshot context (see the module comment); `snap`
+/// must be [`SNAP_HEAD`] (snapshots are read-only).
 pub fn resolve_write(
     store: &Store,
     coll: CollectionId,
     name: &ObjectName,
     ops: &[SubOp],
     version: Version,
+    snapc: Option<&SnapContext>,
+    snap: u64,
 ) -> Result<Resolved, OpError> {
-    let view = View::load(store, coll, store_oid(name))?;
+    if snap != SNAP_HEAD {
+        return Err(OpError::Invalid(format!(
+            "snapshot {snap} of {name} is read-only: writes go to the head"
+        )));
+    }
+    let head = store_oid(name);
+    let raw_exists = store.exists(&coll, &head).map_err(map_store_err)?;
+    let view = View::load_at(store, coll, head, SNAP_HEAD)?;
+    let mut snapset = SnapSet::load(store, &coll, &view.oid)?;
+    let had_snapset = snapset != SnapSet::default();
+    // Clone-on-write and trimming come first (they see the head as it was).
+    let mut snap_muts = Vec::new();
+    if let Some(sc) = snapc {
+        sc.validate()?;
+        let (trimmed, made) = snapset.apply_context(sc, view.exists.then_some(view.size));
+        snap_muts.extend(
+            trimmed
+                .into_iter()
+                .map(|clone| Mutation::RemoveClone { clone }),
+        );
+        if let Some(clone) = made {
+            snap_muts.push(Mutation::CloneHead { clone });
+        }
+    }
     let max = store.config().max_object_size;
     let existed = view.exists;
     let (mut exists, mut size) = (view.exists, view.size);
@@ -390,6 +564,11 @@ pub fn resolve_write(
                     value: header.clone(),
                 });
             }
+            SubOp::SnapTrim => {
+                if !raw_exists {
+                    return Err(OpError::NoEnt);
+                }
+            }
             SubOp::ListObjects { .. } => {
                 return Err(OpError::Invalid(
                     "ListObjects cannot be combined with writes".into(),
@@ -402,21 +581,79 @@ pub fn resolve_write(
         }
         outputs.push(SubOpOutput::None);
     }
-    let log_op = if exists {
-        muts.push(Mutation::SetAttr {
-            name: ATTR_VERSION.into(),
-            value: encode_version(version),
-        });
-        LogOp::Modify
-    } else {
-        LogOp::Delete
-    };
+    let log_op = finish_snapset(
+        &mut muts,
+        &mut snapset,
+        SnapFinish {
+            exists,
+            existed,
+            raw_exists,
+            had_snapset,
+            version,
+        },
+    );
+    snap_muts.append(&mut muts);
     Ok(Resolved {
         prior: view.version,
-        mutations: muts,
+        mutations: snap_muts,
         outputs,
         log_op,
     })
+}
+
+/// What `finish_snapset` needs to know about the object.
+struct SnapFinish {
+    /// The head exists after the request.
+    exists: bool,
+    /// The head existed (not a whiteout) before the request.
+    existed: bool,
+    /// The head's store object existed before the request (maybe a whiteout).
+    raw_exists: bool,
+    had_snapset: bool,
+    version: Version,
+}
+
+/// Ends a write's mutations: stamps the version and snapshot set, turns a
+/// removal into a whiteout while clones remain, and removes a whiteout
+/// whose last clone went.
+fn finish_snapset(muts: &mut Vec<Mutation>, ss: &mut SnapSet, f: SnapFinish) -> LogOp {
+    let stamp = |muts: &mut Vec<Mutation>, ss: &SnapSet| {
+        muts.push(Mutation::SetAttr {
+            name: ATTR_VERSION.into(),
+            value: encode_version(f.version),
+        });
+        muts.push(Mutation::SetAttr {
+            name: ATTR_SNAPSET.into(),
+            value: ss.encode(),
+        });
+    };
+    if f.exists {
+        ss.whiteout = false;
+        if f.had_snapset || *ss != SnapSet::default() {
+            stamp(muts, ss);
+        } else {
+            muts.push(Mutation::SetAttr {
+                name: ATTR_VERSION.into(),
+                value: encode_version(f.version),
+            });
+        }
+        LogOp::Modify
+    } else if !ss.clones.is_empty() {
+        // Whiteout: an empty head keeps the snapshot set for the clones.
+        if f.existed && !muts.iter().any(|m| matches!(m, Mutation::Remove)) {
+            muts.push(Mutation::Remove);
+        }
+        muts.push(Mutation::Touch);
+        ss.whiteout = true;
+        stamp(muts, ss);
+        LogOp::Modify
+    } else {
+        if f.raw_exists && !f.existed {
+            // A whiteout whose last clone was trimmed.
+            muts.push(Mutation::Remove);
+        }
+        LogOp::Delete
+    }
 }
 
 /// Appends `muts` for object `name` to `txn`.
@@ -441,18 +678,28 @@ pub fn apply_mutations(
             Mutation::OmapSet { entries } => txn.omap_set(coll, o.clone(), entries.clone()),
             Mutation::OmapRm { keys } => txn.omap_rm(coll, o.clone(), keys.clone()),
             Mutation::OmapClear => txn.omap_clear(coll, o.clone()),
+            Mutation::CloneHead { clone } => {
+                txn.clone_object(coll, o.clone(), o.clone().with_snap(*clone))
+            }
+            Mutation::RemoveClone { clone } => {
+                // Touch first: removing a clone this member never had is not an error.
+                txn.touch(coll, o.clone().with_snap(*clone));
+                txn.remove(coll, o.clone().with_snap(*clone))
+            }
         };
     }
 }
 
-/// Serves a read-only request; returns the outputs and the object version.
+/// Serves a read-only request at snapshot `snap` ([`SNAP_HEAD`] = the
+/// live object); returns the outputs and the object version.
 pub fn execute_read(
     store: &Store,
     coll: CollectionId,
     name: &ObjectName,
     ops: &[SubOp],
+    snap: u64,
 ) -> Result<(Vec<SubOpOutput>, Version), OpError> {
-    let view = View::load(store, coll, store_oid(name))?;
+    let view = View::load_at(store, coll, store_oid(name), snap)?;
     let mut out = Vec::with_capacity(ops.len());
     for op in ops {
         out.push(view.run_read(op)?);
@@ -493,36 +740,78 @@ pub fn list_objects(
     };
     Ok((
         got.into_iter()
-            // EC rollback stashes are internal objects.
-            .filter(|o| !crate::ec_exec::is_internal_ns(&o.namespace))
+            // EC rollback stashes are internal objects; clones travel with their head.
+            .filter(|o| {
+                !crate::ec_exec::is_internal_ns(&o.namespace) && o.snap == cairn_store::SNAP_HEAD
+            })
             .map(|o| (o.hash, ObjectName::new(o.namespace, o.name)))
             .collect(),
         next,
     ))
 }
 
-/// Everything `name` holds, or None if it does not exist.
+/// Lists up to `limit` objects a client sees (no whiteout heads) strictly
+/// after `after`. Recovery and backfill use [`list_objects`], which keeps
+/// whiteouts (they carry clones).
+pub fn list_client_objects(
+    store: &Store,
+    coll: CollectionId,
+    after: Option<&cairn_ops::ListCursor>,
+    limit: u32,
+) -> Result<ListPage, OpError> {
+    let (objs, next) = list_objects(store, coll, after, limit)?;
+    let mut out = Vec::with_capacity(objs.len());
+    for (h, n) in objs {
+        if !SnapSet::load(store, &coll, &store_oid(&n))?.whiteout {
+            out.push((h, n));
+        }
+    }
+    Ok((out, next))
+}
+
+/// Everything `name` holds (with its clones), or None if it does not exist.
 pub fn get_object_state(
     store: &Store,
     coll: CollectionId,
     name: &ObjectName,
 ) -> Result<Option<ObjectState>, StoreError> {
     let o = store_oid(name);
-    let st = match store.stat(&coll, &o) {
+    let Some(mut head) = read_store_object(store, coll, &o)? else {
+        return Ok(None);
+    };
+    if let Some((_, raw)) = head.attrs.iter().find(|(k, _)| k == ATTR_SNAPSET) {
+        let ss = SnapSet::decode(raw).map_err(|e| StoreError::Corrupt(format!("{o}: {e}")))?;
+        for c in &ss.clones {
+            let clone = o.clone().with_snap(c.id);
+            let st = read_store_object(store, coll, &clone)?
+                .ok_or_else(|| StoreError::Corrupt(format!("{o}: clone {} is missing", c.id)))?;
+            head.clones.push((c.id, st));
+        }
+    }
+    Ok(Some(head))
+}
+
+/// One store object's data, attributes and omap (no clones).
+fn read_store_object(
+    store: &Store,
+    coll: CollectionId,
+    o: &ObjectId,
+) -> Result<Option<ObjectState>, StoreError> {
+    let st = match store.stat(&coll, o) {
         Ok(st) => st,
         Err(StoreError::NoSuchObject { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let data = store.read(&coll, &o, 0, st.size)?;
+    let data = store.read(&coll, o, 0, st.size)?;
     let attrs = store
-        .getattrs(&coll, &o)?
+        .getattrs(&coll, o)?
         .into_iter()
         .map(|(k, v)| (k, Bytes::from(v)))
         .collect();
     let mut omap = Vec::new();
     loop {
         let after = omap.last().map(|(k, _): &(Bytes, Bytes)| k.clone());
-        let page = store.omap_range(&coll, &o, after.as_deref(), OMAP_COPY_PAGE)?;
+        let page = store.omap_range(&coll, o, after.as_deref(), OMAP_COPY_PAGE)?;
         let n = page.len();
         omap.extend(
             page.into_iter()
@@ -536,11 +825,14 @@ pub fn get_object_state(
         data: data.into(),
         attrs,
         omap,
+        clones: Vec::new(),
     }))
 }
 
-/// Appends to `txn` what makes `name` hold exactly `state` (or not exist).
-/// `exists_now` says whether it exists in the store before `txn`.
+/// Appends to `txn` what makes `name` hold exactly `state` (or not exist),
+/// clones included. `exists_now` says whether the head exists in the store
+/// before `txn`. Clones this member has that `state` lacks are left (never
+/// read: reads go through the head's snapshot set) until trimmed.
 pub fn put_object_state(
     txn: &mut Transaction,
     coll: CollectionId,
@@ -553,6 +845,17 @@ pub fn put_object_state(
         txn.remove(coll, o.clone());
     }
     let Some(st) = state else { return };
+    for (id, clone) in &st.clones {
+        let c = o.clone().with_snap(*id);
+        // Touch then remove: replaces a stale clone of the same id, if any.
+        txn.touch(coll, c.clone());
+        txn.remove(coll, c.clone());
+        write_store_object(txn, coll, c, clone);
+    }
+    write_store_object(txn, coll, o, st);
+}
+
+fn write_store_object(txn: &mut Transaction, coll: CollectionId, o: ObjectId, st: &ObjectState) {
     txn.touch(coll, o.clone());
     if !st.data.is_empty() {
         txn.write(coll, o.clone(), 0, st.data.clone());
@@ -593,6 +896,7 @@ mod tests {
                 data: Bytes::from(vec![1u8; 40960]),
                 attrs: vec![("_v".into(), encode_version(Version { epoch: 1, seq: 1 }))],
                 omap: vec![],
+                clones: vec![],
             }),
         );
         store.commit(t).unwrap();
@@ -600,10 +904,186 @@ mod tests {
             data: Bytes::from(vec![2u8; 32768]),
             attrs: vec![("_v".into(), encode_version(Version { epoch: 2, seq: 5 }))],
             omap: vec![(Bytes::from_static(b"k"), Bytes::from_static(b"v"))],
+            clones: vec![],
         };
         let mut t = Transaction::new();
         put_object_state(&mut t, coll, &name, true, Some(&new));
         store.commit(t).unwrap();
         assert_eq!(get_object_state(&store, coll, &name).unwrap(), Some(new));
+    }
+}
+
+#[cfg(test)]
+mod snap_tests {
+    use super::*;
+
+    struct Obj {
+        _dir: tempfile::TempDir,
+        store: Store,
+        coll: CollectionId,
+        name: ObjectName,
+        seq: u64,
+    }
+
+    impl Obj {
+        fn new() -> Obj {
+            let dir = tempfile::tempdir().unwrap();
+            let mut cfg = cairn_store::StoreConfig::new(dir.path());
+            cfg.data_bytes = 64 << 20;
+            cfg.meta_reserve_bytes = 1 << 20;
+            let store = Store::create(cfg).unwrap();
+            let coll = CollectionId::pg(1, 0);
+            let mut t = Transaction::new();
+            t.create_collection(coll);
+            store.commit(t).unwrap();
+            Obj {
+                _dir: dir,
+                store,
+                coll,
+                name: ObjectName::new("", "disk.0"),
+                seq: 0,
+            }
+        }
+
+        fn write(&mut self, ops: Vec<SubOp>, snapc: Option<SnapContext>) -> Result<LogOp, OpError> {
+            self.seq += 1;
+            let v = Version {
+                epoch: 1,
+                seq: self.seq,
+            };
+            let r = resolve_write(
+                &self.store,
+                self.coll,
+                &self.name,
+                &ops,
+                v,
+                snapc.as_ref(),
+                SNAP_HEAD,
+            )?;
+            let mut t = Transaction::new();
+            apply_mutations(&mut t, self.coll, &self.name, &r.mutations);
+            self.store.commit(t).unwrap();
+            Ok(r.log_op)
+        }
+
+        fn read_at(&self, snap: u64) -> Result<Vec<u8>, OpError> {
+            let (out, _) = execute_read(
+                &self.store,
+                self.coll,
+                &self.name,
+                &[SubOp::Read { offset: 0, len: 0 }],
+                snap,
+            )?;
+            match &out[0] {
+                SubOpOutput::Data(d) => Ok(d.to_vec()),
+                o => panic!("{o:?}"),
+            }
+        }
+
+        fn clones(&self) -> Vec<u64> {
+            SnapSet::load(&self.store, &self.coll, &store_oid(&self.name))
+                .unwrap()
+                .clones
+                .iter()
+                .map(|c| c.id)
+                .collect()
+        }
+    }
+
+    fn put(d: &[u8]) -> Vec<SubOp> {
+        vec![SubOp::WriteFull {
+            data: Bytes::copy_from_slice(d),
+        }]
+    }
+
+    fn sc(seq: u64, snaps: &[u64]) -> Option<SnapContext> {
+        Some(SnapContext {
+            seq,
+            snaps: snaps.to_vec(),
+        })
+    }
+
+    #[test]
+    fn first_write_after_a_snapshot_preserves_the_old_content() {
+        let mut o = Obj::new();
+        o.write(put(b"one"), sc(0, &[])).unwrap();
+        o.write(put(b"two"), sc(3, &[3])).unwrap();
+        o.write(put(b"three"), sc(3, &[3])).unwrap();
+        assert_eq!(o.read_at(SNAP_HEAD).unwrap(), b"three");
+        assert_eq!(o.read_at(3).unwrap(), b"one");
+        assert_eq!(o.read_at(2), Err(OpError::NoEnt), "no snapshot 2 was taken");
+        assert_eq!(o.read_at(4).unwrap(), b"three");
+        o.write(put(b"four"), sc(5, &[5, 3])).unwrap();
+        assert_eq!(o.read_at(5).unwrap(), b"three");
+        assert_eq!(o.read_at(3).unwrap(), b"one");
+        assert_eq!(o.clones(), vec![3, 5]);
+        // A snapshot read cannot write.
+        let e = resolve_write(&o.store, o.coll, &o.name, &put(b"x"), Version::default(), None, 3);
+        assert!(matches!(e, Err(OpError::Invalid(_))));
+    }
+
+    #[test]
+    fn objects_created_after_a_snapshot_do_not_exist_in_it() {
+        let mut o = Obj::new();
+        o.write(put(b"new"), sc(4, &[4, 2])).unwrap();
+        assert_eq!(o.read_at(4), Err(OpError::NoEnt));
+        assert_eq!(o.read_at(2), Err(OpError::NoEnt));
+        assert_eq!(o.read_at(SNAP_HEAD).unwrap(), b"new");
+        assert!(o.clones().is_empty());
+    }
+
+    #[test]
+    fn removing_a_head_keeps_a_whiteout_while_clones_need_it() {
+        let mut o = Obj::new();
+        o.write(put(b"data"), None).unwrap();
+        assert_eq!(o.write(vec![SubOp::Remove], sc(2, &[2])).unwrap(), LogOp::Modify);
+        assert_eq!(o.read_at(SNAP_HEAD), Err(OpError::NoEnt));
+        assert_eq!(o.read_at(2).unwrap(), b"data");
+        let page = list_client_objects(&o.store, o.coll, None, 10).unwrap().0;
+        assert!(page.is_empty(), "a whiteout is not listed to clients");
+        assert_eq!(list_objects(&o.store, o.coll, None, 10).unwrap().0.len(), 1);
+        // Recreate, then drop the snapshot: the next write trims the clone.
+        o.write(put(b"again"), sc(2, &[2])).unwrap();
+        assert_eq!(o.read_at(2).unwrap(), b"data");
+        o.write(vec![SubOp::SnapTrim], sc(2, &[])).unwrap();
+        assert!(o.clones().is_empty());
+        assert_eq!(o.read_at(SNAP_HEAD).unwrap(), b"again");
+        assert!(!o
+            .store
+            .exists(&o.coll, &store_oid(&o.name).with_snap(2))
+            .unwrap());
+    }
+
+    #[test]
+    fn trimming_the_last_clone_of_a_whiteout_removes_the_object() {
+        let mut o = Obj::new();
+        o.write(put(b"data"), None).unwrap();
+        o.write(vec![SubOp::Remove], sc(2, &[2])).unwrap();
+        assert_eq!(o.write(vec![SubOp::SnapTrim], sc(2, &[])).unwrap(), LogOp::Delete);
+        assert!(!o.store.exists(&o.coll, &store_oid(&o.name)).unwrap());
+        assert_eq!(o.write(vec![SubOp::SnapTrim], sc(2, &[])), Err(OpError::NoEnt));
+    }
+
+    #[test]
+    fn clones_travel_with_their_head() {
+        let mut o = Obj::new();
+        o.write(put(b"old"), None).unwrap();
+        o.write(put(b"new"), sc(7, &[7])).unwrap();
+        let st = get_object_state(&o.store, o.coll, &o.name).unwrap().unwrap();
+        assert_eq!(st.clones.len(), 1);
+        let mut other = Obj::new();
+        let mut t = Transaction::new();
+        put_object_state(&mut t, other.coll, &other.name, false, Some(&st));
+        other.store.commit(t).unwrap();
+        assert_eq!(other.read_at(7).unwrap(), b"old");
+        assert_eq!(other.read_at(SNAP_HEAD).unwrap(), b"new");
+        // Replacing again (exists_now) keeps it whole.
+        let mut t = Transaction::new();
+        put_object_state(&mut t, other.coll, &other.name, true, Some(&st));
+        other.store.commit(t).unwrap();
+        assert_eq!(other.read_at(7).unwrap(), b"old");
+        other.seq = 10;
+        other.write(put(b"newer"), sc(7, &[7])).unwrap();
+        assert_eq!(other.read_at(7).unwrap(), b"old");
     }
 }

@@ -1288,6 +1288,8 @@ mod tests {
             ops: vec![SubOp::WriteFull {
                 data: bytes::Bytes::from_static(b"x"),
             }],
+            snapc: None,
+            snap: cairn_ops::SNAP_HEAD,
         }
     }
 

@@ -1314,7 +1314,7 @@ impl PgActor {
         let store = &self.shared.store;
         let (res, version) = match req.ops.as_slice() {
             [SubOp::ListObjects { after, limit }] => {
-                match exec::list_objects(store, self.coll, after.as_ref(), *limit) {
+                match exec::list_client_objects(store, self.coll, after.as_ref(), *limit) {
                     Ok((objs, next)) => (
                         Ok(vec![SubOpOutput::Objects {
                             objects: objs.into_iter().map(|(_, n)| n).collect(),
@@ -1325,7 +1325,7 @@ impl PgActor {
                     Err(e) => (Err(e), Version::default()),
                 }
             }
-            ops => match exec::execute_read(store, self.coll, &req.oid, ops) {
+            ops => match exec::execute_read(store, self.coll, &req.oid, ops, req.snap) {
                 Ok((out, v)) => (Ok(out), v),
                 Err(e) => (Err(e), Version::default()),
             },
@@ -1368,7 +1368,15 @@ impl PgActor {
                 }
             })
         } else {
-            exec::resolve_write(&store, coll, &req.oid, &req.ops, version)
+            exec::resolve_write(
+                &store,
+                coll,
+                &req.oid,
+                &req.ops,
+                version,
+                req.snapc.as_ref(),
+                req.snap,
+            )
         };
         // Refuse up front a write this OSD has no room for: the refusal is
         // logged and replicated like any failed op, so every member agrees.

@@ -318,6 +318,8 @@ async fn a_resent_op_is_applied_once() {
         ops: vec![SubOp::Append {
             data: Bytes::from_static(b"+once"),
         }],
+        snapc: None,
+        snap: cairn_ops::SNAP_HEAD,
     };
     let mut versions = Vec::new();
     for _ in 0..3 {

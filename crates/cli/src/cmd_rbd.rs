@@ -2,8 +2,9 @@
 //! create/ls/info/resize/rm/du/cp/export/import/status/lock, `serve` over
 //! NBD, and `map`/`unmap`/`showmapped` for a host block device. The image
 //! logic lives in cairn-rbd; this module parses, prints, shows progress and
-//! runs the detached map helper. Snapshots and clones are refused plainly:
-//! they need clone-on-write in the OSD, which does not exist yet.
+//! runs the detached map helper. `snap …`, `clone` and `flatten` drive
+//! cairn-rbd's snapshots (ids allocated by the monitors); `export` and
+//! `serve` take `IMAGE@SNAP`.
 
 use crate::conn::{find_conf, Session};
 use crate::{GlobalArgs, OutputFormat};
@@ -30,7 +31,7 @@ const MAP_READY_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Args)]
 #[command(
     after_help = "Images are named [POOL/]NAME (default pool 'rbd'). Sizes take K/M/G/T suffixes; \
-a bare number is MiB, as in Ceph's rbd.\nSnapshots, clones and flatten are not implemented yet."
+a bare number is MiB, as in Ceph's rbd. Snapshots are IMAGE@SNAP (export, serve, snap …, clone)."
 )]
 pub struct RbdArgs {
     /// Pool of image names given without one (default: rbd).
@@ -134,21 +135,21 @@ enum RbdCmd {
     Unmap { target: String },
     /// Images mapped on this host.
     Showmapped,
-    /// Snapshots (not implemented yet).
+    /// Snapshots: snap create|ls|rm|rollback|protect|unprotect|purge.
     Snap {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
+        #[command(subcommand)]
+        cmd: SnapCmd,
     },
-    /// Clone a protected snapshot (not implemented yet).
+    /// Clone a protected snapshot: clone [POOL/]IMAGE@SNAP [POOL/]CHILD.
     Clone {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
+        src: String,
+        dst: String,
+        /// Pool for the child's data objects (default: the parent's).
+        #[arg(long)]
+        data_pool: Option<String>,
     },
-    /// Flatten a clone (not implemented yet).
-    Flatten {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// Copy everything a clone reads from its parent into it and cut it loose.
+    Flatten { image: String },
     /// Internal: the detached process behind `map`.
     #[command(hide = true)]
     MapHelper {
@@ -162,6 +163,28 @@ enum RbdCmd {
         #[arg(long)]
         read_only: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum SnapCmd {
+    /// Take a snapshot: snap create [POOL/]IMAGE@SNAP (instant, consistent).
+    #[command(alias = "add")]
+    Create { snap: String },
+    /// List an image's snapshots.
+    #[command(alias = "list")]
+    Ls { image: String },
+    /// Remove a snapshot (refused while protected) and trim what only it kept.
+    #[command(alias = "remove")]
+    Rm { snap: String },
+    /// Roll the image back to a snapshot (refused while the image is open).
+    #[command(alias = "revert")]
+    Rollback { snap: String },
+    /// Protect a snapshot from removal (needed before cloning it).
+    Protect { snap: String },
+    /// Unprotect a snapshot (refused while clones of it exist).
+    Unprotect { snap: String },
+    /// Remove every unprotected snapshot of an image.
+    Purge { image: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -196,9 +219,33 @@ fn spec(text: &str, pool: Option<&str>) -> Result<Spec> {
         bail!("image spec '{text}': expected [POOL/]NAME");
     }
     if name.contains('@') {
-        bail!("image spec '{text}': snapshots (NAME@SNAP) are not implemented yet");
+        bail!("image spec '{text}': this command takes an image, not a snapshot (NAME@SNAP)");
     }
     Ok(Spec { pool: p, name })
+}
+
+/// `[POOL/]IMAGE@SNAP` split into the image spec and the snapshot name.
+fn snap_spec(text: &str, pool: Option<&str>) -> Result<(Spec, String)> {
+    let Some((image, snap)) = text.rsplit_once('@') else {
+        bail!("snapshot spec '{text}': expected [POOL/]IMAGE@SNAP");
+    };
+    if snap.is_empty() {
+        bail!("snapshot spec '{text}': the snapshot name after '@' is empty");
+    }
+    Ok((spec(image, pool)?, snap.to_string()))
+}
+
+/// An image or snapshot spec; a snapshot keeps `@SNAP` in the name (what
+/// cairn-rbd's read-only open takes).
+fn spec_or_snap(text: &str, pool: Option<&str>) -> Result<Spec> {
+    if text.contains('@') {
+        let (s, snap) = snap_spec(text, pool)?;
+        return Ok(Spec {
+            name: format!("{}@{snap}", s.name),
+            ..s
+        });
+    }
+    spec(text, pool)
 }
 
 /// Image sizes: K/M/G/T suffixes; a bare number is MiB (as Ceph's rbd).
@@ -297,17 +344,6 @@ fn progress_fn(pb: &Option<indicatif::ProgressBar>) -> impl FnMut(u64, u64) + Se
 pub fn run(args: RbdArgs, g: &GlobalArgs) -> Result<()> {
     let pool = args.pool.as_deref();
     match args.cmd {
-        RbdCmd::Snap { .. } => bail!(
-            "rbd snap: snapshots are not implemented yet (they need clone-on-write in the OSDs); \
-             for a copy, stop the writer and use 'cairn rbd cp' or 'cairn rbd export'"
-        ),
-        RbdCmd::Clone { .. } => bail!(
-            "rbd clone: clones are not implemented yet (they need snapshots, which need \
-             clone-on-write in the OSDs); use 'cairn rbd cp' for a full copy"
-        ),
-        RbdCmd::Flatten { .. } => {
-            bail!("rbd flatten: clones are not implemented yet, so there is nothing to flatten")
-        }
         RbdCmd::Showmapped => showmapped(g),
         RbdCmd::Unmap { target } => unmap(g, &target, pool),
         RbdCmd::Map { image, read_only } => map_image(g, &spec(&image, pool)?, read_only),
@@ -410,8 +446,36 @@ async fn run_async(cmd: RbdCmd, pool: Option<&str>, g: &GlobalArgs) -> Result<()
             }
             Ok(())
         }
-        RbdCmd::Export { image, path } => {
+        RbdCmd::Snap { cmd } => snap_cmd(g, &session, pool, cmd).await,
+        RbdCmd::Clone {
+            src,
+            dst,
+            data_pool,
+        } => {
+            let (s, snap) = snap_spec(&src, pool)?;
+            let d = spec(&dst, pool)?;
+            open(&s)?
+                .clone_image(&s.name, &snap, &open(&d)?, &d.name, data_pool.as_deref())
+                .await
+                .map_err(|e| anyhow!("cloning {s}@{snap} to {d}: {e}"))?;
+            Ok(())
+        }
+        RbdCmd::Flatten { image } => {
             let s = spec(&image, pool)?;
+            let pb = progress_bar("Image flatten");
+            let mut cb = progress_fn(&pb);
+            open(&s)?
+                .flatten(&s.name, &mut cb)
+                .await
+                .map_err(|e| rbd_err(&s, e))?;
+            if let Some(pb) = &pb {
+                pb.finish_and_clear();
+            }
+            eprintln!("Image flatten: 100% complete...done.");
+            Ok(())
+        }
+        RbdCmd::Export { image, path } => {
+            let s = spec_or_snap(&image, pool)?;
             export(&open(&s)?, &s, &path).await
         }
         RbdCmd::Import {
@@ -491,33 +555,62 @@ async fn ls(g: &GlobalArgs, rbd: &Rbd, long: bool) -> Result<()> {
             .map_err(|e| anyhow!("{pool}/{n}: {e}"))?;
         rows.push((h, lock));
     }
+    let parent_of = |h: &cairn_rbd::ImageHeader| {
+        h.parent
+            .as_ref()
+            .map(|p| format!("{}/{}@{}", p.pool, p.image, p.snap_name))
+    };
     if json_out(g) {
-        let v: Vec<_> = rows
-            .iter()
-            .map(|(h, l)| {
-                json!({"image": h.name, "id": h.id, "size": h.size_bytes, "format": 2,
-                       "data_pool": h.data_pool,
-                       "lock_type": l.as_ref().map(|_| "exclusive"),
-                       "locker": l.as_ref().map(|l| l.owner.clone())})
-            })
-            .collect();
+        let mut v = Vec::new();
+        for (h, l) in &rows {
+            v.push(json!({"image": h.name, "id": h.id, "size": h.size_bytes, "format": 2,
+                   "data_pool": h.data_pool, "parent": parent_of(h),
+                   "lock_type": l.as_ref().map(|_| "exclusive"),
+                   "locker": l.as_ref().map(|l| l.owner.clone())}));
+            for sn in &h.snapshots {
+                v.push(json!({"image": h.name, "snapshot": sn.name, "snapshot_id": sn.id,
+                       "size": sn.size_bytes, "format": 2, "protected": sn.protected.to_string()}));
+            }
+        }
         return print_json(g, &json!(v));
     }
     let w = rows
         .iter()
-        .map(|(h, _)| h.name.len())
+        .flat_map(|(h, _)| {
+            std::iter::once(h.name.len())
+                .chain(h.snapshots.iter().map(|sn| h.name.len() + 1 + sn.name.len()))
+        })
         .max()
         .unwrap_or(4)
         .max(4);
-    println!("{:<w$}  {:>10}  FMT  LOCK", "NAME", "SIZE");
+    let pw = rows
+        .iter()
+        .filter_map(|(h, _)| parent_of(h).map(|p| p.len()))
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    println!(
+        "{:<w$}  {:>10}  {:<pw$}  FMT  PROT  LOCK",
+        "NAME", "SIZE", "PARENT"
+    );
     for (h, l) in rows {
         let lock = if l.is_some() { "excl" } else { "" };
+        let parent = parent_of(&h).unwrap_or_default();
         println!(
-            "{:<w$}  {:>10}  {:>3}  {lock}",
+            "{:<w$}  {:>10}  {parent:<pw$}  {:>3}        {lock}",
             h.name,
             human(h.size_bytes),
             2
         );
+        for sn in &h.snapshots {
+            let prot = if sn.protected { "yes" } else { "" };
+            println!(
+                "{:<w$}  {:>10}  {parent:<pw$}  {:>3}  {prot:<4}",
+                format!("{}@{}", h.name, sn.name),
+                human(sn.size_bytes),
+                2
+            );
+        }
     }
     Ok(())
 }
@@ -533,7 +626,13 @@ async fn info(g: &GlobalArgs, rbd: &Rbd, s: &Spec) -> Result<()> {
                     "object_size": h.object_size_bytes,
                     "block_name_prefix": format!("rbd_data.{}", h.id),
                     "format": 2, "features": ["exclusive-lock"],
-                    "pool": rbd.pool_name(), "data_pool": h.data_pool}),
+                    "pool": rbd.pool_name(), "data_pool": h.data_pool,
+                    "snapshot_count": h.snapshots.len(),
+                    "snapshots": h.snapshots.iter().map(|sn| json!({"id": sn.id, "name": sn.name,
+                        "size": sn.size_bytes, "protected": sn.protected,
+                        "children": sn.children})).collect::<Vec<_>>(),
+                    "parent": h.parent.as_ref().map(|p| json!({"pool": p.pool, "image": p.image,
+                        "snapshot": p.snap_name, "overlap": p.overlap_bytes}))}),
         );
     }
     println!("rbd image '{}':", h.name);
@@ -543,6 +642,7 @@ async fn info(g: &GlobalArgs, rbd: &Rbd, s: &Spec) -> Result<()> {
         h.object_count()
     );
     println!("\torder {order} ({} objects)", human(h.object_size_bytes));
+    println!("\tsnapshot_count: {}", h.snapshots.len());
     println!("\tid: {}", h.id);
     println!("\tblock_name_prefix: rbd_data.{}", h.id);
     if h.data_pool != rbd.pool_name() {
@@ -550,7 +650,130 @@ async fn info(g: &GlobalArgs, rbd: &Rbd, s: &Spec) -> Result<()> {
     }
     println!("\tformat: 2");
     println!("\tfeatures: exclusive-lock");
+    if let Some(p) = &h.parent {
+        println!("\tparent: {}/{}@{}", p.pool, p.image, p.snap_name);
+        println!("\toverlap: {}", human(p.overlap_bytes));
+    }
+    for sn in &h.snapshots {
+        let prot = if sn.protected { ", protected" } else { "" };
+        println!(
+            "\tsnapshot {} (id {}): {}{prot}{}",
+            sn.name,
+            sn.id,
+            human(sn.size_bytes),
+            if sn.children.is_empty() {
+                String::new()
+            } else {
+                format!(", children: {}", sn.children.join(" "))
+            }
+        );
+    }
     Ok(())
+}
+
+async fn snap_cmd(g: &GlobalArgs, session: &Session, pool: Option<&str>, cmd: SnapCmd) -> Result<()> {
+    let rados = &session.rados;
+    let open = |s: &Spec| -> Result<Rbd> {
+        Rbd::new(rados, &s.pool).map_err(|e| anyhow!("pool '{}': {e}", s.pool))
+    };
+    match cmd {
+        SnapCmd::Create { snap } => {
+            let (s, snap) = snap_spec(&snap, pool)?;
+            let rbd = open(&s)?;
+            let h = rbd.info(&s.name).await.map_err(|e| rbd_err(&s, e))?;
+            let reply = session
+                .mon()
+                .command(&cairn_map::MonCommand::PoolSnapAllocate {
+                    pool: h.data_pool.clone(),
+                })
+                .await
+                .map_err(|e| anyhow!("{s}@{snap}: allocating a snapshot id in pool '{}': {e}", h.data_pool))?;
+            let id = reply.json["snap_id"]
+                .as_u64()
+                .ok_or_else(|| anyhow!("the monitors answered the snapshot id request with {}", reply.json))?;
+            rbd.snap_create(&s.name, &snap, id)
+                .await
+                .map_err(|e| anyhow!("{s}@{snap}: {e}"))?;
+            eprintln!("Creating snap: 100% complete...done.");
+            Ok(())
+        }
+        SnapCmd::Ls { image } => {
+            let s = spec(&image, pool)?;
+            let snaps = open(&s)?
+                .snap_list(&s.name)
+                .await
+                .map_err(|e| rbd_err(&s, e))?;
+            if json_out(g) {
+                let v: Vec<_> = snaps
+                    .iter()
+                    .map(|sn| json!({"id": sn.id, "name": sn.name, "size": sn.size_bytes,
+                                     "protected": sn.protected.to_string(), "children": sn.children}))
+                    .collect();
+                return print_json(g, &json!(v));
+            }
+            if snaps.is_empty() {
+                return Ok(());
+            }
+            let w = snaps.iter().map(|sn| sn.name.len()).max().unwrap_or(4).max(4);
+            println!("{:>6}  {:<w$}  {:>10}  PROTECTED", "SNAPID", "NAME", "SIZE");
+            for sn in &snaps {
+                println!(
+                    "{:>6}  {:<w$}  {:>10}  {}",
+                    sn.id,
+                    sn.name,
+                    human(sn.size_bytes),
+                    if sn.protected { "yes" } else { "no" }
+                );
+            }
+            Ok(())
+        }
+        SnapCmd::Rm { snap } => {
+            let (s, snap) = snap_spec(&snap, pool)?;
+            open(&s)?
+                .snap_remove(&s.name, &snap)
+                .await
+                .map_err(|e| anyhow!("{s}@{snap}: {e}"))?;
+            eprintln!("Removing snap: 100% complete...done.");
+            Ok(())
+        }
+        SnapCmd::Purge { image } => {
+            let s = spec(&image, pool)?;
+            let n = open(&s)?
+                .snap_purge(&s.name)
+                .await
+                .map_err(|e| rbd_err(&s, e))?;
+            eprintln!("Removing all snapshots ({n}): 100% complete...done.");
+            Ok(())
+        }
+        SnapCmd::Rollback { snap } => {
+            let (s, snap) = snap_spec(&snap, pool)?;
+            let pb = progress_bar("Rolling back to snapshot");
+            let mut cb = progress_fn(&pb);
+            open(&s)?
+                .snap_rollback(&s.name, &snap, &mut cb)
+                .await
+                .map_err(|e| anyhow!("{s}@{snap}: {e}"))?;
+            if let Some(pb) = &pb {
+                pb.finish_and_clear();
+            }
+            eprintln!("Rolling back to snapshot: 100% complete...done.");
+            Ok(())
+        }
+        SnapCmd::Protect { snap } => {
+            let (s, snap) = snap_spec(&snap, pool)?;
+            open(&s)?
+                .snap_set_protected(&s.name, &snap, true)
+                .await
+                .map_err(|e| anyhow!("{s}@{snap}: {e}"))
+        }
+        SnapCmd::Unprotect { snap } => {
+            let (s, snap) = snap_spec(&snap, pool)?;
+            open(&s)?
+                .snap_set_protected(&s.name, &snap, false)
+                .await
+                .map_err(|e| anyhow!("{s}@{snap}: {e}"))
+        }
+    }
 }
 
 async fn resize(rbd: &Rbd, s: &Spec, size: u64, allow_shrink: bool) -> Result<()> {
@@ -787,7 +1010,7 @@ async fn serve(
 ) -> Result<()> {
     let specs: Vec<Spec> = images
         .iter()
-        .map(|i| spec(i, pool))
+        .map(|i| spec_or_snap(i, pool))
         .collect::<Result<_>>()?;
     let p = &specs[0].pool;
     if specs.iter().any(|s| &s.pool != p) {

@@ -142,4 +142,9 @@ impl Session {
         let rados = Rados::new(ClientConfig::new(creds), rx);
         Ok(Session { rados, _mon: mon })
     }
+
+    /// The monitor client (for commands such as snapshot id allocation).
+    pub fn mon(&self) -> &MonClient {
+        &self._mon
+    }
 }

@@ -28,6 +28,22 @@ pub enum RbdError {
     ReadOnly(String),
     #[error("{0}")]
     Stream(String),
+    #[error("image '{0}' has snapshots - these must be deleted with 'cairn rbd snap purge' before the image can be removed")]
+    HasSnapshots(String),
+    #[error("image '{image}' has no snapshot '{snap}'; list them with 'cairn rbd snap ls'")]
+    SnapNotFound { image: String, snap: String },
+    #[error("image '{image}' already has a snapshot named '{snap}'")]
+    SnapExists { image: String, snap: String },
+    #[error("snapshot '{snap}' of image '{image}' is protected from removal; unprotect it first with 'cairn rbd snap unprotect'")]
+    SnapProtected { image: String, snap: String },
+    #[error("cannot unprotect snapshot '{snap}' of image '{image}': at least {} child(ren) [{}] use it; flatten or remove them first", children.len(), children.join(", "))]
+    SnapHasChildren {
+        image: String,
+        snap: String,
+        children: Vec<String>,
+    },
+    #[error("snapshot '{snap}' of image '{image}' is not protected; protect it first with 'cairn rbd snap protect' (a clone needs a protected snapshot)")]
+    SnapNotProtected { image: String, snap: String },
     #[error(transparent)]
     Client(#[from] ClientError),
 }

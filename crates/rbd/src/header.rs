@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Version byte of the header encoding.
-pub const HEADER_VERSION: u8 = 1;
+/// Version byte of the header encoding (1: no snapshots; 2: snapshots,
+/// snap seq and parent).
+pub const HEADER_VERSION: u8 = 2;
 /// Version byte of the lock record encoding.
 pub const LOCK_VERSION: u8 = 1;
 /// Largest header or lock record accepted when decoding.
@@ -28,9 +29,54 @@ pub struct ImageHeader {
     pub features: u64,
     /// Pool of the data objects (may be EC with allow_ec_overwrites).
     pub data_pool: String,
-    /// Snapshot ids and names. Always empty in this version: snapshots need
-    /// OSD-side clone-on-write, which does not exist yet.
-    pub snapshots: Vec<(u64, String)>,
+    /// Snapshots, oldest first (ids increase).
+    pub snapshots: Vec<SnapInfo>,
+    /// Newest snapshot id ever allocated for this image (the snap context's
+    /// seq; never goes down, even when that snapshot is removed).
+    pub snap_seq: u64,
+    /// Set on a clone: the snapshot it reads through to.
+    pub parent: Option<ParentSpec>,
+}
+
+/// One snapshot of an image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapInfo {
+    /// Pool-wide snapshot id (from the monitors).
+    pub id: u64,
+    pub name: String,
+    /// Image size when the snapshot was taken.
+    pub size_bytes: u64,
+    pub protected: bool,
+    /// Clones made from this snapshot, as `POOL/IMAGE`.
+    pub children: Vec<String>,
+}
+
+/// Where a clone's unwritten objects read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentSpec {
+    /// Metadata pool and name of the parent image.
+    pub pool: String,
+    pub image: String,
+    pub image_id: String,
+    /// Data pool of the parent image.
+    pub data_pool: String,
+    pub snap_id: u64,
+    pub snap_name: String,
+    /// Bytes of the child that may read from the parent (the parent
+    /// snapshot's size, lowered by shrinking the child).
+    pub overlap_bytes: u64,
+}
+
+/// The first header layout (kept to read images made before snapshots).
+#[derive(Deserialize)]
+struct ImageHeaderV1 {
+    name: String,
+    id: String,
+    size_bytes: u64,
+    object_size_bytes: u64,
+    features: u64,
+    data_pool: String,
+    _snapshots: Vec<(u64, String)>,
 }
 
 impl ImageHeader {
@@ -39,9 +85,38 @@ impl ImageHeader {
     }
 
     pub fn decode(buf: &[u8]) -> Result<ImageHeader, String> {
-        cairn_types::decode_versioned("rbd image header", buf, 1, HEADER_VERSION, MAX_RECORD_BYTES)
+        if buf.first() == Some(&1) {
+            let (_, v1): (u8, ImageHeaderV1) =
+                cairn_types::decode_versioned("rbd image header", buf, 1, 1, MAX_RECORD_BYTES)
+                    .map_err(|e| e.to_string())?;
+            return Ok(ImageHeader {
+                name: v1.name,
+                id: v1.id,
+                size_bytes: v1.size_bytes,
+                object_size_bytes: v1.object_size_bytes,
+                features: v1.features,
+                data_pool: v1.data_pool,
+                snapshots: Vec::new(),
+                snap_seq: 0,
+                parent: None,
+            });
+        }
+        cairn_types::decode_versioned("rbd image header", buf, 2, HEADER_VERSION, MAX_RECORD_BYTES)
             .map(|(_, h)| h)
             .map_err(|e| e.to_string())
+    }
+
+    /// The snapshot named `name`.
+    pub fn snap(&self, name: &str) -> Option<&SnapInfo> {
+        self.snapshots.iter().find(|s| s.name == name)
+    }
+
+    /// The snapshot context writes to this image carry.
+    pub fn snap_context(&self) -> cairn_ops::SnapContext {
+        cairn_ops::SnapContext {
+            seq: self.snap_seq,
+            snaps: self.snapshots.iter().rev().map(|s| s.id).collect(),
+        }
     }
 
     /// Number of data objects that cover the image.
@@ -126,12 +201,21 @@ mod tests {
             object_size_bytes: DEFAULT_OBJECT_BYTES,
             features: FEATURE_EXCLUSIVE_LOCK,
             data_pool: "ecdata".into(),
-            snapshots: vec![],
+            snapshots: vec![SnapInfo {
+                id: 4,
+                name: "s1".into(),
+                size_bytes: 1 << 30,
+                protected: true,
+                children: vec!["rbd/child".into()],
+            }],
+            snap_seq: 4,
+            parent: None,
         };
         assert_eq!(ImageHeader::decode(&h.encode()), Ok(h.clone()));
         assert_eq!(h.object_count(), 2560);
         assert!(ImageHeader::decode(&[]).is_err());
         assert!(ImageHeader::decode(&[99, 1, 2]).is_err());
+        assert_eq!(h.snap_context().snaps, vec![4]);
         assert_eq!(data_object("abc", 0x1f), "rbd_data.abc.000000000000001f");
     }
 

@@ -123,6 +123,11 @@ impl Rbd {
         &self.rados
     }
 
+    /// The metadata pool's context.
+    pub(crate) fn meta_ctx(&self) -> &IoCtx {
+        &self.meta
+    }
+
     /// The metadata pool's name.
     pub fn pool_name(&self) -> &str {
         self.meta.pool_name()
@@ -156,7 +161,19 @@ impl Rbd {
             features: FEATURE_EXCLUSIVE_LOCK,
             data_pool,
             snapshots: Vec::new(),
+            snap_seq: 0,
+            parent: None,
         };
+        self.create_with_header(name, header).await
+    }
+
+    /// Reserves `name` and writes `header` (create and clone).
+    pub(crate) async fn create_with_header(
+        &self,
+        name: &str,
+        header: ImageHeader,
+    ) -> Result<ImageHeader, RbdError> {
+        let id = header.id.clone();
         let reserve = vec![
             SubOp::Create { exclusive: true },
             SubOp::WriteFull {
@@ -189,7 +206,7 @@ impl Rbd {
         Ok(header)
     }
 
-    async fn image_id(&self, name: &str) -> Result<String, RbdError> {
+    pub(crate) async fn image_id(&self, name: &str) -> Result<String, RbdError> {
         validate_name(name)?;
         match self.meta.read(&id_object(name), 0, 0).await {
             Ok(d) => String::from_utf8(d).map_err(|_| RbdError::BadHeader {
@@ -206,7 +223,7 @@ impl Rbd {
         self.read_header(name, &id).await
     }
 
-    async fn read_header(&self, name: &str, id: &str) -> Result<ImageHeader, RbdError> {
+    pub(crate) async fn read_header(&self, name: &str, id: &str) -> Result<ImageHeader, RbdError> {
         let raw = match self.meta.omap_get_header(&header_object(id)).await {
             Ok(r) => r,
             Err(e) if is_noent(&e) => return Err(RbdError::NotFound(name.to_string())),
@@ -251,7 +268,11 @@ impl Rbd {
         self.read_lock(name, &id).await
     }
 
-    async fn read_lock(&self, name: &str, id: &str) -> Result<Option<LockRecord>, RbdError> {
+    pub(crate) async fn read_lock(
+        &self,
+        name: &str,
+        id: &str,
+    ) -> Result<Option<LockRecord>, RbdError> {
         match self.meta.read(&lock_object(id), 0, 0).await {
             Ok(d) => LockRecord::decode(&d)
                 .map(Some)
@@ -340,6 +361,12 @@ impl Rbd {
         // header leaves no header and no data: clean up the rest anyway.
         match self.read_header(name, &id).await {
             Ok(header) => {
+                if !header.snapshots.is_empty() {
+                    return Err(RbdError::HasSnapshots(name.to_string()));
+                }
+                if let Some(parent) = &header.parent {
+                    self.detach_child(parent, name).await?;
+                }
                 let data = self.rados.ioctx(&header.data_pool)?;
                 remove_objects(&data, &id, 0, header.object_count()).await?;
                 ignore_noent(self.meta.remove(&header_object(&id)).await)?;
@@ -366,11 +393,6 @@ impl Rbd {
     pub async fn open(&self, name: &str, owner: &str, break_lock: bool) -> Result<Image, RbdError> {
         let id = self.image_id(name).await?;
         let header = self.read_header(name, &id).await?;
-        if !header.snapshots.is_empty() {
-            return Err(RbdError::Unsupported(format!(
-                "image '{name}' has snapshots, which this version cannot serve"
-            )));
-        }
         let record = LockRecord {
             owner: owner.to_string(),
             cookie: format!("{:016x}", rand::random::<u64>()),
@@ -422,11 +444,33 @@ impl Rbd {
 
     /// Opens an image for reading only, without taking the lock (writes
     /// fail with [`RbdError::ReadOnly`]). If another client writes at the
-    /// same time, reads see its writes as they land.
+    /// same time, reads see its writes as they land. `NAME@SNAP` opens
+    /// snapshot SNAP: a point-in-time, read-only view.
     pub async fn open_read_only(&self, name: &str) -> Result<Image, RbdError> {
-        let id = self.image_id(name).await?;
-        let header = self.read_header(name, &id).await?;
-        self.make_image(name, id, header, None)
+        let (image, snap) = match name.split_once('@') {
+            Some((i, s)) => (i, Some(s)),
+            None => (name, None),
+        };
+        let id = self.image_id(image).await?;
+        let header = self.read_header(image, &id).await?;
+        let Some(snap) = snap else {
+            return self.make_image(name, id, header, None);
+        };
+        let info = header
+            .snap(snap)
+            .cloned()
+            .ok_or_else(|| RbdError::SnapNotFound {
+                image: image.to_string(),
+                snap: snap.to_string(),
+            })?;
+        let mut img = self.make_image(name, id, header, None)?;
+        img.data = img.data.at_snap(info.id);
+        img.size_bytes = AtomicU64::new(info.size_bytes);
+        img.snap_id = Some(info.id);
+        if let Some(p) = &mut img.parent {
+            p.overlap_bytes = p.overlap_bytes.min(info.size_bytes);
+        }
+        Ok(img)
     }
 
     fn make_image(
@@ -437,16 +481,81 @@ impl Rbd {
         lock: Option<LockRecord>,
     ) -> Result<Image, RbdError> {
         let data = self.rados.ioctx(&header.data_pool)?;
+        let parent = match &header.parent {
+            Some(p) => Some(ParentIo {
+                io: self.rados.ioctx(&p.data_pool)?.at_snap(p.snap_id),
+                image_id: p.image_id.clone(),
+                overlap_bytes: p.overlap_bytes,
+            }),
+            None => None,
+        };
+        let writer = Arc::new(Writer {
+            gate: tokio::sync::RwLock::new(()),
+            io: std::sync::RwLock::new(data.with_snap_context(header.snap_context())),
+            header: tokio::sync::Mutex::new(header.clone()),
+            meta: self.meta.clone(),
+            data: data.clone(),
+            id: id.clone(),
+            image: name.to_string(),
+            size_bytes: AtomicU64::new(header.size_bytes),
+        });
+        if lock.is_some() {
+            tokio::spawn(crate::snap::watch_snap_requests(Arc::downgrade(&writer)));
+        }
         Ok(Image {
             name: name.to_string(),
             id,
             object_bytes: header.object_size_bytes,
             size_bytes: AtomicU64::new(header.size_bytes),
-            header: tokio::sync::Mutex::new(header),
-            meta: self.meta.clone(),
+            writer,
             data,
+            parent,
+            snap_id: None,
             lock,
         })
+    }
+}
+
+/// A clone's view of its parent: the parent's data objects at the
+/// snapshot, for reads of unwritten objects and copy-up.
+#[derive(Clone)]
+pub(crate) struct ParentIo {
+    pub io: IoCtx,
+    pub image_id: String,
+    pub overlap_bytes: u64,
+}
+
+/// What a writable image shares with its snapshot-request watcher: the I/O
+/// gate (writes hold it shared; taking a snapshot holds it exclusively, so
+/// the snapshot sees exactly the writes acknowledged before it), the data
+/// context carrying the current snapshot context, and the header.
+pub(crate) struct Writer {
+    pub gate: tokio::sync::RwLock<()>,
+    pub io: std::sync::RwLock<IoCtx>,
+    pub header: tokio::sync::Mutex<ImageHeader>,
+    pub meta: IoCtx,
+    pub data: IoCtx,
+    pub id: String,
+    pub image: String,
+    pub size_bytes: AtomicU64,
+}
+
+impl Writer {
+    /// The data context writes use now.
+    pub fn io(&self) -> IoCtx {
+        match self.io.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Installs the snapshot context of `header`.
+    pub fn adopt(&self, header: &ImageHeader) {
+        let io = self.data.with_snap_context(header.snap_context());
+        match self.io.write() {
+            Ok(mut g) => *g = io,
+            Err(p) => *p.into_inner() = io,
+        }
     }
 }
 
@@ -474,9 +583,14 @@ pub struct Image {
     id: String,
     object_bytes: u64,
     size_bytes: AtomicU64,
-    header: tokio::sync::Mutex<ImageHeader>,
-    meta: IoCtx,
+    /// Shared with the snapshot-request watcher (writable images).
+    pub(crate) writer: Arc<Writer>,
+    /// Reads (at the snapshot, for a snapshot handle).
     data: IoCtx,
+    /// Set for a clone whose parent still backs part of it.
+    parent: Option<ParentIo>,
+    /// The snapshot this handle reads (None = the live image).
+    snap_id: Option<u64>,
     /// `None` for a read-only handle.
     lock: Option<LockRecord>,
 }
@@ -526,10 +640,18 @@ impl Image {
         for e in split(self.object_bytes, offset, len) {
             let data = self.data.clone();
             let oid = data_object(&self.id, e.objno);
+            let parent = self.parent_extent(e);
             set.spawn(async move {
                 match data.read(&oid, e.offset, e.len).await {
                     Ok(d) => Ok((e, d)),
-                    Err(err) if is_noent(&err) => Ok((e, Vec::new())),
+                    Err(err) if is_noent(&err) => match parent {
+                        Some((pio, poid, plen)) => match pio.read(&poid, e.offset, plen).await {
+                            Ok(d) => Ok((e, d)),
+                            Err(err) if is_noent(&err) => Ok((e, Vec::new())),
+                            Err(err) => Err(err),
+                        },
+                        None => Ok((e, Vec::new())),
+                    },
                     Err(err) => Err(err),
                 }
             });
@@ -543,16 +665,96 @@ impl Image {
         Ok(buf.freeze())
     }
 
+    /// The parent range backing extent `e` of a clone: (parent data
+    /// context, parent object, bytes to read), or None.
+    fn parent_extent(&self, e: ObjectExtent) -> Option<(IoCtx, String, u64)> {
+        let p = self.parent.as_ref()?;
+        let start = e.objno * self.object_bytes + e.offset;
+        if start >= p.overlap_bytes {
+            return None;
+        }
+        let len = e.len.min(p.overlap_bytes - start);
+        Some((p.io.clone(), data_object(&p.image_id, e.objno), len))
+    }
+
+    /// Bytes of object `objno` a clone's parent backs (0 = none).
+    fn parent_object_bytes(&self, objno: u64) -> u64 {
+        match &self.parent {
+            Some(p) => p
+                .overlap_bytes
+                .saturating_sub(objno * self.object_bytes)
+                .min(self.object_bytes),
+            None => 0,
+        }
+    }
+
+    /// Runs `ops` on data object `objno` with the current snapshot
+    /// context. On a clone, an object not written yet is first filled from
+    /// the parent (copy-up) in the same op, so the parent's data under the
+    /// rest of the object stays visible.
+    async fn modify_object(
+        io: IoCtx,
+        oid: String,
+        copyup: Option<(IoCtx, String, u64)>,
+        ops: Vec<SubOp>,
+    ) -> Result<(), ClientError> {
+        let Some((pio, poid, plen)) = copyup else {
+            return io.operate(&oid, ops).await.map(|_| ());
+        };
+        let mut guarded = vec![SubOp::AssertExists];
+        guarded.extend(ops.iter().cloned());
+        match io.operate(&oid, guarded).await {
+            Err(e) if is_noent(&e) => {}
+            other => return other.map(|_| ()),
+        }
+        let parent_data = match pio.read(&poid, 0, plen).await {
+            Ok(d) => d,
+            Err(e) if is_noent(&e) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let mut up = vec![SubOp::Create { exclusive: true }];
+        if !parent_data.is_empty() {
+            up.push(SubOp::Write {
+                offset: 0,
+                data: Bytes::from(parent_data),
+            });
+        }
+        up.extend(ops.iter().cloned());
+        match io.operate(&oid, up).await {
+            // Another write of ours copied it up meanwhile.
+            Err(e) if matches!(e.op_error(), Some(OpError::Exists)) => {
+                io.operate(&oid, ops).await.map(|_| ())
+            }
+            other => other.map(|_| ()),
+        }
+    }
+
+    fn copyup_source(&self, objno: u64) -> Option<(IoCtx, String, u64)> {
+        let n = self.parent_object_bytes(objno);
+        let p = self.parent.as_ref()?;
+        (n > 0).then(|| (p.io.clone(), data_object(&p.image_id, objno), n))
+    }
+
     /// Writes; durable on every acting replica when this returns.
     pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), RbdError> {
         self.check_writable()?;
         self.check_range(offset, data.len() as u64)?;
+        let _gate = self.writer.gate.read().await;
+        let io = self.writer.io();
         let mut set = JoinSet::new();
         for e in split(self.object_bytes, offset, data.len() as u64) {
-            let io = self.data.clone();
             let oid = data_object(&self.id, e.objno);
             let piece = data.slice(e.buf_offset as usize..(e.buf_offset + e.len) as usize);
-            set.spawn(async move { io.write(&oid, e.offset, piece).await.map(|_| ()) });
+            let ops = vec![SubOp::Write {
+                offset: e.offset,
+                data: piece,
+            }];
+            set.spawn(Self::modify_object(
+                io.clone(),
+                oid,
+                self.copyup_source(e.objno),
+                ops,
+            ));
         }
         join_all(set).await
     }
@@ -565,14 +767,26 @@ impl Image {
         self.check_writable()?;
         self.check_range(offset, len)?;
         let size = self.size_bytes();
+        let _gate = self.writer.gate.read().await;
+        let wio = self.writer.io();
         for batch in split(self.object_bytes, offset, len).chunks(MAX_PARALLEL_OBJECT_OPS) {
             let mut set = JoinSet::new();
             for e in batch.iter().copied() {
-                let io = self.data.clone();
+                let io = wio.clone();
                 let oid = data_object(&self.id, e.objno);
                 let obj_start = e.objno * self.object_bytes;
                 let obj_end = (obj_start + self.object_bytes).min(size);
                 let reaches_end = obj_start + e.offset + e.len >= obj_end;
+                if let Some(src) = self.copyup_source(e.objno) {
+                    // Over a parent, removing would show the parent's data:
+                    // zero (copying up first) instead.
+                    let ops = vec![SubOp::Zero {
+                        offset: e.offset,
+                        len: e.len,
+                    }];
+                    set.spawn(Self::modify_object(io, oid, Some(src), ops));
+                    continue;
+                }
                 set.spawn(async move {
                     let ops = if e.offset == 0 && reaches_end {
                         vec![SubOp::Remove]
@@ -607,13 +821,22 @@ impl Image {
         self.check_writable()?;
         self.check_range(offset, len)?;
         let zeros = Bytes::from(vec![0u8; self.object_bytes.min(len) as usize]);
+        let _gate = self.writer.gate.read().await;
+        let wio = self.writer.io();
         for batch in split(self.object_bytes, offset, len).chunks(MAX_PARALLEL_OBJECT_OPS) {
             let mut set = JoinSet::new();
             for e in batch.iter().copied() {
-                let io = self.data.clone();
                 let oid = data_object(&self.id, e.objno);
-                let piece = zeros.slice(..e.len as usize);
-                set.spawn(async move { io.write(&oid, e.offset, piece).await.map(|_| ()) });
+                let ops = vec![SubOp::Write {
+                    offset: e.offset,
+                    data: zeros.slice(..e.len as usize),
+                }];
+                set.spawn(Self::modify_object(
+                    wio.clone(),
+                    oid,
+                    self.copyup_source(e.objno),
+                    ops,
+                ));
             }
             join_all(set).await?;
         }
@@ -629,7 +852,8 @@ impl Image {
         Ok(())
     }
 
-    /// Changes the size; shrinking frees the objects past the new end.
+    /// Changes the size; shrinking frees the objects past the new end
+    /// (snapshots keep their own size and data).
     pub async fn resize(&self, new_size_bytes: u64) -> Result<(), RbdError> {
         self.check_writable()?;
         if new_size_bytes == 0 {
@@ -637,28 +861,85 @@ impl Image {
                 "image size must be greater than 0".into(),
             ));
         }
-        let mut header = self.header.lock().await;
+        let _gate = self.writer.gate.read().await;
+        let mut header = self.writer.header.lock().await;
+        let wio = self.writer.io();
         let old = header.size_bytes;
         if new_size_bytes < old {
             // Stop I/O past the new end first, then free the space.
             self.size_bytes.store(new_size_bytes, Ordering::Release);
             let keep = new_size_bytes.div_ceil(self.object_bytes);
-            remove_objects(&self.data, &self.id, keep, header.object_count()).await?;
+            remove_objects(&wio, &self.id, keep, header.object_count()).await?;
             let tail = new_size_bytes % self.object_bytes;
             if tail != 0 {
                 let oid = data_object(&self.id, keep - 1);
-                let ops = vec![SubOp::AssertExists, SubOp::Truncate { size: tail }];
-                ignore_noent(self.data.operate(&oid, ops).await)?;
+                let ops = vec![SubOp::Truncate { size: tail }];
+                let src = self.copyup_source(keep - 1);
+                let ops = if src.is_some() {
+                    ops
+                } else {
+                    let mut g = vec![SubOp::AssertExists];
+                    g.extend(ops);
+                    g
+                };
+                ignore_noent(Self::modify_object(wio.clone(), oid, src, ops).await)?;
             }
         }
-        let mut next = header.clone();
-        next.size_bytes = new_size_bytes;
-        self.meta
-            .omap_set_header(&header_object(&self.id), Bytes::from(next.encode()))
-            .await?;
+        let next = crate::snap::update_header(&self.writer.meta, &self.name, &self.id, |h| {
+            h.size_bytes = new_size_bytes;
+            if let Some(p) = &mut h.parent {
+                p.overlap_bytes = p.overlap_bytes.min(new_size_bytes);
+            }
+            Ok(())
+        })
+        .await?;
         *header = next;
         self.size_bytes.store(new_size_bytes, Ordering::Release);
+        self.writer
+            .size_bytes
+            .store(new_size_bytes, Ordering::Release);
         Ok(())
+    }
+
+    /// Copies every object a clone still reads from its parent into the
+    /// clone (flatten). Returns the parent it was copied from (None: not
+    /// a clone).
+    pub(crate) async fn copy_up_all(
+        &self,
+        progress: crate::transfer::Progress<'_>,
+    ) -> Result<Option<ParentSpec>, RbdError> {
+        self.check_writable()?;
+        let parent = self.writer.header.lock().await.parent.clone();
+        let (Some(spec), Some(p)) = (parent, self.parent.as_ref()) else {
+            return Ok(None);
+        };
+        let _gate = self.writer.gate.read().await;
+        let wio = self.writer.io();
+        let objects = p.overlap_bytes.div_ceil(self.object_bytes);
+        let total = objects * self.object_bytes;
+        for first in (0..objects).step_by(MAX_PARALLEL_OBJECT_OPS) {
+            let mut set = JoinSet::new();
+            for objno in first..(first + MAX_PARALLEL_OBJECT_OPS as u64).min(objects) {
+                let oid = data_object(&self.id, objno);
+                set.spawn(Self::modify_object(
+                    wio.clone(),
+                    oid,
+                    self.copyup_source(objno),
+                    Vec::new(),
+                ));
+            }
+            join_all(set).await?;
+            progress(
+                ((first + MAX_PARALLEL_OBJECT_OPS as u64) * self.object_bytes).min(total),
+                total,
+            );
+        }
+        Ok(Some(spec))
+    }
+
+    /// The snapshot this handle reads, if it is a snapshot handle.
+    pub fn snap_id(&self) -> Option<u64> {
+        self.snap_id
     }
 
     /// Releases the lock (only if it is still ours).
@@ -673,7 +954,7 @@ impl Image {
             },
             SubOp::Remove,
         ];
-        match self.meta.operate(&lock_object(&self.id), ops).await {
+        match self.writer.meta.operate(&lock_object(&self.id), ops).await {
             Ok(_) => Ok(()),
             Err(e) if is_noent(&e) || matches!(e.op_error(), Some(OpError::CmpMismatch { .. })) => {
                 Err(RbdError::LockLost(self.name.clone()))

@@ -6,8 +6,12 @@
 //! [`fuse`] exposes an open image as a file on a FUSE mount (what
 //! `cairn rbd map` attaches with `losetup` where the kernel has no nbd).
 //!
-//! Not here yet: snapshots and clones (they need clone-on-write in the
-//! OSD) and lock fencing (blocklisting a broken lock's old holder).
+//! [`snap`] has snapshots (object-level clone-on-write in the OSDs, taken
+//! through the lock holder so they are a point in time) and copy-on-write
+//! clones of protected snapshots.
+//!
+//! Not here yet: snapshots of images whose data pool is erasure-coded, and
+//! lock fencing (blocklisting a broken lock's old holder).
 
 mod backend;
 pub mod error;
@@ -16,9 +20,10 @@ pub mod header;
 pub mod image;
 pub mod map;
 pub mod serve;
+pub mod snap;
 pub mod transfer;
 
 pub use error::RbdError;
-pub use header::{ImageHeader, LockRecord};
+pub use header::{ImageHeader, LockRecord, ParentSpec, SnapInfo};
 pub use image::{CreateOptions, DiskUsage, Image, Rbd};
 pub use serve::{serve_images, Listener, ServeOptions};

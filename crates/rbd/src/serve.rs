@@ -1,6 +1,7 @@
 //! Serving images over NBD: opens each image (taking its lock), exports it
 //! under its image name, serves until shutdown, then closes the images
-//! (releasing the locks). This is what `cairn rbd serve` calls.
+//! (releasing the locks). `NAME@SNAP` serves a snapshot read-only. This is
+//! what `cairn rbd serve` calls.
 
 use crate::error::RbdError;
 use crate::image::{Image, Rbd};
@@ -54,7 +55,13 @@ pub async fn serve_images(
 ) -> Result<(), RbdError> {
     let mut images = Vec::new();
     for name in names {
-        match rbd.open(name, &opts.owner, opts.break_lock).await {
+        // NAME@SNAP serves a snapshot, read-only and without the lock.
+        let opened = if name.contains('@') {
+            rbd.open_read_only(name).await
+        } else {
+            rbd.open(name, &opts.owner, opts.break_lock).await
+        };
+        match opened {
             Ok(img) => images.push(Arc::new(img)),
             Err(e) => {
                 // Give back the locks already taken; report the open error.

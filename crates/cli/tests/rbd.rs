@@ -298,16 +298,13 @@ fn rbd_commands_and_nbd_clients() {
     assert!(e.contains("nopool"), "{e}");
     assert_eq!(used_bytes(&dev, "vm1"), 0);
 
-    // Snapshots and clones say plainly that they do not exist yet.
-    for args in [
-        &["rbd", "snap", "create", "vm1@s1"][..],
-        &["rbd", "snap", "ls", "vm1"],
-        &["rbd", "clone", "vm1@s1", "vm2"],
-        &["rbd", "flatten", "vm2"],
-    ] {
-        let e = dev.fails(args);
-        assert!(e.contains("not implemented yet"), "{args:?}: {e}");
-    }
+    // Snapshot verbs name what is missing.
+    let e = dev.fails(&["rbd", "snap", "rm", "vm1@nosuch"]);
+    assert!(e.contains("no snapshot 'nosuch'"), "{e}");
+    let e = dev.fails(&["rbd", "clone", "vm1", "vm2"]);
+    assert!(e.contains("IMAGE@SNAP"), "{e}");
+    let e = dev.fails(&["rbd", "flatten", "vm1"]);
+    assert!(e.contains("not a clone"), "{e}");
 
     // import (sparse) / export (file and stdout) / cp / du.
     let mut data = vec![0u8; 5 * MIB as usize + 4096];
@@ -864,4 +861,424 @@ fn rbd_map_mkfs_dd_fstrim_xfs_repair() {
         .ok(&["rbd", "info", "seed-ec"])
         .contains("data_pool: ec21"));
     seed_test(&dev, "seed-ec", count);
+}
+
+/// A minimal NBD client (fixed newstyle, NBD_OPT_EXPORT_NAME, simple
+/// replies, one request at a time) so the tests know exactly when each
+/// write was acknowledged.
+struct NbdClient {
+    s: std::net::TcpStream,
+    handle: u64,
+}
+
+impl NbdClient {
+    fn connect(addr: &str, export: &str) -> NbdClient {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut hello = [0u8; 18];
+        s.read_exact(&mut hello).unwrap();
+        assert_eq!(&hello[..8], b"NBDMAGIC");
+        s.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle + no zeroes
+        let mut opt = b"IHAVEOPT".to_vec();
+        opt.extend_from_slice(&1u32.to_be_bytes()); // NBD_OPT_EXPORT_NAME
+        opt.extend_from_slice(&(export.len() as u32).to_be_bytes());
+        opt.extend_from_slice(export.as_bytes());
+        s.write_all(&opt).unwrap();
+        let mut info = [0u8; 10];
+        s.read_exact(&mut info).unwrap();
+        NbdClient { s, handle: 0 }
+    }
+
+    fn request(&mut self, kind: u16, offset: u64, len: u32, data: &[u8]) -> std::io::Result<u32> {
+        use std::io::{Read, Write};
+        self.handle += 1;
+        let mut r = 0x2560_9513u32.to_be_bytes().to_vec();
+        r.extend_from_slice(&0u16.to_be_bytes());
+        r.extend_from_slice(&kind.to_be_bytes());
+        r.extend_from_slice(&self.handle.to_be_bytes());
+        r.extend_from_slice(&offset.to_be_bytes());
+        r.extend_from_slice(&len.to_be_bytes());
+        r.extend_from_slice(data);
+        self.s.write_all(&r)?;
+        let mut rep = [0u8; 16];
+        self.s.read_exact(&mut rep)?;
+        assert_eq!(&rep[..4], &0x6744_6698u32.to_be_bytes());
+        assert_eq!(&rep[8..], &self.handle.to_be_bytes());
+        Ok(u32::from_be_bytes(rep[4..8].try_into().unwrap()))
+    }
+
+    /// Writes; Ok(()) only when the server acknowledged it without error.
+    fn write(&mut self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        match self.request(1, offset, data.len() as u32, data)? {
+            0 => Ok(()),
+            e => Err(std::io::Error::other(format!("NBD error {e}"))),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self.request(3, 0, 0, &[])? {
+            0 => Ok(()),
+            e => Err(std::io::Error::other(format!("NBD error {e}"))),
+        }
+    }
+}
+
+const BLOCK: usize = 64 * 1024;
+
+/// Block `block` as written by write number `seq`: the seq in the first 8
+/// bytes, the block number in the next 8, then a fill byte.
+fn stamped(seq: u64, block: u64) -> Vec<u8> {
+    let mut b = vec![(seq % 251) as u8 + 1; BLOCK];
+    b[..8].copy_from_slice(&seq.to_be_bytes());
+    b[8..16].copy_from_slice(&block.to_be_bytes());
+    b
+}
+
+/// The write numbers found in an image file (0 = never written), checking
+/// each block is whole.
+fn stamps(image: &[u8]) -> Vec<u64> {
+    image
+        .chunks(BLOCK)
+        .enumerate()
+        .map(|(i, b)| {
+            if b.iter().all(|x| *x == 0) {
+                return 0;
+            }
+            let seq = u64::from_be_bytes(b[..8].try_into().unwrap());
+            assert!(b == stamped(seq, i as u64).as_slice(), "block {i} is torn or foreign");
+            seq
+        })
+        .collect()
+}
+
+/// Write `seq` goes to block `seq * 7 % blocks` (every block, scattered
+/// over the objects).
+fn block_of(seq: u64, blocks: u64) -> u64 {
+    seq * 7 % blocks
+}
+
+#[test]
+fn rbd_snapshots_are_consistent_points_in_time_and_clones_copy_on_write() {
+    let mut dev = Dev::up("1G");
+    let blocks = 256u64; // 16 MiB in 64 KiB blocks, 1 MiB objects
+    dev.ok(&["rbd", "create", "vm", "--size", "16M", "--object-size", "1M"]);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let s0 = dev.serve(&["vm", "--listen", &listen]);
+
+    // A writer stamps blocks one write at a time, noting when each was
+    // sent and acknowledged; a snapshot is taken while it runs.
+    type Log = Vec<(u64, Instant, Option<Instant>)>;
+    let log: std::sync::Arc<std::sync::Mutex<Log>> = Default::default();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (log, stop, listen) = (log.clone(), stop.clone(), listen.clone());
+        std::thread::spawn(move || {
+            let mut c = NbdClient::connect(&listen, "vm");
+            let mut seq = 1u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && seq < 100_000 {
+                let b = block_of(seq, blocks);
+                let sent = Instant::now();
+                log.lock().unwrap().push((seq, sent, None));
+                c.write(b * BLOCK as u64, &stamped(seq, b)).unwrap();
+                log.lock().unwrap().last_mut().unwrap().2 = Some(Instant::now());
+                seq += 1;
+            }
+            c.flush().unwrap();
+        })
+    };
+    let t_wait = Instant::now();
+    while log.lock().unwrap().len() < 300 {
+        assert!(t_wait.elapsed() < Duration::from_secs(60), "writer too slow");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = Instant::now();
+    dev.ok(&["rbd", "snap", "create", "vm@s1"]);
+    let after = Instant::now();
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let log = log.lock().unwrap().clone();
+    // Acked before the snapshot call began / sent after it returned.
+    let acked_before = log
+        .iter()
+        .filter(|(_, _, a)| a.is_some_and(|a| a < before))
+        .map(|(s, _, _)| *s)
+        .max()
+        .unwrap();
+    let sent_after = log
+        .iter()
+        .filter(|(_, s, _)| *s > after)
+        .map(|(s, _, _)| *s)
+        .min()
+        .expect("no write was sent after the snapshot");
+    let snap_file = dev.path("s1.img");
+    dev.ok(&["rbd", "export", "vm@s1", snap_file.to_str().unwrap()]);
+    let found = stamps(&std::fs::read(&snap_file).unwrap());
+    let newest = *found.iter().max().unwrap();
+    assert!(
+        newest >= acked_before && newest < sent_after,
+        "snapshot holds writes up to {newest}; acked before it: {acked_before}, sent after: {sent_after}"
+    );
+    // Exactly the image after write `newest`: a point in time.
+    let mut expect = vec![0u64; blocks as usize];
+    for seq in 1..=newest {
+        expect[block_of(seq, blocks) as usize] = seq;
+    }
+    assert_eq!(found, expect, "the snapshot is not a point in time");
+    eprintln!(
+        "snapshot under load: holds writes 1..={newest} (acked before the call: {acked_before}, \
+         first sent after it returned: {sent_after}; the call took {:?})",
+        after - before
+    );
+
+    // The head kept going; snapshot lists and the info show it.
+    let head_file = dev.path("head.img");
+    dev.stop(s0);
+    dev.ok(&["rbd", "export", "vm", head_file.to_str().unwrap()]);
+    let head = stamps(&std::fs::read(&head_file).unwrap());
+    assert!(head.iter().max().unwrap() > &newest);
+    let ls = dev.ok(&["rbd", "snap", "ls", "vm"]);
+    assert!(ls.contains("s1") && ls.contains("16 MiB"), "{ls}");
+    assert!(dev.ok(&["rbd", "info", "vm"]).contains("snapshot_count: 1"));
+    assert!(dev.ok(&["rbd", "ls", "-l"]).contains("vm@s1"));
+    let e = dev.fails(&["rbd", "snap", "create", "vm@s1"]);
+    assert!(e.contains("already has a snapshot named 's1'"), "{e}");
+    let e = dev.fails(&["rbd", "rm", "vm"]);
+    assert!(e.contains("has snapshots"), "{e}");
+
+    // A snapshot served over NBD is read-only and reads the snapshot.
+    let s1 = dev.serve(&["vm@s1", "--listen", &listen]);
+    {
+        let mut c = NbdClient::connect(&listen, "vm@s1");
+        assert!(c.write(0, &[1u8; 512]).is_err(), "a snapshot accepted a write");
+    }
+    if have("qemu-img", "qemu-utils") {
+        let out = dev.path("s1-nbd.img");
+        let url = format!("nbd://{listen}/vm@s1");
+        let (ok, text) = tool(
+            "qemu-img",
+            &["convert", "-f", "raw", "-O", "raw", &url, out.to_str().unwrap()],
+            Duration::from_secs(60),
+        );
+        assert!(ok, "{text}");
+        assert_eq!(stamps(&std::fs::read(&out).unwrap()), expect);
+    }
+    dev.stop(s1);
+
+    // Protect, clone (reads fall through, writes copy up), unprotect refused.
+    let e = dev.fails(&["rbd", "clone", "vm@s1", "child"]);
+    assert!(e.contains("not protected"), "{e}");
+    dev.ok(&["rbd", "snap", "protect", "vm@s1"]);
+    let e = dev.fails(&["rbd", "snap", "rm", "vm@s1"]);
+    assert!(e.contains("protected from removal"), "{e}");
+    dev.ok(&["rbd", "clone", "vm@s1", "child"]);
+    let info = dev.ok(&["rbd", "info", "child"]);
+    assert!(info.contains("parent: rbd/vm@s1"), "{info}");
+    let e = dev.fails(&["rbd", "snap", "unprotect", "vm@s1"]);
+    assert!(e.contains("child(ren)") && e.contains("rbd/child"), "{e}");
+    let s2 = dev.serve(&["child", "--listen", &listen]);
+    {
+        let mut c = NbdClient::connect(&listen, "child");
+        c.write(BLOCK as u64, &stamped(999_999, 1)).unwrap();
+        c.flush().unwrap();
+    }
+    dev.stop(s2);
+    let child_file = dev.path("child.img");
+    dev.ok(&["rbd", "export", "child", child_file.to_str().unwrap()]);
+    let mut child_expect = expect.clone();
+    child_expect[1] = 999_999;
+    assert_eq!(stamps(&std::fs::read(&child_file).unwrap()), child_expect);
+    // Only the written object was copied up.
+    assert_eq!(used_bytes(&dev, "child"), 1 << 20);
+    dev.ok(&["rbd", "flatten", "child"]);
+    assert!(!dev.ok(&["rbd", "info", "child"]).contains("parent:"));
+    std::fs::remove_file(&child_file).unwrap();
+    dev.ok(&["rbd", "export", "child", child_file.to_str().unwrap()]);
+    assert_eq!(stamps(&std::fs::read(&child_file).unwrap()), child_expect);
+    dev.ok(&["rbd", "snap", "unprotect", "vm@s1"]);
+
+    // Rollback: the head becomes the snapshot again.
+    dev.ok(&["rbd", "snap", "rollback", "vm@s1"]);
+    std::fs::remove_file(&head_file).unwrap();
+    dev.ok(&["rbd", "export", "vm", head_file.to_str().unwrap()]);
+    assert_eq!(stamps(&std::fs::read(&head_file).unwrap()), expect);
+
+    // Removing the snapshot trims its clones; then the image can go.
+    dev.ok(&["rbd", "snap", "rm", "vm@s1"]);
+    assert_eq!(dev.ok(&["rbd", "snap", "ls", "vm"]), "");
+    dev.ok(&["rbd", "rm", "vm"]);
+    dev.ok(&["rbd", "rm", "child"]);
+
+    // Images whose data is erasure-coded refuse snapshots plainly.
+    dev.ok(&["rbd", "create", "ecvm", "--size", "8M", "--data-pool", "ec21"]);
+    let e = dev.fails(&["rbd", "snap", "create", "ecvm@s"]);
+    assert!(e.contains("erasure-coded"), "{e}");
+}
+
+/// Issue 8's crash test on three real node daemons (mon + one OSD each,
+/// pool size 3 / min_size 2): while a client streams flushed writes through
+/// `rbd serve`, node c (its OSD and mon) is SIGKILLed and then the NBD
+/// server too. After breaking the lock and serving again, every write
+/// flushed before the kill reads back (each block whole: the flushed
+/// write or a newer acknowledged one), also after node c is back and the
+/// PGs are clean again.
+#[test]
+fn rbd_nbd_server_and_an_osd_killed_mid_write() {
+    let mut c = common::Cluster::bootstrap();
+    c.join("b", &[]);
+    c.join("c", &[]);
+    c.until_quorum(3);
+    for (k, v) in [
+        ("osd_heartbeat_interval", "1"),
+        ("osd_heartbeat_grace", "3"),
+        ("osd_beacon_report_interval", "1"),
+    ] {
+        c.ok(&["config", "set", "osd", k, v]);
+    }
+    for n in &c.nodes {
+        let path = n.dir.join("disk0");
+        c.ok(&[
+            "disk",
+            "add",
+            path.to_str().unwrap(),
+            "--size",
+            "256M",
+            "--host",
+            &format!("node-{}", n.name),
+            "--data",
+            n.dir.to_str().unwrap(),
+        ]);
+    }
+    c.ok(&["osd", "pool", "create", "rbd", "16"]);
+    let clean = |within: Duration| {
+        let t0 = Instant::now();
+        loop {
+            let r = c.cairn(&["pg", "stat", "-f", "json"]);
+            let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap_or_default();
+            let total = v["num_pgs"].as_u64().unwrap_or(0);
+            let clean = v["by_state"]["active+clean"].as_u64().unwrap_or(0);
+            if total > 0 && clean == total {
+                return;
+            }
+            assert!(t0.elapsed() < within, "PGs not clean: {}", r.stdout);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    clean(Duration::from_secs(60));
+    let blocks = 512u64; // 32 MiB in 64 KiB blocks, 1 MiB objects
+    c.ok(&["rbd", "create", "vm", "--size", "32M", "--object-size", "1M"]);
+
+    let conf = c.nodes[0].conf();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let serve = |extra: &[&str], tag: &str| -> Child {
+        let out = c.tmp.path().join(format!("serve-{tag}.out"));
+        let mut child = Command::new(CAIRN)
+            .arg("-c")
+            .arg(&conf)
+            .args(["rbd", "serve", "vm", "--listen", &listen])
+            .args(extra)
+            .env_remove("CAIRN_CONF")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains("serving")
+        {
+            if let Ok(Some(st)) = child.try_wait() {
+                let err = std::fs::read_to_string(out.with_extension("err")).unwrap_or_default();
+                panic!("rbd serve exited {st}: {err}");
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "serve not ready");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    };
+    let mut server = serve(&[], "first");
+
+    // The writer: stamped 64 KiB writes, a flush after every fourth; it
+    // notes the last write covered by a successful flush.
+    let flushed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let writer = {
+        let (flushed, sent, listen) = (flushed.clone(), sent.clone(), listen.clone());
+        std::thread::spawn(move || {
+            let mut cl = NbdClient::connect(&listen, "vm");
+            for seq in 1..1_000_000u64 {
+                let b = block_of(seq, blocks);
+                sent.store(seq, std::sync::atomic::Ordering::SeqCst);
+                if cl.write(b * BLOCK as u64, &stamped(seq, b)).is_err() {
+                    return;
+                }
+                if seq % 4 == 0 {
+                    if cl.flush().is_err() {
+                        return;
+                    }
+                    flushed.store(seq, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    let t0 = Instant::now();
+    while flushed.load(std::sync::atomic::Ordering::SeqCst) < 200 {
+        assert!(t0.elapsed() < Duration::from_secs(90), "writer too slow");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.kill9("c");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = server.kill();
+    let _ = server.wait();
+    let t0 = Instant::now();
+    while !writer.is_finished() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "writer hangs");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    writer.join().unwrap();
+    let flushed = flushed.load(std::sync::atomic::Ordering::SeqCst);
+    let sent = sent.load(std::sync::atomic::Ordering::SeqCst);
+
+    let check = |tag: &str| {
+        let file = c.tmp.path().join(format!("{tag}.img"));
+        let r = c.cairn(&["rbd", "export", "vm", file.to_str().unwrap()]);
+        assert!(r.ok, "export: {r:?}");
+        let found = stamps(&std::fs::read(&file).unwrap());
+        let mut need = vec![0u64; blocks as usize];
+        for seq in 1..=flushed {
+            need[block_of(seq, blocks) as usize] = seq;
+        }
+        for (b, (have, need)) in found.iter().zip(&need).enumerate() {
+            assert!(
+                *have >= *need && *have <= sent,
+                "{tag}: block {b} holds write {have}; flushed {need}, last sent {sent}"
+            );
+        }
+        found
+    };
+    // Reconnect: the dead server's lock must be broken explicitly.
+    let r = c.cairn(&["rbd", "serve", "vm", "--listen", "127.0.0.1:0"]);
+    assert!(!r.ok && r.stderr.contains("locked by"), "{r:?}");
+    let mut server = serve(&["--break-lock"], "second");
+    {
+        let mut cl = NbdClient::connect(&listen, "vm");
+        cl.write(0, &stamped(sent + 1, 0)).unwrap();
+        cl.flush().unwrap();
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let degraded = check("degraded");
+    assert_eq!(degraded[0], sent + 1);
+    eprintln!(
+        "killed node c and the NBD server after {flushed} flushed writes ({sent} sent): \
+         everything flushed reads back"
+    );
+    let r = c.start("c");
+    assert!(r.ok, "restart c: {r:?}");
+    clean(Duration::from_secs(90));
+    assert_eq!(check("recovered"), degraded);
 }

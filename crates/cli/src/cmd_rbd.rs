@@ -563,13 +563,17 @@ async fn ls(g: &GlobalArgs, rbd: &Rbd, long: bool) -> Result<()> {
     if json_out(g) {
         let mut v = Vec::new();
         for (h, l) in &rows {
-            v.push(json!({"image": h.name, "id": h.id, "size": h.size_bytes, "format": 2,
+            v.push(
+                json!({"image": h.name, "id": h.id, "size": h.size_bytes, "format": 2,
                    "data_pool": h.data_pool, "parent": parent_of(h),
                    "lock_type": l.as_ref().map(|_| "exclusive"),
-                   "locker": l.as_ref().map(|l| l.owner.clone())}));
+                   "locker": l.as_ref().map(|l| l.owner.clone())}),
+            );
             for sn in &h.snapshots {
-                v.push(json!({"image": h.name, "snapshot": sn.name, "snapshot_id": sn.id,
-                       "size": sn.size_bytes, "format": 2, "protected": sn.protected.to_string()}));
+                v.push(
+                    json!({"image": h.name, "snapshot": sn.name, "snapshot_id": sn.id,
+                       "size": sn.size_bytes, "format": 2, "protected": sn.protected.to_string()}),
+                );
             }
         }
         return print_json(g, &json!(v));
@@ -577,8 +581,11 @@ async fn ls(g: &GlobalArgs, rbd: &Rbd, long: bool) -> Result<()> {
     let w = rows
         .iter()
         .flat_map(|(h, _)| {
-            std::iter::once(h.name.len())
-                .chain(h.snapshots.iter().map(|sn| h.name.len() + 1 + sn.name.len()))
+            std::iter::once(h.name.len()).chain(
+                h.snapshots
+                    .iter()
+                    .map(|sn| h.name.len() + 1 + sn.name.len()),
+            )
         })
         .max()
         .unwrap_or(4)
@@ -671,7 +678,12 @@ async fn info(g: &GlobalArgs, rbd: &Rbd, s: &Spec) -> Result<()> {
     Ok(())
 }
 
-async fn snap_cmd(g: &GlobalArgs, session: &Session, pool: Option<&str>, cmd: SnapCmd) -> Result<()> {
+async fn snap_cmd(
+    g: &GlobalArgs,
+    session: &Session,
+    pool: Option<&str>,
+    cmd: SnapCmd,
+) -> Result<()> {
     let rados = &session.rados;
     let open = |s: &Spec| -> Result<Rbd> {
         Rbd::new(rados, &s.pool).map_err(|e| anyhow!("pool '{}': {e}", s.pool))
@@ -687,10 +699,18 @@ async fn snap_cmd(g: &GlobalArgs, session: &Session, pool: Option<&str>, cmd: Sn
                     pool: h.data_pool.clone(),
                 })
                 .await
-                .map_err(|e| anyhow!("{s}@{snap}: allocating a snapshot id in pool '{}': {e}", h.data_pool))?;
-            let id = reply.json["snap_id"]
-                .as_u64()
-                .ok_or_else(|| anyhow!("the monitors answered the snapshot id request with {}", reply.json))?;
+                .map_err(|e| {
+                    anyhow!(
+                        "{s}@{snap}: allocating a snapshot id in pool '{}': {e}",
+                        h.data_pool
+                    )
+                })?;
+            let id = reply.json["snap_id"].as_u64().ok_or_else(|| {
+                anyhow!(
+                    "the monitors answered the snapshot id request with {}",
+                    reply.json
+                )
+            })?;
             rbd.snap_create(&s.name, &snap, id)
                 .await
                 .map_err(|e| anyhow!("{s}@{snap}: {e}"))?;
@@ -714,7 +734,12 @@ async fn snap_cmd(g: &GlobalArgs, session: &Session, pool: Option<&str>, cmd: Sn
             if snaps.is_empty() {
                 return Ok(());
             }
-            let w = snaps.iter().map(|sn| sn.name.len()).max().unwrap_or(4).max(4);
+            let w = snaps
+                .iter()
+                .map(|sn| sn.name.len())
+                .max()
+                .unwrap_or(4)
+                .max(4);
             println!("{:>6}  {:<w$}  {:>10}  PROTECTED", "SNAPID", "NAME", "SIZE");
             for sn in &snaps {
                 println!(

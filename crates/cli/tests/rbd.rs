@@ -946,7 +946,10 @@ fn stamps(image: &[u8]) -> Vec<u64> {
                 return 0;
             }
             let seq = u64::from_be_bytes(b[..8].try_into().unwrap());
-            assert!(b == stamped(seq, i as u64).as_slice(), "block {i} is torn or foreign");
+            assert!(
+                b == stamped(seq, i as u64).as_slice(),
+                "block {i} is torn or foreign"
+            );
             seq
         })
         .collect()
@@ -962,7 +965,15 @@ fn block_of(seq: u64, blocks: u64) -> u64 {
 fn rbd_snapshots_are_consistent_points_in_time_and_clones_copy_on_write() {
     let mut dev = Dev::up("1G");
     let blocks = 256u64; // 16 MiB in 64 KiB blocks, 1 MiB objects
-    dev.ok(&["rbd", "create", "vm", "--size", "16M", "--object-size", "1M"]);
+    dev.ok(&[
+        "rbd",
+        "create",
+        "vm",
+        "--size",
+        "16M",
+        "--object-size",
+        "1M",
+    ]);
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let s0 = dev.serve(&["vm", "--listen", &listen]);
@@ -990,7 +1001,10 @@ fn rbd_snapshots_are_consistent_points_in_time_and_clones_copy_on_write() {
     };
     let t_wait = Instant::now();
     while log.lock().unwrap().len() < 300 {
-        assert!(t_wait.elapsed() < Duration::from_secs(60), "writer too slow");
+        assert!(
+            t_wait.elapsed() < Duration::from_secs(60),
+            "writer too slow"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let before = Instant::now();
@@ -1052,14 +1066,25 @@ fn rbd_snapshots_are_consistent_points_in_time_and_clones_copy_on_write() {
     let s1 = dev.serve(&["vm@s1", "--listen", &listen]);
     {
         let mut c = NbdClient::connect(&listen, "vm@s1");
-        assert!(c.write(0, &[1u8; 512]).is_err(), "a snapshot accepted a write");
+        assert!(
+            c.write(0, &[1u8; 512]).is_err(),
+            "a snapshot accepted a write"
+        );
     }
     if have("qemu-img", "qemu-utils") {
         let out = dev.path("s1-nbd.img");
         let url = format!("nbd://{listen}/vm@s1");
         let (ok, text) = tool(
             "qemu-img",
-            &["convert", "-f", "raw", "-O", "raw", &url, out.to_str().unwrap()],
+            &[
+                "convert",
+                "-f",
+                "raw",
+                "-O",
+                "raw",
+                &url,
+                out.to_str().unwrap(),
+            ],
             Duration::from_secs(60),
         );
         assert!(ok, "{text}");
@@ -1112,7 +1137,15 @@ fn rbd_snapshots_are_consistent_points_in_time_and_clones_copy_on_write() {
     dev.ok(&["rbd", "rm", "child"]);
 
     // Images whose data is erasure-coded refuse snapshots plainly.
-    dev.ok(&["rbd", "create", "ecvm", "--size", "8M", "--data-pool", "ec21"]);
+    dev.ok(&[
+        "rbd",
+        "create",
+        "ecvm",
+        "--size",
+        "8M",
+        "--data-pool",
+        "ec21",
+    ]);
     let e = dev.fails(&["rbd", "snap", "create", "ecvm@s"]);
     assert!(e.contains("erasure-coded"), "{e}");
 }
@@ -1168,7 +1201,15 @@ fn rbd_nbd_server_and_an_osd_killed_mid_write() {
     };
     clean(Duration::from_secs(60));
     let blocks = 512u64; // 32 MiB in 64 KiB blocks, 1 MiB objects
-    c.ok(&["rbd", "create", "vm", "--size", "32M", "--object-size", "1M"]);
+    c.ok(&[
+        "rbd",
+        "create",
+        "vm",
+        "--size",
+        "32M",
+        "--object-size",
+        "1M",
+    ]);
 
     let conf = c.nodes[0].conf();
     let port = free_port();

@@ -98,7 +98,9 @@ impl IoCtx {
     /// its data: clones no snapshot needs any more are removed.
     pub async fn snap_trim(&self, oid: &str) -> Result<(), ClientError> {
         if self.snap.read_at != SNAP_HEAD {
-            return Err(ClientError::Protocol("snap_trim on a snapshot context".into()));
+            return Err(ClientError::Protocol(
+                "snap_trim on a snapshot context".into(),
+            ));
         }
         self.operate(oid, vec![SubOp::SnapTrim]).await.map(|_| ())
     }

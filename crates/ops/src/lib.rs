@@ -140,12 +140,37 @@ mod tests {
 
     #[test]
     fn snap_context_shape_is_checked() {
-        assert!(SnapContext { seq: 5, snaps: vec![5, 3, 1] }.validate().is_ok());
+        assert!(SnapContext {
+            seq: 5,
+            snaps: vec![5, 3, 1]
+        }
+        .validate()
+        .is_ok());
         assert!(SnapContext::default().validate().is_ok());
-        assert!(SnapContext { seq: 4, snaps: vec![5] }.validate().is_err());
-        assert!(SnapContext { seq: 5, snaps: vec![3, 3] }.validate().is_err());
-        assert!(SnapContext { seq: 5, snaps: vec![2, 3] }.validate().is_err());
-        assert!(SnapContext { seq: 5, snaps: vec![0] }.validate().is_err());
+        assert!(SnapContext {
+            seq: 4,
+            snaps: vec![5]
+        }
+        .validate()
+        .is_err());
+        assert!(SnapContext {
+            seq: 5,
+            snaps: vec![3, 3]
+        }
+        .validate()
+        .is_err());
+        assert!(SnapContext {
+            seq: 5,
+            snaps: vec![2, 3]
+        }
+        .validate()
+        .is_err());
+        assert!(SnapContext {
+            seq: 5,
+            snaps: vec![0]
+        }
+        .validate()
+        .is_err());
     }
 
     #[test]

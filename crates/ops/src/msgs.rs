@@ -16,19 +16,40 @@ use serde::{Deserialize, Serialize};
 pub enum Mutation {
     Touch,
     Remove,
-    Write { offset: u64, data: Bytes },
-    Truncate { size: u64 },
-    Zero { offset: u64, len: u64 },
-    SetAttr { name: String, value: Bytes },
-    RmAttr { name: String },
-    OmapSet { entries: Vec<(Bytes, Bytes)> },
-    OmapRm { keys: Vec<Bytes> },
+    Write {
+        offset: u64,
+        data: Bytes,
+    },
+    Truncate {
+        size: u64,
+    },
+    Zero {
+        offset: u64,
+        len: u64,
+    },
+    SetAttr {
+        name: String,
+        value: Bytes,
+    },
+    RmAttr {
+        name: String,
+    },
+    OmapSet {
+        entries: Vec<(Bytes, Bytes)>,
+    },
+    OmapRm {
+        keys: Vec<Bytes>,
+    },
     OmapClear,
     /// Preserves the head's current content as clone `clone` (its id is
     /// the writer's snap seq), before the entry's other mutations.
-    CloneHead { clone: u64 },
+    CloneHead {
+        clone: u64,
+    },
     /// Removes clone `clone` of the object (snap trimming).
-    RemoveClone { clone: u64 },
+    RemoveClone {
+        clone: u64,
+    },
 }
 
 /// What a log entry did to its object.

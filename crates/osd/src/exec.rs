@@ -1018,7 +1018,15 @@ mod snap_tests {
         assert_eq!(o.read_at(3).unwrap(), b"one");
         assert_eq!(o.clones(), vec![3, 5]);
         // A snapshot read cannot write.
-        let e = resolve_write(&o.store, o.coll, &o.name, &put(b"x"), Version::default(), None, 3);
+        let e = resolve_write(
+            &o.store,
+            o.coll,
+            &o.name,
+            &put(b"x"),
+            Version::default(),
+            None,
+            3,
+        );
         assert!(matches!(e, Err(OpError::Invalid(_))));
     }
 
@@ -1036,7 +1044,10 @@ mod snap_tests {
     fn removing_a_head_keeps_a_whiteout_while_clones_need_it() {
         let mut o = Obj::new();
         o.write(put(b"data"), None).unwrap();
-        assert_eq!(o.write(vec![SubOp::Remove], sc(2, &[2])).unwrap(), LogOp::Modify);
+        assert_eq!(
+            o.write(vec![SubOp::Remove], sc(2, &[2])).unwrap(),
+            LogOp::Modify
+        );
         assert_eq!(o.read_at(SNAP_HEAD), Err(OpError::NoEnt));
         assert_eq!(o.read_at(2).unwrap(), b"data");
         let page = list_client_objects(&o.store, o.coll, None, 10).unwrap().0;
@@ -1059,9 +1070,15 @@ mod snap_tests {
         let mut o = Obj::new();
         o.write(put(b"data"), None).unwrap();
         o.write(vec![SubOp::Remove], sc(2, &[2])).unwrap();
-        assert_eq!(o.write(vec![SubOp::SnapTrim], sc(2, &[])).unwrap(), LogOp::Delete);
+        assert_eq!(
+            o.write(vec![SubOp::SnapTrim], sc(2, &[])).unwrap(),
+            LogOp::Delete
+        );
         assert!(!o.store.exists(&o.coll, &store_oid(&o.name)).unwrap());
-        assert_eq!(o.write(vec![SubOp::SnapTrim], sc(2, &[])), Err(OpError::NoEnt));
+        assert_eq!(
+            o.write(vec![SubOp::SnapTrim], sc(2, &[])),
+            Err(OpError::NoEnt)
+        );
     }
 
     #[test]
@@ -1069,7 +1086,9 @@ mod snap_tests {
         let mut o = Obj::new();
         o.write(put(b"old"), None).unwrap();
         o.write(put(b"new"), sc(7, &[7])).unwrap();
-        let st = get_object_state(&o.store, o.coll, &o.name).unwrap().unwrap();
+        let st = get_object_state(&o.store, o.coll, &o.name)
+            .unwrap()
+            .unwrap();
         assert_eq!(st.clones.len(), 1);
         let mut other = Obj::new();
         let mut t = Transaction::new();

@@ -282,7 +282,10 @@ impl Rbd {
     ) -> Result<bool, RbdError> {
         let key = format!("{SNAP_REQUEST_PREFIX}{snap_id:016x}").into_bytes();
         self.meta_io()
-            .omap_set(&header_object(id), vec![(key.clone(), snap.as_bytes().to_vec())])
+            .omap_set(
+                &header_object(id),
+                vec![(key.clone(), snap.as_bytes().to_vec())],
+            )
             .await?;
         let listed = |h: &ImageHeader| h.snapshots.iter().any(|s| s.id == snap_id);
         loop {
@@ -446,10 +449,13 @@ impl Rbd {
     ) -> Result<ImageHeader, RbdError> {
         let pid = self.image_id(parent).await?;
         let ph = self.read_header(parent, &pid).await?;
-        let s = ph.snap(snap).cloned().ok_or_else(|| RbdError::SnapNotFound {
-            image: parent.to_string(),
-            snap: snap.to_string(),
-        })?;
+        let s = ph
+            .snap(snap)
+            .cloned()
+            .ok_or_else(|| RbdError::SnapNotFound {
+                image: parent.to_string(),
+                snap: snap.to_string(),
+            })?;
         if !s.protected {
             return Err(RbdError::SnapNotProtected {
                 image: parent.to_string(),
@@ -646,10 +652,13 @@ impl Image {
         progress: crate::transfer::Progress<'_>,
     ) -> Result<(), RbdError> {
         let h = self.writer.header.lock().await.clone();
-        let s = h.snap(snap).cloned().ok_or_else(|| RbdError::SnapNotFound {
-            image: self.name().to_string(),
-            snap: snap.to_string(),
-        })?;
+        let s = h
+            .snap(snap)
+            .cloned()
+            .ok_or_else(|| RbdError::SnapNotFound {
+                image: self.name().to_string(),
+                snap: snap.to_string(),
+            })?;
         if s.size_bytes != self.size_bytes() {
             self.resize(s.size_bytes).await?;
         }

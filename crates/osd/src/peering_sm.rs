@@ -1065,6 +1065,7 @@ mod tests {
             data: bytes::Bytes::from_static(b"B"),
             attrs: vec![],
             omap: vec![],
+            clones: vec![],
         };
         let got = vec![(names[0].0, names[0].1.clone(), Some(st))];
         let out = sm.handle(PeeringInput::Pulled {

@@ -64,6 +64,7 @@ async fn image_as_a_file_on_fuse() {
 
     let rbd2 = rbd.clone();
     let path = file.clone();
+    let rt = tokio::runtime::Handle::current();
     // Blocking file I/O runs off the runtime that serves the requests.
     tokio::task::spawn_blocking(move || {
         let t0 = std::time::Instant::now();
@@ -90,11 +91,9 @@ async fn image_as_a_file_on_fuse() {
         let mut back = vec![0u8; data.len()];
         f.read_exact_at(&mut back, MIB - 64 * KIB).unwrap();
         assert!(back == data);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let used = |rt: &tokio::runtime::Runtime| rt.block_on(rbd2.du("disk")).unwrap();
+        // On the test's runtime: a connection opened from a temporary
+        // runtime would go dead with it (and with it later ops).
+        let used = |rt: &tokio::runtime::Handle| rt.block_on(rbd2.du("disk")).unwrap();
         assert_eq!(used(&rt).objects, 4);
 
         // PUNCH_HOLE|KEEP_SIZE (a loop device's discard) frees objects.

@@ -141,6 +141,7 @@ mod tests {
                 data: bytes::Bytes::copy_from_slice(d),
                 attrs: vec![],
                 omap: vec![],
+                clones: vec![],
             })
         };
         let name = ObjectName::new("", "a");

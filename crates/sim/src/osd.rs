@@ -743,6 +743,7 @@ impl World {
                     data: data.clone(),
                     attrs: vec![],
                     omap: vec![],
+                    clones: vec![],
                 }),
                 LogOp::Modify,
                 Ok(vec![SubOpOutput::None]),

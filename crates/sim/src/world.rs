@@ -1079,6 +1079,8 @@ impl World {
                     pgid,
                     oid,
                     ops: op.ops.clone(),
+                    snapc: None,
+                    snap: cairn_ops::SNAP_HEAD,
                 },
             ))
         });

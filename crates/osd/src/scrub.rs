@@ -300,7 +300,8 @@ fn list_range(
             if u64::from(o.hash.reverse_bits()) >= range.end {
                 return Ok((out, false));
             }
-            if crate::ec_exec::is_internal_ns(&o.namespace) {
+            // Snapshot clones travel with (and are read through) their head.
+            if crate::ec_exec::is_internal_ns(&o.namespace) || o.snap != cairn_store::SNAP_HEAD {
                 continue;
             }
             if out.len() >= limit {
@@ -1335,6 +1336,7 @@ mod tests {
                         exec::encode_version(Version { epoch: 1, seq: 1 }),
                     )],
                     omap: vec![],
+                    clones: vec![],
                 }),
             );
         }

@@ -630,6 +630,7 @@ fn run_daemon_foreground(conf_path: &Path) -> Result<()> {
             .unwrap_or_else(|| vec![addr]);
         let osds = tokio::spawn(crate::osdhost::run(
             dir.clone(),
+            Arc::new(conf.clone()),
             osd_ip,
             mon_addrs,
             mon_client,

@@ -11,7 +11,7 @@ use anyhow::{anyhow, Context, Result};
 use cairn_map::{MonCommand, OsdReported};
 use cairn_mon::MonClient;
 use cairn_msg::{Credentials, Keyring};
-use cairn_osd::{Osd, OsdConfig};
+use cairn_osd::{MemoryBudget, Osd, OsdConfig};
 use cairn_store::{Store, StoreConfig};
 use cairn_types::EntityName;
 use serde::{Deserialize, Serialize};
@@ -35,7 +35,11 @@ const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 const REBOOT_INTERVAL: Duration = Duration::from_secs(3);
 /// Bound on each command this daemon sends to the monitors.
 const MON_CMD_TIMEOUT: Duration = Duration::from_secs(10);
-/// Store cache per OSD (part of the daemon's memory budget).
+/// How often the daemon hands heap memory freed by its OSDs back to the
+/// kernel (see [`trim_heap`]).
+const HEAP_TRIM_INTERVAL: Duration = Duration::from_secs(2);
+/// Store cache per OSD when no memory target is known (tools that open a
+/// store outside the daemon).
 pub const OSD_STORE_CACHE_BYTES: u64 = 64 << 20;
 
 /// One disk of this node, as `disk add` recorded it (`osds/osd.N/osd.json`).
@@ -65,6 +69,15 @@ impl OsdRecord {
         cfg.data_bytes = self.data_bytes;
         cfg.cache_bytes = OSD_STORE_CACHE_BYTES;
         cfg.meta_reserve_bytes = 16 << 20;
+        cfg
+    }
+
+    /// The store config with its cache and write queue sized from the
+    /// OSD's memory budget.
+    pub fn store_config_within(&self, budget: &MemoryBudget) -> StoreConfig {
+        let mut cfg = self.store_config();
+        cfg.cache_bytes = budget.store_cache_bytes;
+        cfg.max_inflight_bytes = budget.store_inflight_bytes;
         cfg
     }
 
@@ -118,6 +131,7 @@ pub fn bind_ip(conf: &cairn_types::Conf) -> IpAddr {
 /// (through `mon`, the daemon's own mon credentials) and stops them.
 pub async fn run(
     node: PathBuf,
+    conf: Arc<cairn_types::Conf>,
     ip: IpAddr,
     mon_addrs: Vec<SocketAddr>,
     mon: Arc<MonClient>,
@@ -125,6 +139,7 @@ pub async fn run(
 ) {
     let mut running: HashMap<i32, (watch::Sender<bool>, tokio::task::JoinHandle<()>)> =
         HashMap::new();
+    let trimmer = tokio::spawn(trim_heap_periodically());
     loop {
         match OsdRecord::load_all(&node) {
             Ok(recs) => {
@@ -137,6 +152,7 @@ pub async fn run(
                         let (tx, rx) = watch::channel(false);
                         let h = tokio::spawn(supervise(
                             node.clone(),
+                            conf.clone(),
                             rec.clone(),
                             ip,
                             mon_addrs.clone(),
@@ -179,12 +195,36 @@ pub async fn run(
         let _ = tx.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
     }
+    trimmer.abort();
+}
+
+/// Calls [`trim_heap`] every [`HEAP_TRIM_INTERVAL`] (on the blocking pool).
+async fn trim_heap_periodically() {
+    loop {
+        tokio::time::sleep(HEAP_TRIM_INTERVAL).await;
+        let _ = tokio::task::spawn_blocking(trim_heap).await;
+    }
+}
+
+/// Returns free heap pages to the kernel. glibc keeps memory freed into
+/// its per-thread arenas (4 MiB op buffers come from the arenas, not from
+/// mmap, once the OSD warmed the allocator; see cairn-osd's `ec_io`), so
+/// without this the daemon's RSS stays at the high-water mark of every
+/// arena rather than following what is in use. A no-op elsewhere.
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own heap structures under
+    // their locks; it has no preconditions on the caller.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Keeps one OSD running: starts it, restarts it after a failure with a
 /// growing backoff, stops it when asked.
 async fn supervise(
     node: PathBuf,
+    conf: Arc<cairn_types::Conf>,
     rec: OsdRecord,
     ip: IpAddr,
     mon_addrs: Vec<SocketAddr>,
@@ -193,7 +233,7 @@ async fn supervise(
     let mut backoff = RESTART_BACKOFF_MIN;
     loop {
         let started = Instant::now();
-        match run_one(&node, &rec, ip, &mon_addrs, &mut stop).await {
+        match run_one(&node, &conf, &rec, ip, &mon_addrs, &mut stop).await {
             Ok(()) => return,
             Err(e) => tracing::error!("osd.{}: {e:#}; retrying in {backoff:?}", rec.id),
         }
@@ -208,9 +248,25 @@ async fn supervise(
     }
 }
 
+/// `osd_memory_target` of osd.`id`: cairn.conf (`[osd.N]`, `[osd]`,
+/// `[global]`) wins over the central config (`cairn config set`), which
+/// falls back to the option's default. Read when the OSD starts.
+fn memory_target(conf: &cairn_types::Conf, map: &cairn_map::ClusterMap, id: i32) -> Result<u64> {
+    let who = format!("osd.{id}");
+    let (text, from) = match conf.get(&who, "osd_memory_target") {
+        Some(v) => (v.to_string(), "cairn.conf"),
+        None => match map.config_value(&who, "osd_memory_target") {
+            Some(v) => (v, "the central config"),
+            None => return Ok(cairn_osd::budget::DEFAULT_MEMORY_TARGET_BYTES),
+        },
+    };
+    MemoryBudget::parse_target(&text).map_err(|e| anyhow!("{who}: {e} (from {from})"))
+}
+
 /// Runs one OSD until stopped (Ok) or until it cannot continue (Err).
 async fn run_one(
     node: &Path,
+    conf: &cairn_types::Conf,
     rec: &OsdRecord,
     ip: IpAddr,
     mon_addrs: &[SocketAddr],
@@ -223,7 +279,26 @@ async fn run_one(
         .get(&me)
         .map(|e| e.secret.clone())
         .ok_or_else(|| anyhow!("{} has no key for {me}", rec.keyring_path(node).display()))?;
-    let cfg = rec.store_config();
+    let mon = Arc::new(MonClient::new(
+        mon_addrs.to_vec(),
+        Credentials::Key {
+            name: me.clone(),
+            secret: secret.clone(),
+        },
+        MON_CMD_TIMEOUT,
+    ));
+    let map_rx = crate::conn::follow_map(&mon).await?;
+    let target = memory_target(conf, &map_rx.borrow(), id)?;
+    let budget = MemoryBudget::from_target(target);
+    tracing::info!(
+        "osd.{id}: osd_memory_target {} MiB: store cache {} MiB, client bytes in flight {} MiB, connection windows {} MiB, pg log <= {} entries",
+        budget.target_bytes >> 20,
+        budget.store_cache_bytes >> 20,
+        budget.client_inflight_bytes >> 20,
+        budget.connection_window_bytes >> 20,
+        budget.max_log_entries
+    );
+    let cfg = rec.store_config_within(&budget);
     let store = tokio::task::spawn_blocking(move || Store::open(cfg))
         .await
         .map_err(|e| anyhow!("store open task: {e}"))?
@@ -234,15 +309,6 @@ async fn run_one(
             )
         })?;
     let statfs = store.statfs().ok();
-    let mon = Arc::new(MonClient::new(
-        mon_addrs.to_vec(),
-        Credentials::Key {
-            name: me.clone(),
-            secret: secret.clone(),
-        },
-        MON_CMD_TIMEOUT,
-    ));
-    let map_rx = crate::conn::follow_map(&mon).await?;
     let (req_tx, mut req_rx) = tokio::sync::mpsc::channel::<MonCommand>(256);
     let fwd_mon = mon.clone();
     let fwd = tokio::spawn(async move {
@@ -252,7 +318,7 @@ async fn run_one(
             }
         }
     });
-    let mut ocfg = OsdConfig::new(id, secret);
+    let mut ocfg = OsdConfig::new(id, secret).with_memory_target(budget.target_bytes);
     ocfg.bind_addr = SocketAddr::new(ip, 0);
     let osd = Osd::start_with_mon(ocfg, store, map_rx.clone(), Some(req_tx))
         .await

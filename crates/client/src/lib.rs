@@ -47,10 +47,9 @@ impl Default for SnapArgs {
 }
 pub use striper::{Extent, Striper};
 
-use bytes::Bytes;
 use cairn_map::ClusterMap;
 use cairn_msg::{connect, Connection, Credentials, MsgConfig};
-use cairn_ops::{decode, encode, msg_type, OpReply, OpRequest, OpStatus, ReqId};
+use cairn_ops::{decode_shared, encode, msg_type, OpReply, OpRequest, OpStatus, ReqId};
 use cairn_types::{EntityName, PgId};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -299,7 +298,7 @@ impl Rados {
                     continue;
                 }
             };
-            let reply: OpReply = decode("op reply", &Bytes::from(m.payload.to_vec()))
+            let reply: OpReply = decode_shared("op reply", &m.payload)
                 .map_err(|e| ClientError::Protocol(format!("osd.{osd}: {e}")))?;
             match &reply.status {
                 OpStatus::Done(_) => return Ok(reply),

@@ -286,8 +286,8 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
             min: 128 * MIB,
             max: 64 * TIB,
         },
-        "1073741824",
-        "memory budget of one OSD in bytes",
+        "335544320",
+        "memory budget of one OSD in bytes (store cache, in-flight client bytes, PG logs; read at OSD start)",
     ),
     opt(
         "osd_pool_default_crush_rule",

@@ -72,7 +72,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         secret: key,
     };
     let conn = connect(addr, &creds, None, &cfg).await?;
-    println!("cairn-msg loopback benchmark, {secs} s per case, HMAC-SHA256 signed frames");
+    println!("cairn-msg loopback benchmark, {secs} s per case, keyed-BLAKE3 signed frames");
     {
         let k = cairn_msg::auth::FrameKey::new(&Secret::generate());
         let buf = vec![7u8; 64 << 20];

@@ -220,33 +220,56 @@ pub(crate) fn mac_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && bool::from(a.ct_eq(b))
 }
 
-/// A frame MAC key (one per direction) with a precomputed HMAC state.
+/// Context string that turns a direction's session key into its frame MAC
+/// key (BLAKE3 key derivation), so the MAC key is never the raw session
+/// secret the handshake PRF also uses.
+const FRAME_KEY_CONTEXT: &str = "cairn frame mac v2 2026-11-22";
+
+/// A frame MAC key (one per direction): keyed BLAKE3 under a key derived
+/// from the direction's session secret.
+///
+/// Why BLAKE3 and not HMAC-SHA256 (wire version 1): keyed BLAKE3 is a PRF
+/// designed to be used as a MAC, with the same 256-bit key and, truncated
+/// to 128 bits, the same forgery bound (2^-128 per attempt) as the
+/// truncated HMAC it replaces; on this project's x86-64 machines it runs
+/// 3-4x faster (SIMD over 1 KiB chunks), and every payload byte is MACed
+/// twice per hop. What the MAC covers is unchanged: the whole header
+/// (sequence number included, so replays and reorders stay detectable) and
+/// every payload byte. A MAC over the header and the payload's crc32c
+/// instead was rejected: crc32c is linear and unkeyed, so an on-path
+/// attacker could change a payload while keeping its checksum.
 #[derive(Clone)]
 pub struct FrameKey {
-    base: HmacSha256,
+    key: [u8; 32],
 }
 
 impl FrameKey {
     pub fn new(key: &Secret) -> FrameKey {
         FrameKey {
-            base: <HmacSha256 as Mac>::new_from_slice(key.as_bytes())
-                .unwrap_or_else(|_| unreachable!("HMAC takes any key length")),
+            key: blake3::derive_key(FRAME_KEY_CONTEXT, key.as_bytes()),
         }
     }
 
-    /// HMAC-SHA256 over `header || payload`, truncated to 16 bytes.
+    /// Keyed BLAKE3 over `header || payload`, truncated to 16 bytes. The
+    /// header has a fixed length, so the concatenation is unambiguous.
     pub fn sign(&self, header: &[u8], payload: &[u8]) -> [u8; FRAME_MAC_LEN] {
-        let mut mac = self.base.clone();
-        mac.update(header);
-        mac.update(payload);
-        let full = mac.finalize().into_bytes();
+        let mut h = blake3::Hasher::new_keyed(&self.key);
+        h.update(header);
+        h.update(payload);
+        let full = h.finalize();
         let mut out = [0u8; FRAME_MAC_LEN];
-        out.copy_from_slice(&full[..FRAME_MAC_LEN]);
+        out.copy_from_slice(&full.as_bytes()[..FRAME_MAC_LEN]);
         out
     }
 
     pub fn verify(&self, header: &[u8], payload: &[u8], mac: &[u8]) -> bool {
         mac_eq(&self.sign(header, payload), mac)
+    }
+}
+
+impl Drop for FrameKey {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.key);
     }
 }
 

@@ -11,7 +11,7 @@ use crate::auth::{FrameKey, FRAME_MAC_LEN};
 /// First bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"CAIR";
 /// Wire format version carried in every frame header.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 /// Size of the fixed frame header.
 pub const HEADER_LEN: usize = 56;
 /// Bytes of the header covered by the MAC (everything before the MAC).

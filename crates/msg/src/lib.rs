@@ -1,6 +1,6 @@
 //! cairn-msg: the wire between every Cairn daemon and client. Framed,
 //! versioned messages over TCP with mutual challenge–response
-//! authentication, per-frame HMAC signing with sequence numbers,
+//! authentication, per-frame MAC signing (keyed BLAKE3) with sequence numbers,
 //! keepalives, bounded message sizes and in-flight bytes (backpressure), and
 //! a reconnecting `Peer`. It does not interpret message payloads or caps.
 //!

@@ -35,6 +35,7 @@ pub struct EcChunkData {
     /// Stored attributes (only when asked for).
     pub attrs: Vec<(String, Bytes)>,
     /// One buffer per requested range, zero-padded to the requested length.
+    #[serde(deserialize_with = "crate::shared::bytes_vec")]
     pub data: Vec<Bytes>,
 }
 

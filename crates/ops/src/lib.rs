@@ -10,11 +10,13 @@ mod ec;
 mod msgs;
 mod op;
 mod scrub;
+pub mod shared;
 
 pub use ec::*;
 pub use msgs::*;
 pub use op::*;
 pub use scrub::*;
+pub use shared::decode_shared;
 
 /// Message type numbers on a `cairn-msg` connection (0x05xx = OSD family).
 pub mod msg_type {

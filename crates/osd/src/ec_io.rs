@@ -12,7 +12,7 @@ use crate::runtime::Shared;
 use bytes::Bytes;
 use cairn_ec::{ChunkRead, ShardWrite};
 use cairn_ops::{
-    decode, encode, msg_type, EcRead, EcReadFail, EcReadReply, ObjectName, OpError, OpReply,
+    decode_shared, encode, msg_type, EcRead, EcReadFail, EcReadReply, ObjectName, OpError, OpReply,
     OpRequest, OpStatus, SubOp, SubOpOutput, Version,
 };
 use cairn_store::CollectionId;
@@ -374,7 +374,7 @@ pub(crate) async fn call_read(
         .call(msg_type::EC_READ, encode(req), shared.cfg.peer_timeout)
         .await
         .map_err(|e| EcReadFail::Other(format!("osd.{osd}: {e}")))?;
-    let r: EcReadReply = decode("ec read reply", &m.payload)
+    let r: EcReadReply = decode_shared("ec read reply", &m.payload)
         .map_err(|e| EcReadFail::Other(format!("osd.{osd}: {e}")))?;
     r.result
 }

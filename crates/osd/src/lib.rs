@@ -16,6 +16,8 @@
 //! - `heartbeat`: pings to PG peers and neighbours, failure reports to the
 //!   monitors (`HeartbeatTracker` is the pure part).
 //! - `beacon`: periodic usage and PG statistics to the monitors.
+//! - `budget`: `osd_memory_target` split into cache sizes, in-flight byte
+//!   limits and PG log lengths.
 //! - `ec_pool`, `ec_exec`, `ec_io`, `ec_peering`: erasure-coded PGs (one
 //!   store collection per shard; the primary encodes, gathers chunks for
 //!   reads and rebuilds missing shards at activation).
@@ -25,6 +27,7 @@
 pub mod auth;
 mod backfill;
 mod beacon;
+pub mod budget;
 mod ec_exec;
 mod ec_io;
 mod ec_peering;
@@ -37,6 +40,7 @@ pub mod pg;
 mod runtime;
 mod scrub;
 
+pub use budget::MemoryBudget;
 pub use ec_io::{ec_encode_totals, EcEncodeTotals};
 pub use pg::{PgLimits, PgState, Role};
 pub use runtime::{MapSource, MonRequests, Osd, OsdConfig, OsdError, PgStat};

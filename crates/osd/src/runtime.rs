@@ -5,6 +5,7 @@
 //! creates PGs this OSD holds. Owns no protocol decisions (see `pg`).
 
 use crate::auth::{check_op_caps, is_peer_osd, MapKeys};
+use crate::budget::MemoryBudget;
 use crate::ec_exec;
 use crate::ec_io::EcTarget;
 use crate::ec_pool::EcPg;
@@ -15,9 +16,9 @@ use bytes::Bytes;
 use cairn_map::{ClusterMap, PgRecoveryCounts, PoolKind};
 use cairn_msg::{connect, Connection, Credentials, Listener, Message, MsgConfig, MsgError, Secret};
 use cairn_ops::{
-    decode, encode, msg_type, EcRead, EcRollback, EcRollbackReply, LogEntry, LogOp, Mutation,
-    OpError, OpReply, OpRequest, OpStatus, PgBackfill, PgBackfillAck, PgInfo, PgNotify, PgPull,
-    PgPush, PgPushReply, PgQuery, PgRemove, PullReply, RepOp, RepOpAck, SubOp, SubOpOutput,
+    decode, decode_shared, encode, msg_type, EcRead, EcRollback, EcRollbackReply, LogEntry, LogOp,
+    Mutation, OpError, OpReply, OpRequest, OpStatus, PgBackfill, PgBackfillAck, PgInfo, PgNotify,
+    PgPull, PgPush, PgPushReply, PgQuery, PgRemove, PullReply, RepOp, RepOpAck, SubOp, SubOpOutput,
     Version,
 };
 use cairn_store::{CollectionId, Store, StoreError, Transaction};
@@ -76,6 +77,9 @@ pub struct OsdConfig {
     pub recovery_batch_bytes: u64,
     /// Period of the PG actors' housekeeping (resends, peering retries).
     pub tick: Duration,
+    /// `osd_memory_target` this config was sized from (see
+    /// [`OsdConfig::with_memory_target`]).
+    pub memory_target_bytes: u64,
 }
 
 impl OsdConfig {
@@ -92,7 +96,22 @@ impl OsdConfig {
             map_wait: Duration::from_secs(2),
             recovery_batch_bytes: 32 << 20,
             tick: Duration::from_millis(500),
+            memory_target_bytes: 0,
         }
+        .with_memory_target(crate::budget::DEFAULT_MEMORY_TARGET_BYTES)
+    }
+
+    /// Sizes what grows with load from `osd_memory_target`: client bytes in
+    /// flight, each connection's message windows and the PG log length
+    /// (the store's cache and write queue are sized by whoever opens the
+    /// store, from the same [`MemoryBudget`]).
+    pub fn with_memory_target(mut self, target_bytes: u64) -> OsdConfig {
+        let b = MemoryBudget::from_target(target_bytes);
+        self.memory_target_bytes = b.target_bytes;
+        self.client_message_size_cap_bytes = b.client_inflight_bytes;
+        self.msg.max_inflight_bytes = b.connection_window_bytes as usize;
+        self.pg.max_log_entries = b.max_log_entries;
+        self
     }
 }
 
@@ -284,6 +303,43 @@ fn commit_error(osd: i32, why: &str) -> OpError {
 
 pub(crate) fn coll_of(pgid: PgId) -> CollectionId {
     CollectionId::pg(pgid.pool.0, pgid.seed)
+}
+
+/// Transactions with at least this much payload are submitted through
+/// [`blocking_store_call`]: the store writes big data blocks (O_DIRECT) in
+/// the submitting thread.
+const BLOCKING_SUBMIT_BYTES: u64 = 64 << 10;
+
+/// Runs store work that blocks (a big write's data I/O in `submit`, a
+/// large read) from async code. On a multi-thread runtime the worker first
+/// hands its other tasks to another thread (`block_in_place`), so one PG's
+/// 4 MiB write or read does not stall every connection, PG and heartbeat
+/// task queued on that worker; the calling task still waits, which keeps
+/// the PG's submit order. On a current-thread runtime it just runs.
+pub(crate) fn blocking_store_call<R>(f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+/// `store.submit(txn)`, through [`blocking_store_call`] when it carries
+/// enough data to block.
+fn submit_txn(store: &Store, txn: Transaction) -> Result<cairn_store::CommitHandle, StoreError> {
+    if txn.payload_bytes() >= BLOCKING_SUBMIT_BYTES {
+        blocking_store_call(|| store.submit(txn))
+    } else {
+        store.submit(txn)
+    }
+}
+
+/// Whether serving `req` may read enough data to block for a while.
+fn reads_much(req: &OpRequest) -> bool {
+    req.ops.iter().any(|op| match op {
+        SubOp::Read { len, .. } => *len == 0 || *len >= BLOCKING_SUBMIT_BYTES,
+        _ => false,
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -563,7 +619,7 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
     let de = |e: cairn_types::DecodeError| e.to_string();
     let (pgid, pm) = match msg.msg_type {
         msg_type::REPOP => {
-            let rep: RepOp = decode("repop", &msg.payload).map_err(de)?;
+            let rep: RepOp = decode_shared("repop", &msg.payload).map_err(de)?;
             let tx = ensure_pg(shared, rep.pgid).map_err(|e| e.to_string())?;
             let _ = tx
                 .send(PgMsg::RepOp {
@@ -575,7 +631,7 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
         }
         msg_type::EC_READ => {
             let r: EcRead = decode("ec read", &msg.payload).map_err(de)?;
-            let reply = ec_exec::serve_read(&shared.store, &r);
+            let reply = blocking_store_call(|| ec_exec::serve_read(&shared.store, &r));
             let _ = conn
                 .reply(&msg, msg_type::EC_READ_REPLY, encode(&reply))
                 .await;
@@ -661,7 +717,7 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
             (r.pgid, PgMsg::Remove(r))
         }
         msg_type::PG_PUSH => {
-            let push: PgPush = decode("pg push", &msg.payload).map_err(de)?;
+            let push: PgPush = decode_shared("pg push", &msg.payload).map_err(de)?;
             let tx = ensure_pg(shared, push.pgid).map_err(|e| e.to_string())?;
             let _ = tx
                 .send(PgMsg::Push {
@@ -691,7 +747,13 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
 }
 
 async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Result<(), String> {
-    let req: OpRequest = decode("op request", &msg.payload).map_err(|e| e.to_string())?;
+    let req: OpRequest = decode_shared("op request", &msg.payload).map_err(|e| e.to_string())?;
+    // The reply needs only the message id: drop the encoded request now so
+    // an op's data is not held twice while it waits and runs.
+    let msg = Message {
+        payload: Bytes::new(),
+        ..msg
+    };
     let answer = |status: OpStatus, epoch: Epoch| OpReply {
         reqid: req.reqid.clone(),
         status,
@@ -1274,7 +1336,11 @@ impl PgActor {
                         }
                     }
                     None => {
-                        let reply = self.read(&req);
+                        let reply = if reads_much(&req) {
+                            blocking_store_call(|| self.read(&req))
+                        } else {
+                            self.read(&req)
+                        };
                         self.reply(token, reply);
                     }
                 },
@@ -1572,7 +1638,7 @@ impl PgActor {
         then: impl FnOnce(Result<(), String>) -> Option<PgMsg> + Send + 'static,
     ) {
         let me = self.me();
-        let h = self.shared.store.submit(txn);
+        let h = submit_txn(&self.shared.store, txn);
         let tx = self.tx.clone();
         self.shared.tasks.spawn(async move {
             let r = match h {
@@ -1670,7 +1736,7 @@ impl PgActor {
         // A resend of an entry we already have is acknowledged once every
         // earlier transaction is durable (group commits complete in order).
         txn.meta_set(self.coll, META_INFO, encode(&self.pg.info));
-        let h = self.shared.store.submit(txn);
+        let h = submit_txn(&self.shared.store, txn);
         let tx = self.tx.clone();
         let me = self.me();
         self.shared.tasks.spawn(async move {

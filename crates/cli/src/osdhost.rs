@@ -206,6 +206,23 @@ async fn trim_heap_periodically() {
     }
 }
 
+/// Most glibc malloc arenas the daemon uses. By default glibc gives each
+/// new thread its own arena, up to 8 per core; tokio's blocking pool (store
+/// reads and writes, MACs of big frames) runs many threads, and each arena
+/// keeps its own high-water mark of freed 4 MiB buffers.
+const HEAP_ARENAS_MAX: i32 = 4;
+
+/// Caps the number of malloc arenas (call before any thread starts). A
+/// no-op elsewhere than glibc.
+pub fn limit_heap_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a glibc tunable; called before the daemon
+    // starts its threads.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, HEAP_ARENAS_MAX);
+    }
+}
+
 /// Returns free heap pages to the kernel. glibc keeps memory freed into
 /// its per-thread arenas (4 MiB op buffers come from the arenas, not from
 /// mmap, once the OSD warmed the allocator; see cairn-osd's `ec_io`), so

@@ -131,6 +131,8 @@ mod tests {
             ops: vec![SubOp::WriteFull {
                 data: Bytes::from(vec![7u8; 100_000]),
             }],
+            snapc: None,
+            snap: crate::SNAP_HEAD,
         };
         let wire = encode(&req);
         let back: OpRequest = decode_shared("op request", &wire).unwrap();

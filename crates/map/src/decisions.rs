@@ -99,15 +99,13 @@ impl ClusterMap {
                 .collect(),
         };
         let primary = up.iter().copied().find(|&o| o != CRUSH_ITEM_NONE);
+        let pgid = cairn_types::PgId {
+            pool: cairn_types::PoolId(pool_id),
+            seed,
+        };
         let acting = match p.kind {
-            PoolKind::Replicated => self.temp_acting(
-                cairn_types::PgId {
-                    pool: cairn_types::PoolId(pool_id),
-                    seed,
-                },
-                &up,
-            ),
-            PoolKind::Erasure => up.clone(),
+            PoolKind::Replicated => self.temp_acting(pgid, &up),
+            PoolKind::Erasure => self.temp_acting_ec(pgid, &up),
         };
         let acting_primary = acting.iter().copied().find(|&o| o != CRUSH_ITEM_NONE);
         Ok(PgMapping {

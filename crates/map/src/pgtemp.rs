@@ -1,19 +1,24 @@
-//! `pg_temp` and lost OSDs: the acting set a replicated PG's primary asks
-//! for while new members of its up set are backfilled (so the old, complete
-//! members keep serving), its automatic clean-up after every change, and
-//! `osd lost`. Placement itself (up → acting) is `decisions`' job; the OSD
-//! decides when to ask.
+//! `pg_temp` and lost OSDs: the acting set a PG's primary asks for while
+//! new members of its up set are backfilled (so the old, complete members
+//! keep serving), its automatic clean-up after every change, and `osd
+//! lost`. For a replicated pool `pg_temp` is a list of OSDs; for an
+//! erasure-coded pool it is positional (one entry per shard,
+//! `CRUSH_ITEM_NONE` where no complete member serves that shard). Placement
+//! itself (up → acting) is `decisions`' job; the OSD decides when to ask.
 
 use crate::apply::done;
 use crate::error::CommandError;
 use crate::model::{ClusterMap, PoolKind, Reply};
+use cairn_crush::CRUSH_ITEM_NONE;
 use cairn_types::{Epoch, PgId};
 use std::collections::BTreeSet;
 
 impl ClusterMap {
     /// `from` (the PG's current primary) sets or (with `osds` empty) clears
-    /// the PG's `pg_temp`. Refused when `from` is no longer the primary, the
-    /// pool is erasure-coded, or an OSD named is unknown or down.
+    /// the PG's `pg_temp`. Refused when `from` is no longer the primary or
+    /// an OSD named is unknown or down; for an erasure-coded pool also when
+    /// the list does not have one entry per shard (holes as
+    /// `CRUSH_ITEM_NONE`) or names no OSD.
     pub(crate) fn set_pg_temp(
         &mut self,
         from: i32,
@@ -23,13 +28,9 @@ impl ClusterMap {
         let pool = self.pools.get(&pgid.pool.0).ok_or_else(|| {
             CommandError::not_found(format!("pg {pgid}: pool {} does not exist", pgid.pool))
         })?;
-        if pool.kind != PoolKind::Replicated {
-            return Err(CommandError::invalid(format!(
-                "pg {pgid}: pool '{}' is erasure-coded; pg_temp is for replicated pools",
-                pool.name
-            )));
-        }
+        let erasure = pool.kind == PoolKind::Erasure;
         let size = pool.size as usize;
+        let pool_name = pool.name.clone();
         let m = self.pg_to_up(pgid.pool.0, pgid.seed)?;
         if m.primary != Some(from) && m.acting_primary != Some(from) {
             return Err(CommandError::busy(format!(
@@ -43,13 +44,23 @@ impl ClusterMap {
                 None => done(format!("pg {pgid} has no pg_temp")),
             });
         }
-        let unique: BTreeSet<i32> = osds.iter().copied().collect();
-        if unique.len() != osds.len() || osds.len() > size.max(1) * 2 {
+        let named: Vec<i32> = osds
+            .iter()
+            .copied()
+            .filter(|&o| !erasure || o != CRUSH_ITEM_NONE)
+            .collect();
+        if erasure && (osds.len() != size || named.is_empty()) {
+            return Err(CommandError::invalid(format!(
+                "pg {pgid}: pool '{pool_name}' is erasure-coded: pg_temp {osds:?} must have one entry per shard ({size}, {CRUSH_ITEM_NONE} for a hole) and name at least one OSD"
+            )));
+        }
+        let unique: BTreeSet<i32> = named.iter().copied().collect();
+        if unique.len() != named.len() || osds.len() > size.max(1) * 2 {
             return Err(CommandError::invalid(format!(
                 "pg {pgid}: pg_temp {osds:?} repeats an OSD or is longer than twice the pool size {size}"
             )));
         }
-        for o in osds {
+        for o in &named {
             if !self.osds.get(o).is_some_and(|i| i.up) {
                 return Err(CommandError::invalid(format!(
                     "pg {pgid}: osd.{o} in pg_temp {osds:?} is not an up OSD"
@@ -61,7 +72,8 @@ impl ClusterMap {
     }
 
     /// Drops `pg_temp` entries that no longer mean anything: the PG or its
-    /// pool is gone, the pool is not replicated, an OSD named was purged,
+    /// pool is gone, an erasure-coded entry no longer has one entry per
+    /// shard (the pool's size changed), an OSD named was purged,
     /// or the acting set it gives equals the up set. Runs after every change.
     pub(crate) fn clean_pg_temp(&mut self) {
         if self.pg_temp.is_empty() {
@@ -74,10 +86,14 @@ impl ClusterMap {
                 let Some(pool) = self.pools.get(&pgid.pool.0) else {
                     return true;
                 };
-                if pool.kind != PoolKind::Replicated || pgid.seed >= pool.pg_num {
+                let erasure = pool.kind == PoolKind::Erasure;
+                if pgid.seed >= pool.pg_num || (erasure && osds.len() != pool.size as usize) {
                     return true;
                 }
-                if osds.iter().any(|o| !self.osds.contains_key(o)) {
+                if osds
+                    .iter()
+                    .any(|o| !(erasure && *o == CRUSH_ITEM_NONE) && !self.osds.contains_key(o))
+                {
                     return true;
                 }
                 match self.pg_to_up(pgid.pool.0, pgid.seed) {
@@ -107,6 +123,30 @@ impl ClusterMap {
             up.to_vec()
         } else {
             live
+        }
+    }
+
+    /// The acting set `pg_temp` gives an erasure-coded PG whose up set (by
+    /// shard position) is `up`: each position's OSD while it is up, else a
+    /// hole; `up` itself when there is no entry (or it names no up OSD).
+    pub(crate) fn temp_acting_ec(&self, pgid: PgId, up: &[i32]) -> Vec<i32> {
+        let Some(temp) = self.pg_temp.get(&pgid).filter(|t| t.len() == up.len()) else {
+            return up.to_vec();
+        };
+        let acting: Vec<i32> = temp
+            .iter()
+            .map(|&o| {
+                if o != CRUSH_ITEM_NONE && self.osds.get(&o).is_some_and(|i| i.up) {
+                    o
+                } else {
+                    CRUSH_ITEM_NONE
+                }
+            })
+            .collect();
+        if acting.iter().all(|&o| o == CRUSH_ITEM_NONE) {
+            up.to_vec()
+        } else {
+            acting
         }
     }
 

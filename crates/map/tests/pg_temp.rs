@@ -101,13 +101,42 @@ fn pg_temp_down_members_leave_acting() {
 }
 
 #[test]
-fn pg_temp_refused_for_erasure_pools() {
+fn erasure_pg_temp_is_positional() {
     let mut m = cluster(4, 1);
     ok(&mut m, "osd erasure-code-profile set ec21 k=2 m=1");
     ok(&mut m, "osd pool create ec 8 8 erasure ec21");
-    let up = m.pg_to_up(1, 0).unwrap();
-    let e = temp(&mut m, up.primary.unwrap(), pg(0), &up.up[..2]).unwrap_err();
-    assert!(e.contains("erasure-coded"), "{e}");
+    let before = m.pg_to_up(1, 0).unwrap();
+    let p = before.primary.unwrap();
+    let none = cairn_crush::CRUSH_ITEM_NONE;
+    let before_map = m.clone();
+    // Not one entry per shard, or no OSD at all: refused, nothing changed.
+    let e = temp(&mut m, p, pg(0), &before.up[..2]).unwrap_err();
+    assert!(e.contains("one entry per shard"), "{e}");
+    let e = temp(&mut m, p, pg(0), &[none, none, none]).unwrap_err();
+    assert!(e.contains("one entry per shard"), "{e}");
+    assert_eq!(m, before_map);
+    // A member moves out: the old positions keep serving.
+    let leaving = before.up[1];
+    ok(&mut m, &format!("osd out {leaving}"));
+    let moved = m.pg_to_up(1, 0).unwrap();
+    assert_ne!(moved.up[1], leaving);
+    assert_eq!((moved.up[0], moved.up[2]), (before.up[0], before.up[2]));
+    temp(&mut m, moved.primary.unwrap(), pg(0), &before.up).expect("positional pg_temp");
+    let now = m.pg_to_up(1, 0).unwrap();
+    assert_eq!(now.up, moved.up);
+    assert_eq!(now.acting, before.up);
+    // A hole keeps its position; a member going down leaves a hole.
+    let holed = vec![before.up[0], none, before.up[2]];
+    temp(&mut m, p, pg(0), &holed).expect("pg_temp with a hole");
+    assert_eq!(m.pg_to_up(1, 0).unwrap().acting, holed);
+    ok(&mut m, &format!("osd down {}", before.up[2]));
+    let now = m.pg_to_up(1, 0).unwrap();
+    assert_eq!(now.acting, vec![before.up[0], none, none]);
+    assert_eq!(now.acting_primary, Some(before.up[0]));
+    // Cleared by the primary: acting is up again.
+    temp(&mut m, before.up[0], pg(0), &[]).expect("clear");
+    let now = m.pg_to_up(1, 0).unwrap();
+    assert_eq!(now.acting, now.up);
 }
 
 #[test]

@@ -192,6 +192,9 @@ pub struct PgNotify {
     pub epoch: Epoch,
     pub info: Option<PgInfo>,
     pub log: Vec<LogEntry>,
+    /// Erasure-coded pools: the shard position whose chunks this copy
+    /// holds (0 for replicated pools).
+    pub shard: u8,
 }
 
 /// What a pull asks for.

@@ -1,8 +1,9 @@
-//! Background backfill of a replicated PG, and stray removal. While
-//! `pg_temp` keeps complete copies serving, the acting primary copies the
-//! PG to each up member outside the acting set (a *backfill target*) in
-//! store order (bit-reversed hash, namespace, name), one batch at a time:
-//! it reads the next objects from its store, moves the target's position
+//! Background backfill of a PG, and stray removal. While `pg_temp` keeps
+//! complete copies serving, the acting primary copies the PG to each up
+//! member outside the acting set (a *backfill target*) in store order
+//! (bit-reversed hash, namespace, name), one batch at a time: it reads the
+//! next objects from its store (erasure-coded PGs: rebuilds the target
+//! shard's chunk of each from k acting shards), moves the target's position
 //! past them in the `Pg` (so later writes to them carry data to the target;
 //! writes to objects beyond it carry only their log entry), and sends the
 //! batch on the same connection as the replication sub-ops, so the two
@@ -22,6 +23,8 @@
 //! `norebalance` stops it for PGs that are only misplaced (not degraded).
 //! Owns no peering decisions (`peering_sm` picks targets and pg_temp).
 
+use crate::ec_peering::rebuild_chunk;
+use crate::ec_pool::{EcPg, SHARD_HOLE};
 use crate::exec;
 use crate::peering::{install_objects, list_all, replace_log};
 use crate::peering_sm::BackfillStart;
@@ -200,6 +203,9 @@ pub(crate) struct StepCtx<'a> {
     pub pg: &'a mut Pg,
     pub pgid: PgId,
     pub coll: CollectionId,
+    /// Erasure-coded PG: a target's objects are its shard's chunks,
+    /// rebuilt from k acting shards instead of read from the local store.
+    pub ec: Option<&'a EcPg>,
 }
 
 impl BackfillRun {
@@ -545,14 +551,31 @@ impl BackfillRun {
         let fence = cx
             .pg
             .first_busy_after(after.as_ref().map(cursor_key).as_ref());
+        // EC: the target's shard position and the acting shards to
+        // rebuild its chunks from.
+        let ec_plan = cx.ec.map(|ec| {
+            let sources: Vec<usize> = (0..ec.shards.len())
+                .filter(|&s| ec.shards[s] != SHARD_HOLE)
+                .collect();
+            (ec, ec.up_shard_of(osd), sources)
+        });
         for (h, n) in &names {
             let at_fence = fence.as_ref().is_some_and(|f| obj_key(n) >= *f);
             if at_fence || bytes >= limit {
                 stopped_early = true;
                 break;
             }
-            let st = exec::get_object_state(store, cx.coll, n)
-                .map_err(|e| format!("reading {n}: {e}"))?;
+            let st = match &ec_plan {
+                None => exec::get_object_state(store, cx.coll, n)
+                    .map_err(|e| format!("reading {n}: {e}"))?,
+                Some((ec, shard, sources)) => {
+                    let shard = shard.ok_or_else(|| {
+                        format!("osd.{osd} holds no shard of the up set any more")
+                    })?;
+                    let epoch = cx.pg.epoch();
+                    rebuild_chunk(cx.shared, cx.pgid, epoch, ec, n, shard, sources).await?
+                }
+            };
             bytes += st.as_ref().map(|s| s.bytes()).unwrap_or(0);
             objects.push((*h, n.clone(), st));
         }

@@ -11,11 +11,12 @@
 
 use crate::ec_exec::{self, chunk_info_attr, ATTR_EC};
 use crate::ec_io::call_read;
-use crate::ec_pool::EcPg;
+use crate::ec_pool::{EcPg, SHARD_HOLE};
 use crate::exec;
 use crate::peering::{commit, list_all, replace_log, PeeringJob};
-use crate::pg::{check_can_activate, plan_recovery, RecoveryPlan};
-use crate::runtime::META_INFO;
+use crate::peering_sm::BackfillStart;
+use crate::pg::{check_can_activate, plan_recovery, RecoveryPlan, PG_TEMP_WAIT};
+use crate::runtime::{Shared, META_INFO};
 use bytes::Bytes;
 use cairn_ec::ChunkInfo;
 use cairn_map::PgRecoveryCounts;
@@ -25,14 +26,17 @@ use cairn_ops::{
     Version, EC_READ_TO_END,
 };
 use cairn_store::Transaction;
+use cairn_types::{Epoch, PgId};
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 /// Objects per recovery push, at most (bytes are bounded too).
 const EC_RECOVERY_BATCH_OBJECTS: usize = 32;
 /// Objects per listing page when a new shard is backfilled.
 const EC_LIST_PAGE: u32 = 512;
 
-type Notes = BTreeMap<i32, (PgInfo, Vec<LogEntry>)>;
+/// Each answering OSD's info, log and the shard position its copy holds.
+type Notes = BTreeMap<i32, (PgInfo, Vec<LogEntry>, u8)>;
 
 /// One activation run of an EC PG's primary.
 pub(crate) struct EcPeeringJob {
@@ -86,11 +90,12 @@ impl EcPeeringJob {
         commit(store, t).await?;
         b.ensure_up_thru().await?;
         let notes = self.query_all().await?;
-        let (_, (auth_info, auth_log)) = notes
-            .iter()
-            .max_by_key(|(_, (i, _))| (i.last_epoch_started, i.last_update))
-            .map(|(k, v)| (*k, v.clone()))
-            .ok_or("no copy of the PG answered")?;
+        let (auth_info, auth_log) = notes
+            .values()
+            .filter(|(i, _, _)| i.backfill.is_none())
+            .max_by_key(|(i, _, _)| (i.last_epoch_started, i.last_update))
+            .map(|(i, l, _)| (i.clone(), l.clone()))
+            .ok_or("no complete copy of the PG answered")?;
         let responders: Vec<i32> = notes.keys().copied().collect();
         check_can_activate(&b.past, auth_info.last_epoch_started, &responders)?;
         let k = self.ec.code.k();
@@ -104,7 +109,9 @@ impl EcPeeringJob {
             .collect();
         let member_notes: Vec<(&PgInfo, &[LogEntry])> = members
             .iter()
-            .filter_map(|(_, o)| notes.get(o).map(|(i, l)| (i, &l[..])))
+            .filter_map(|(_, o)| notes.get(o))
+            .filter(|(i, _, _)| i.backfill.is_none())
+            .map(|(i, l, _)| (i, &l[..]))
             .collect();
         let v = newest_on_k(&auth_info, &auth_log, &member_notes, k).ok_or_else(|| {
             format!(
@@ -121,7 +128,7 @@ impl EcPeeringJob {
         let auth_versions: HashSet<Version> = auth_log.iter().map(|e| e.version).collect();
         // Undo entries past the authoritative point (or off its history).
         for &(_, osd) in &members {
-            let Some((info, log)) = notes.get(&osd) else {
+            let Some((info, log, _)) = notes.get(&osd) else {
                 continue;
             };
             let divergent: Vec<LogEntry> = log
@@ -146,8 +153,9 @@ impl EcPeeringJob {
         let sources: Vec<usize> = members
             .iter()
             .filter(|(_, o)| {
-                notes.get(o).is_some_and(|(i, l)| {
-                    holds(i, l, v)
+                notes.get(o).is_some_and(|(i, l, _)| {
+                    i.backfill.is_none()
+                        && holds(i, l, v)
                         && !l.iter().any(|e| {
                             e.version <= v
                                 && e.version > i.log_tail
@@ -158,12 +166,38 @@ impl EcPeeringJob {
             })
             .map(|(s, _)| *s)
             .collect();
+        let plan_for = |osd: i32| match notes.get(&osd) {
+            Some((i, _, _)) if i.backfill.is_some() => RecoveryPlan::Backfill,
+            Some((i, l, _)) => plan_recovery(&auth_info, &auth_log, Some((i, &l[..]))),
+            None => plan_recovery(&auth_info, &auth_log, None),
+        };
+        if let Some(want) = self.wanted_pg_temp(&members, &sources, &notes, &plan_for) {
+            let why = format!(
+                "{PG_TEMP_WAIT} {want:?} (up {:?} needs backfill)",
+                self.ec.up_shards
+            );
+            tracing::info!(
+                "pg {}: shards {:?} need backfill; asking for pg_temp {want:?} so complete shards serve meanwhile",
+                b.pgid,
+                self.ec.up_shards
+            );
+            if let Some(mon) = &b.shared.mon {
+                let cmd = cairn_map::MonCommand::PgTemp {
+                    from: self.me(),
+                    pgid: b.pgid,
+                    osds: want,
+                };
+                if mon.send(cmd).await.is_err() {
+                    return Err("the monitor link is closed".into());
+                }
+            }
+            return Err(why);
+        }
         for &(shard, osd) in &members {
-            let note = notes.get(&osd).map(|(i, l)| (i, &l[..]));
             if sources.contains(&shard) {
                 continue;
             }
-            let plan = plan_recovery(&auth_info, &auth_log, note);
+            let plan = plan_for(osd);
             tracing::debug!("pg {}: shard {shard} on osd.{osd}: {plan:?}", b.pgid);
             self.recover_shard(shard, osd, plan, &sources).await?;
         }
@@ -188,17 +222,97 @@ impl EcPeeringJob {
         let mut txn = Transaction::new();
         replace_log(&mut txn, b.coll, &new_info, &auth_log);
         commit(store, txn).await?;
+        self.report_activated(&notes);
         Ok((new_info, auth_log))
     }
 
+    /// When the acting set is the up set and some up members need a
+    /// backfill (no copy, or one the log does not cover): the positional
+    /// acting set to ask for instead. Each position keeps its up member
+    /// when that one is complete or a log away; otherwise another OSD
+    /// whose copy holds that shard completely serves it; otherwise the
+    /// position is a hole. None when nothing needs backfill, without a
+    /// monitor to ask, or when the result would be below `min_size` (then
+    /// activation rebuilds the missing shards itself before serving).
+    fn wanted_pg_temp(
+        &self,
+        members: &[(usize, i32)],
+        sources: &[usize],
+        notes: &Notes,
+        plan_for: &dyn Fn(i32) -> RecoveryPlan,
+    ) -> Option<Vec<i32>> {
+        let b = &self.base;
+        if b.shared.mon.is_none() || self.ec.shards != self.ec.up_shards {
+            return None;
+        }
+        let needs_backfill = |osd: i32| matches!(plan_for(osd), RecoveryPlan::Backfill);
+        let behind: Vec<usize> = members
+            .iter()
+            .filter(|(s, o)| !sources.contains(s) && needs_backfill(*o))
+            .map(|(s, _)| *s)
+            .collect();
+        if behind.is_empty() {
+            return None;
+        }
+        let mut want = self.ec.up_shards.clone();
+        for &s in &behind {
+            let stand_in = notes.iter().find(|(o, (i, _, shard))| {
+                usize::from(*shard) == s
+                    && i.backfill.is_none()
+                    && !want.contains(o)
+                    && !needs_backfill(**o)
+                    && b.shared.map_rx.borrow().osds.get(o).is_some_and(|x| x.up)
+            });
+            want[s] = stand_in.map(|(o, _)| *o).unwrap_or(SHARD_HOLE);
+        }
+        let live = want.iter().filter(|&&o| o != SHARD_HOLE).count();
+        (live >= b.min_size.max(1) as usize && want != self.ec.shards).then_some(want)
+    }
+
+    /// Hands the PG actor the backfill targets (up members whose position
+    /// another OSD, or nobody, serves under `pg_temp`) and the strays
+    /// (copies outside the acting and up sets, removed once clean).
+    fn report_activated(&self, notes: &Notes) {
+        let backfill: Vec<BackfillStart> = self
+            .ec
+            .backfill_targets()
+            .into_iter()
+            .map(|(_, osd)| BackfillStart { osd, resume: None })
+            .collect();
+        let strays: Vec<i32> = notes
+            .keys()
+            .copied()
+            .filter(|o| !self.ec.shards.contains(o) && !self.ec.up_shards.contains(o))
+            .collect();
+        if backfill.is_empty() && strays.is_empty() {
+            return;
+        }
+        *self
+            .base
+            .activated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((backfill, strays));
+    }
+
+    /// Queries the probe set; a primary new to the PG (its copy never went
+    /// active) also asks every up OSD, and every answer's last active
+    /// acting set is asked too (a new primary knows no history, and the
+    /// complete copies of a moved position are found this way).
     async fn query_all(&self) -> Result<Notes, String> {
         let b = &self.base;
         let map = b.shared.map_rx.borrow().clone();
         let me = self.me();
         let mut notes: Notes = BTreeMap::new();
-        notes.insert(me, (b.my_info.clone(), b.my_log.clone()));
-        for &o in &b.probe {
-            if o == me || !map.osds.get(&o).is_some_and(|i| i.up) {
+        notes.insert(me, (b.my_info.clone(), b.my_log.clone(), b.coll.shard));
+        let new_here = b.my_info.last_epoch_started == cairn_types::Epoch(0);
+        let mut asked: HashSet<i32> = HashSet::from([me]);
+        let mut todo: Vec<i32> = b.probe.clone();
+        todo.extend(b.my_info.last_active_acting.iter().copied());
+        if new_here {
+            todo.extend(map.osds.values().filter(|i| i.up).map(|i| i.id));
+        }
+        while let Some(o) = todo.pop() {
+            if !asked.insert(o) || !map.osds.get(&o).is_some_and(|i| i.up) {
                 continue;
             }
             let q = PgQuery {
@@ -212,7 +326,8 @@ impl EcPeeringJob {
             {
                 Ok(n) => {
                     if let Some(info) = n.info {
-                        notes.insert(o, (info, n.log));
+                        todo.extend(info.last_active_acting.iter().copied());
+                        notes.insert(o, (info, n.log, n.shard));
                     }
                 }
                 Err(e) if b.acting.contains(&o) => {
@@ -342,105 +457,7 @@ impl EcPeeringJob {
         sources: &[usize],
     ) -> Result<Option<ObjectState>, String> {
         let b = &self.base;
-        let code = &self.ec.code;
-        let mut set = tokio::task::JoinSet::new();
-        for &s in sources.iter().filter(|&&s| s != shard) {
-            let req = EcRead {
-                pgid: b.pgid,
-                shard: s as u8,
-                from: self.me(),
-                epoch: b.epoch,
-                oid: name.clone(),
-                ranges: vec![(0, EC_READ_TO_END)],
-                with_attrs: true,
-            };
-            let osd = self.ec.shards[s];
-            let shared = b.shared.clone();
-            set.spawn(async move { (s, call_read(&shared, osd, &req).await) });
-        }
-        let mut found = Vec::new();
-        let mut absent = 0usize;
-        let mut failures = Vec::new();
-        while let Some(j) = set.join_next().await {
-            let Ok((s, r)) = j else { continue };
-            match r {
-                Ok(d) => found.push((s, d)),
-                Err(EcReadFail::NoEnt) => absent += 1,
-                Err(e) => failures.push(format!("shard {s}: {e:?}")),
-            }
-        }
-        let newest = found.iter().map(|(_, d)| d.version).max();
-        let Some(newest) = newest else {
-            if absent >= 1 {
-                return Ok(None);
-            }
-            return Err(format!(
-                "object {name}: no shard could be read to rebuild shard {shard}: {failures:?}"
-            ));
-        };
-        let mut size = None;
-        let mut attrs: Vec<(String, Bytes)> = Vec::new();
-        let mut slots: Vec<Option<Bytes>> = vec![None; code.total()];
-        let mut have = 0;
-        for (s, d) in &found {
-            if d.version != newest {
-                continue;
-            }
-            let info = d
-                .attrs
-                .iter()
-                .find(|(k, _)| k == ATTR_EC)
-                .and_then(|(_, v)| ChunkInfo::decode(v).ok());
-            let Some(info) = info else {
-                failures.push(format!("shard {s}: no chunk info"));
-                continue;
-            };
-            let want_len = code.geometry().chunk_len(info.logical_size_bytes);
-            let Some(chunk) = d.data.first() else {
-                continue;
-            };
-            if chunk.len() as u64 != want_len {
-                failures.push(format!(
-                    "shard {s}: chunk of {} bytes, expected {want_len}",
-                    chunk.len()
-                ));
-                continue;
-            }
-            if size.is_none() {
-                size = Some(info.logical_size_bytes);
-                attrs = d.attrs.clone();
-            }
-            slots[*s] = Some(chunk.clone());
-            have += 1;
-        }
-        let size = size.unwrap_or(0);
-        if have < code.k() {
-            return Err(format!(
-                "object {name}: only {have} shards hold version {newest}, k={} needed to rebuild shard {shard}; failures: {failures:?}",
-                code.k()
-            ));
-        }
-        let data = if code.geometry().chunk_len(size) == 0 {
-            Bytes::new()
-        } else {
-            code.codec()
-                .reconstruct(&slots, &[shard])
-                .map_err(|e| format!("object {name}: {e}"))?
-                .into_iter()
-                .next()
-                .unwrap_or_default()
-        };
-        for (k, v) in attrs.iter_mut() {
-            if k == ATTR_EC {
-                *v = chunk_info_attr(code, shard, size);
-            }
-        }
-        Ok(Some(ObjectState {
-            data,
-            attrs,
-            omap: Vec::new(),
-            clones: Vec::new(),
-        }))
+        rebuild_chunk(&b.shared, b.pgid, b.epoch, &self.ec, name, shard, sources).await
     }
 
     /// Installs rebuilt objects on `osd` (this OSD: straight into its store).
@@ -495,6 +512,120 @@ impl EcPeeringJob {
         r.result
             .map_err(|e| format!("osd.{osd} failed to install a recovery push: {e}"))
     }
+}
+
+/// The authoritative state of `name` for `shard`, rebuilt from the
+/// chunks of up-to-date `sources` (shard positions of the acting set;
+/// None = the object does not exist). Activation and background backfill
+/// both use it.
+pub(crate) async fn rebuild_chunk(
+    shared: &Arc<Shared>,
+    pgid: PgId,
+    epoch: Epoch,
+    ec: &EcPg,
+    name: &ObjectName,
+    shard: usize,
+    sources: &[usize],
+) -> Result<Option<ObjectState>, String> {
+    let code = &ec.code;
+    let mut set = tokio::task::JoinSet::new();
+    for &s in sources.iter().filter(|&&s| s != shard) {
+        let req = EcRead {
+            pgid,
+            shard: s as u8,
+            from: shared.cfg.id,
+            epoch,
+            oid: name.clone(),
+            ranges: vec![(0, EC_READ_TO_END)],
+            with_attrs: true,
+        };
+        let osd = ec.shards[s];
+        let shared = shared.clone();
+        set.spawn(async move { (s, call_read(&shared, osd, &req).await) });
+    }
+    let mut found = Vec::new();
+    let mut absent = 0usize;
+    let mut failures = Vec::new();
+    while let Some(j) = set.join_next().await {
+        let Ok((s, r)) = j else { continue };
+        match r {
+            Ok(d) => found.push((s, d)),
+            Err(EcReadFail::NoEnt) => absent += 1,
+            Err(e) => failures.push(format!("shard {s}: {e:?}")),
+        }
+    }
+    let newest = found.iter().map(|(_, d)| d.version).max();
+    let Some(newest) = newest else {
+        if absent >= 1 {
+            return Ok(None);
+        }
+        return Err(format!(
+            "object {name}: no shard could be read to rebuild shard {shard}: {failures:?}"
+        ));
+    };
+    let mut size = None;
+    let mut attrs: Vec<(String, Bytes)> = Vec::new();
+    let mut slots: Vec<Option<Bytes>> = vec![None; code.total()];
+    let mut have = 0;
+    for (s, d) in &found {
+        if d.version != newest {
+            continue;
+        }
+        let info = d
+            .attrs
+            .iter()
+            .find(|(k, _)| k == ATTR_EC)
+            .and_then(|(_, v)| ChunkInfo::decode(v).ok());
+        let Some(info) = info else {
+            failures.push(format!("shard {s}: no chunk info"));
+            continue;
+        };
+        let want_len = code.geometry().chunk_len(info.logical_size_bytes);
+        let Some(chunk) = d.data.first() else {
+            continue;
+        };
+        if chunk.len() as u64 != want_len {
+            failures.push(format!(
+                "shard {s}: chunk of {} bytes, expected {want_len}",
+                chunk.len()
+            ));
+            continue;
+        }
+        if size.is_none() {
+            size = Some(info.logical_size_bytes);
+            attrs = d.attrs.clone();
+        }
+        slots[*s] = Some(chunk.clone());
+        have += 1;
+    }
+    let size = size.unwrap_or(0);
+    if have < code.k() {
+        return Err(format!(
+            "object {name}: only {have} shards hold version {newest}, k={} needed to rebuild shard {shard}; failures: {failures:?}",
+            code.k()
+        ));
+    }
+    let data = if code.geometry().chunk_len(size) == 0 {
+        Bytes::new()
+    } else {
+        code.codec()
+            .reconstruct(&slots, &[shard])
+            .map_err(|e| format!("object {name}: {e}"))?
+            .into_iter()
+            .next()
+            .unwrap_or_default()
+    };
+    for (k, v) in attrs.iter_mut() {
+        if k == ATTR_EC {
+            *v = chunk_info_attr(code, shard, size);
+        }
+    }
+    Ok(Some(ObjectState {
+        data,
+        attrs,
+        omap: Vec::new(),
+        clones: Vec::new(),
+    }))
 }
 
 /// Undoes `entries` (oldest first) on this OSD's shard, newest first, one

@@ -553,13 +553,14 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
 /// The collection of `pgid` on this OSD: the one already in the store, else
 /// the PG's (replicated) or this OSD's shard's (erasure-coded) collection.
 fn pg_collection(shared: &Arc<Shared>, pgid: PgId) -> Result<CollectionId, StoreError> {
-    if let Some(c) = shared
+    let existing: Vec<CollectionId> = shared
         .store
         .list_collections()?
         .into_iter()
-        .find(|c| c.pool == pgid.pool.0 && c.seed == pgid.seed)
-    {
-        return Ok(c);
+        .filter(|c| c.pool == pgid.pool.0 && c.seed == pgid.seed)
+        .collect();
+    if existing.len() == 1 {
+        return Ok(existing[0]);
     }
     let map = shared.map_rx.borrow().clone();
     let erasure = map
@@ -569,11 +570,21 @@ fn pg_collection(shared: &Arc<Shared>, pgid: PgId) -> Result<CollectionId, Store
     if !erasure {
         return Ok(coll_of(pgid));
     }
-    let shard = map
-        .pg_to_up(pgid.pool.0, pgid.seed)
-        .ok()
-        .and_then(|m| m.up.iter().position(|&o| o == shared.cfg.id))
-        .unwrap_or(0);
+    let shard = map.pg_to_up(pgid.pool.0, pgid.seed).ok().and_then(|m| {
+        let me = shared.cfg.id;
+        let acting = m.acting.iter().position(|&o| o == me);
+        acting.or_else(|| m.up.iter().position(|&o| o == me))
+    });
+    // Several shards' copies (a shard move not cleaned up yet): the one
+    // of this OSD's position, else any (the actor follows the move).
+    if let Some(c) = existing
+        .iter()
+        .find(|c| shard.is_some_and(|s| usize::from(c.shard) == s))
+        .or(existing.first())
+    {
+        return Ok(*c);
+    }
+    let shard = shard.unwrap_or(0);
     Ok(CollectionId::new(pgid.pool.0, pgid.seed, shard as u8))
 }
 
@@ -674,6 +685,7 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
                     epoch: map.epoch,
                     info: None,
                     log: Vec::new(),
+                    shard: 0,
                 };
                 let _ = conn.reply(&msg, msg_type::PG_NOTIFY, encode(&n)).await;
                 return Ok(());
@@ -1081,6 +1093,7 @@ impl PgActor {
                             pg: &mut self.pg,
                             pgid: self.pgid,
                             coll: self.coll,
+                            ec: self.ec.as_ref(),
                         };
                         let run = crate::backfill::BackfillRun::start(
                             cx,
@@ -1152,6 +1165,7 @@ impl PgActor {
                     epoch: self.pg.epoch(),
                     info: Some(self.pg.info.clone()),
                     log: self.pg.log().cloned().collect(),
+                    shard: self.coll.shard,
                 };
                 let _ = conn.reply(&msg, msg_type::PG_NOTIFY, encode(&n)).await;
             }
@@ -1175,6 +1189,9 @@ impl PgActor {
                 if result.is_ok() {
                     if let Some((info, log)) = push.finish {
                         self.pg.reload(info, log);
+                        if self.ec.is_some() {
+                            self.drop_other_shards_if_clean().await;
+                        }
                     }
                 }
                 let r = PgPushReply {
@@ -1207,27 +1224,15 @@ impl PgActor {
                 return;
             }
         };
-        let (up, shards) = match &self.ec {
-            Some(ec) => {
-                if let Some(s) = ec.shard_of(self.me()) {
-                    if s != usize::from(self.coll.shard) {
-                        tracing::error!(
-                            "pg {}: osd.{} moved from shard {} to shard {s}; moving a shard is not supported yet, this copy stays stale",
-                            self.pgid,
-                            self.me(),
-                            self.coll.shard
-                        );
-                    }
-                }
-                (ec.live_members(), ec.shards.clone())
-            }
-            None => (m.up, Vec::new()),
+        if let Some(ec) = self.ec.clone() {
+            self.follow_shard_move(&ec).await;
+        }
+        // EC: positions kept in `shards`; `up`/`acting` list live members.
+        let (up, acting, shards) = match &self.ec {
+            Some(ec) => (ec.up_members(), ec.live_members(), ec.shards.clone()),
+            None => (m.up, m.acting, Vec::new()),
         };
-        // EC pools never take pg_temp: their acting set is the up set.
-        let (acting, primary) = match &self.ec {
-            Some(_) => (up.clone(), m.primary),
-            None => (m.acting, m.acting_primary),
-        };
+        let primary = m.acting_primary;
         let acting_up_from = acting
             .iter()
             .map(|o| map.osds.get(o).map(|i| i.up_from).unwrap_or_default())
@@ -1419,7 +1424,10 @@ impl PgActor {
         let mut shard_muts: BTreeMap<i32, Vec<Mutation>> = BTreeMap::new();
         let resolved = if let Some(t) = &ec {
             t.prepare_write(&req).await.map(|(plan, writes)| {
-                for (shard, &osd) in t.ec.shards.iter().enumerate() {
+                // Acting shards, then backfill targets (the chunk of the
+                // position CRUSH gives them).
+                let placed = t.ec.shards.iter().enumerate().map(|(s, &o)| (s, o));
+                for (shard, osd) in placed.chain(t.ec.backfill_targets()) {
                     if osd != crate::ec_pool::SHARD_HOLE {
                         let m =
                             ec_exec::shard_mutations(&plan, &writes, &t.ec.code, shard, version);
@@ -1533,7 +1541,13 @@ impl PgActor {
             replicas
                 .iter()
                 .map(|&r| {
-                    rep.mutations = shard_muts.remove(&r).unwrap_or_default();
+                    // Backfill targets not yet at this object: the entry alone.
+                    let muts = shard_muts.remove(&r).unwrap_or_default();
+                    rep.mutations = if log_only.contains(&r) {
+                        Vec::new()
+                    } else {
+                        muts
+                    };
                     (r, encode(&rep))
                 })
                 .collect()
@@ -1904,6 +1918,104 @@ impl PgActor {
             .await;
     }
 
+    /// EC: when CRUSH moved this OSD to another shard position of the PG
+    /// (in the acting set, or as a backfill target), switch to that
+    /// position's collection (new and empty, so activation backfills it).
+    /// The old position's copy stays on disk: while the PG is not clean it
+    /// may still be needed; it is deleted once the PG is clean
+    /// ([`Self::drop_other_shards_if_clean`]) or when the whole copy is a
+    /// stray.
+    async fn follow_shard_move(&mut self, ec: &EcPg) {
+        let me = self.me();
+        let Some(s) = ec.shard_of(me).or_else(|| ec.up_shard_of(me)) else {
+            return;
+        };
+        if s == usize::from(self.coll.shard) {
+            return;
+        }
+        let coll = CollectionId::new(self.pgid.pool.0, self.pgid.seed, s as u8);
+        let store = self.shared.store.clone();
+        let loaded = (|| -> Result<(PgInfo, Vec<LogEntry>), StoreError> {
+            if !store.collection_exists(&coll)? {
+                let info = PgInfo {
+                    pgid: Some(self.pgid),
+                    ..Default::default()
+                };
+                let mut t = Transaction::new();
+                t.create_collection(coll);
+                t.meta_set(coll, META_INFO, encode(&info));
+                store.commit(t)?;
+            }
+            let info: PgInfo = match store.meta_get(&coll, META_INFO)? {
+                Some(b) => decode("pg info", &b).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                None => PgInfo::default(),
+            };
+            Ok((info, peering::read_log(&store, coll)?))
+        })();
+        match loaded {
+            Ok((info, log)) => {
+                tracing::info!(
+                    "pg {}: osd.{me} moved from shard {} to shard {s}; serving shard {s} (the old shard's copy is kept until the PG is clean)",
+                    self.pgid,
+                    self.coll.shard
+                );
+                if let Err(e) = self.flush().await {
+                    tracing::warn!("pg {}: flush before a shard move: {e}", self.pgid);
+                }
+                self.repops.clear();
+                self.sent_gen.clear();
+                self.coll = coll;
+                self.ec_rolled_forward = Version::default();
+                self.pg.reload(info, log);
+            }
+            Err(e) => tracing::error!(
+                "pg {}: osd.{me} moved to shard {s} but its collection cannot be opened: {e}",
+                self.pgid
+            ),
+        }
+    }
+
+    /// EC: deletes this OSD's copies of other shard positions of the PG
+    /// (left by a shard move) once the PG is clean: acting = up, every
+    /// position served.
+    async fn drop_other_shards_if_clean(&mut self) {
+        let clean = self.pg.placement().is_some_and(|p| {
+            p.acting == p.up && p.acting.len() as u32 >= p.size && !p.shards.is_empty()
+        });
+        if clean {
+            self.drop_pg_collections(false).await;
+        }
+    }
+
+    /// Deletes this OSD's collections of the PG other than the one it
+    /// serves (`including_current`: all of them).
+    async fn drop_pg_collections(&mut self, including_current: bool) {
+        let colls = match self.shared.store.list_collections() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("pg {}: listing collections: {e}", self.pgid);
+                return;
+            }
+        };
+        for c in colls {
+            if c.pool != self.pgid.pool.0
+                || c.seed != self.pgid.seed
+                || (c == self.coll && !including_current)
+            {
+                continue;
+            }
+            match crate::backfill::delete_copy(&self.shared.store, c).await {
+                Ok(()) => tracing::info!(
+                    "pg {}: removed the stale copy of shard {} on osd.{}",
+                    self.pgid,
+                    c.shard,
+                    self.me()
+                ),
+                Err(e) => tracing::warn!("pg {}: removing shard {}: {e}", self.pgid, c.shard),
+            }
+        }
+    }
+
     /// Drops this interval's backfill run (its slot is released).
     fn end_backfill(&mut self) {
         if let Some(run) = self.backfill.take() {
@@ -1923,11 +2035,20 @@ impl PgActor {
         let Some(mut run) = self.backfill.take() else {
             return;
         };
+        if run.is_finished() && self.ec.is_some() && !self.strays.is_empty() {
+            // EC: every up member now holds its whole shard, so copies
+            // outside the up set are no longer needed. Told before pg_temp
+            // is cleared: the next primary (CRUSH's) may never have heard
+            // of them.
+            let strays = std::mem::take(&mut self.strays);
+            crate::backfill::remove_strays(&self.shared, self.pgid, self.pg.epoch(), &strays).await;
+        }
         let cx = crate::backfill::StepCtx {
             shared: &self.shared,
             pg: &mut self.pg,
             pgid: self.pgid,
             coll: self.coll,
+            ec: self.ec.as_ref(),
         };
         let acts = run.step(cx).await;
         self.backfill = Some(run);
@@ -1938,6 +2059,9 @@ impl PgActor {
 
     /// After an activation: once the PG is clean, strays delete their copies.
     async fn after_activation(&mut self) {
+        if self.pg.state.clean && self.ec.is_some() {
+            self.drop_other_shards_if_clean().await;
+        }
         if self.pg.state.clean && !self.strays.is_empty() {
             let strays = std::mem::take(&mut self.strays);
             let (shared, pgid, epoch) = (self.shared.clone(), self.pgid, self.pg.epoch());
@@ -2054,6 +2178,8 @@ impl PgActor {
             ),
             Err(e) => tracing::warn!("pg {}: removing the stray copy: {e}", self.pgid),
         }
+        // EC: copies of other shard positions left by a shard move.
+        self.drop_pg_collections(false).await;
         true
     }
 

@@ -1,0 +1,302 @@
+//! Background backfill of erasure-coded PGs: an OSD marked out under an
+//! EC 2+1 pool with writes running. The PGs it leaves ask for a positional
+//! `pg_temp` (the old shard positions keep serving), stay active while the
+//! new member's chunks are rebuilt from k shards in the background, and
+//! get clean: every acknowledged object reads back, every chunk is on the
+//! new up set at its position, misplaced copies go to 0, and the out
+//! OSD's shards are deleted.
+
+mod common;
+use cairn_map::{MonCommand, PoolKind};
+use cairn_store::Store;
+use common::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Objects written before the placement change: more than a clean PG log
+/// (250 entries) per PG (pg_num 4), so new members need a backfill.
+const PRELOAD_OBJECTS: u64 = 1200;
+const OBJ_BYTES: usize = 6000;
+const EC_POOL_ID: u64 = 2;
+
+fn create_ec21(c: &mut Cluster) {
+    c.apply(MonCommand::EcProfileSet {
+        name: "ec21".into(),
+        params: [("k", "2"), ("m", "1"), ("crush-failure-domain", "host")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        force: false,
+    });
+    c.apply(MonCommand::PoolCreate {
+        name: "ec".into(),
+        pg_num: Some(4),
+        pgp_num: None,
+        kind: PoolKind::Erasure,
+        profile: Some("ec21".into()),
+        rule: None,
+    });
+    let ec = c
+        .current()
+        .pools
+        .values()
+        .find(|p| p.name == "ec")
+        .map(|p| p.id);
+    assert_eq!(ec, Some(EC_POOL_ID));
+}
+
+async fn preload(io: &cairn_client::IoCtx) {
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..16u64 {
+        let io = io.clone();
+        set.spawn(async move {
+            let mut i = w;
+            while i < PRELOAD_OBJECTS {
+                io.write_full(&format!("pre-{i}"), pattern(i, OBJ_BYTES))
+                    .await
+                    .expect("preload write");
+                i += 16;
+            }
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("preload task");
+    }
+}
+
+/// Writers rewriting their own objects until stopped; records the last
+/// acknowledged seed per object.
+struct Load {
+    acked: Arc<Mutex<BTreeMap<String, u64>>>,
+    acks: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    set: tokio::task::JoinSet<()>,
+}
+
+impl Load {
+    fn start(io: &cairn_client::IoCtx, writers: u64) -> Load {
+        let acked: Arc<Mutex<BTreeMap<String, u64>>> = Default::default();
+        let acks = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut set = tokio::task::JoinSet::new();
+        for w in 0..writers {
+            let (io, acked, acks, stop) = (io.clone(), acked.clone(), acks.clone(), stop.clone());
+            set.spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    // Rewrites of preloaded objects (some already copied to
+                    // the new member, some not) and new objects.
+                    let name = if i % 2 == 0 {
+                        format!("pre-{}", (w * 97 + i * 31) % PRELOAD_OBJECTS)
+                    } else {
+                        format!("live-{w}-{}", i % 40)
+                    };
+                    let seed = 1_000_000 * (w + 1) + i;
+                    io.write_full(&name, pattern(seed, OBJ_BYTES))
+                        .await
+                        .expect("write during EC backfill");
+                    acked.lock().unwrap().insert(name, seed);
+                    acks.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+            });
+        }
+        Load {
+            acked,
+            acks,
+            stop,
+            set,
+        }
+    }
+
+    async fn finish(mut self) -> BTreeMap<String, u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        while let Some(r) = self.set.join_next().await {
+            r.expect("writer");
+        }
+        let acked = self.acked.lock().unwrap().clone();
+        acked
+    }
+}
+
+/// Every object as last acknowledged (preloaded ones unless rewritten).
+async fn verify(io: &cairn_client::IoCtx, acked: &BTreeMap<String, u64>, what: &str) {
+    for i in 0..PRELOAD_OBJECTS {
+        let name = format!("pre-{i}");
+        let seed = acked.get(&name).copied().unwrap_or(i);
+        let got = io.read(&name, 0, 0).await.expect("read");
+        assert!(got == pattern(seed, OBJ_BYTES), "{what}: {name} differs");
+    }
+    for (name, seed) in acked.iter().filter(|(n, _)| n.starts_with("live-")) {
+        let got = io.read(name, 0, 0).await.expect("read");
+        assert!(
+            got == pattern(*seed, OBJ_BYTES),
+            "{what}: {name} lost its acked write"
+        );
+    }
+}
+
+/// Objects of each EC shard collection (seed, shard) in a stopped OSD's store.
+fn ec_shards(c: &Cluster, id: i32) -> BTreeMap<(u32, u8), usize> {
+    let store = Store::open(c.store_cfg(id)).expect("open store");
+    let mut out = BTreeMap::new();
+    for coll in store.list_collections().expect("collections") {
+        if coll.pool != EC_POOL_ID {
+            continue;
+        }
+        let mut n = 0;
+        let mut after = None;
+        loop {
+            let (objs, next) =
+                cairn_osd::exec::list_objects(&store, coll, after.as_ref(), 1024).expect("list");
+            n += objs.len();
+            match next {
+                Some(c) => after = Some(c),
+                None => break,
+            }
+        }
+        out.insert((coll.seed, coll.shard), n);
+    }
+    out
+}
+
+fn ec_states(c: &Cluster) -> BTreeMap<String, String> {
+    c.primary_states()
+        .into_iter()
+        .filter(|(pg, _)| pg.starts_with(&format!("{EC_POOL_ID}.")))
+        .collect()
+}
+
+/// Misplaced object copies the EC PGs' primaries report.
+fn misplaced(c: &Cluster) -> u64 {
+    c.osds
+        .values()
+        .flatten()
+        .flat_map(|o| {
+            let id = o.id();
+            o.pg_stats()
+                .into_iter()
+                .filter(move |s| s.primary == Some(id))
+        })
+        .filter(|s| s.pgid.starts_with(&format!("{EC_POOL_ID}.")))
+        .map(|s| s.misplaced_objects)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ec21_out_osd_backfills_in_the_background() {
+    let mut c = Cluster::start_with(4, 1, 4, 512 << 20, vec![], true).await;
+    create_ec21(&mut c);
+    c.wait_active(Duration::from_secs(30)).await;
+    let io = c.client().ioctx("ec").expect("pool");
+    preload(&io).await;
+    let map = c.current();
+    // The OSD in the most EC PGs goes out.
+    let mut count: BTreeMap<i32, usize> = BTreeMap::new();
+    for seed in 0..4 {
+        for o in map.pg_to_up(EC_POOL_ID, seed).unwrap().up {
+            *count.entry(o).or_default() += 1;
+        }
+    }
+    let victim = *count.iter().max_by_key(|(_, n)| **n).unwrap().0;
+    let load = Load::start(&io, 4);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t0 = Instant::now();
+    c.apply(MonCommand::OsdOut { ids: vec![victim] });
+    let mut saw_remapped = false;
+    let mut saw_misplaced = 0u64;
+    let mut acks_while_remapped = 0;
+    let deadline = Instant::now() + Duration::from_secs(50);
+    loop {
+        let st = ec_states(&c);
+        if st.values().any(|s| s.contains("remapped")) {
+            let a0 = load.acks.load(Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            acks_while_remapped += load.acks.load(Ordering::Relaxed) - a0;
+            if !saw_remapped {
+                eprintln!("remapped after {:?}: {st:?}", t0.elapsed());
+            }
+            saw_remapped = true;
+            saw_misplaced = saw_misplaced.max(misplaced(&c));
+        }
+        let all_clean = c
+            .primary_states()
+            .values()
+            .filter(|s| s.as_str() == "active+clean")
+            .count()
+            == 8;
+        if all_clean && c.current().pg_temp.is_empty() && c.current().epoch > map.epoch {
+            break;
+        }
+        if Instant::now() > deadline {
+            for (id, o) in &c.osds {
+                if let Some(o) = o {
+                    for s in o.pg_stats() {
+                        eprintln!("osd.{id}: {s:?}");
+                    }
+                }
+            }
+            panic!(
+                "not clean after backfill: {:?}, pg_temp {:?}",
+                c.primary_states(),
+                c.current().pg_temp
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "clean after {:?}; {acks_while_remapped} writes acknowledged while remapped; at most {saw_misplaced} misplaced",
+        t0.elapsed()
+    );
+    assert!(saw_remapped, "no EC PG went through pg_temp (remapped)");
+    assert!(
+        acks_while_remapped > 0,
+        "client I/O stalled during the EC backfill"
+    );
+    assert_eq!(misplaced(&c), 0, "misplaced copies left once clean");
+    let acked = load.finish().await;
+    verify(&io, &acked, "after the backfill").await;
+    // Strays are removed asynchronously once clean.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let map = c.current();
+    let ids: Vec<i32> = map.osds.keys().copied().collect();
+    for id in &ids {
+        c.crash(*id);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held: BTreeMap<i32, BTreeMap<(u32, u8), usize>> =
+        ids.iter().map(|id| (*id, ec_shards(&c, *id))).collect();
+    for seed in 0..4u32 {
+        let up = map.pg_to_up(EC_POOL_ID, seed).unwrap().up;
+        assert_eq!(up.len(), 3);
+        assert!(!up.contains(&victim));
+        let counts: Vec<usize> = up
+            .iter()
+            .enumerate()
+            .map(|(s, o)| held[o].get(&(seed, s as u8)).copied().unwrap_or(0))
+            .collect();
+        assert!(
+            counts.iter().all(|n| *n == counts[0] && *n > 0),
+            "pg {EC_POOL_ID}.{seed:x}: shards on {up:?} hold {counts:?} objects ({held:?})"
+        );
+        // No OSD keeps a copy of another position.
+        for (o, shards) in &held {
+            for ((s, shard), _) in shards {
+                if *s == seed {
+                    assert_eq!(
+                        up.get(usize::from(*shard)),
+                        Some(o),
+                        "osd.{o} still holds shard {shard} of pg {EC_POOL_ID}.{seed:x} (up {up:?})"
+                    );
+                }
+            }
+        }
+    }
+    assert!(
+        held[&victim].is_empty(),
+        "osd.{victim} (out) still holds {:?}",
+        held[&victim]
+    );
+}

@@ -90,9 +90,10 @@ impl ClusterMap {
                 if pgid.seed >= pool.pg_num || (erasure && osds.len() != pool.size as usize) {
                     return true;
                 }
+                let hole = |o: i32| erasure && o == CRUSH_ITEM_NONE;
                 if osds
                     .iter()
-                    .any(|o| !(erasure && *o == CRUSH_ITEM_NONE) && !self.osds.contains_key(o))
+                    .any(|&o| !hole(o) && !self.osds.contains_key(&o))
                 {
                     return true;
                 }

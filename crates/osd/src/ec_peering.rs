@@ -4,10 +4,15 @@
 //! that may have written. Then, EC-specific: the authoritative point is the
 //! newest log entry that at least k acting shards hold (an entry on fewer
 //! shards was never acknowledged); shards holding entries past it undo
-//! them from their rollback stashes; every shard that is behind or new gets
-//! the chunks it lacks rebuilt from k up-to-date shards and pushed (or
-//! installed, for the primary's own shard); finally every shard adopts the
-//! authoritative log.
+//! them from their rollback stashes; a shard a log away gets the chunks it
+//! lacks rebuilt from k up-to-date shards and pushed (or installed, for the
+//! primary's own shard). A shard that needs a backfill is instead left to
+//! the background (`backfill.rs`): the primary asks for a positional
+//! `pg_temp` of complete shards (holes where none is) when that still
+//! reaches min_size, and reports the backfill targets and strays once
+//! active. Finally every acting shard adopts the authoritative log. Also
+//! owns [`rebuild_chunk`], the per-object chunk rebuild backfill and
+//! repair use.
 
 use crate::ec_exec::{self, chunk_info_attr, ATTR_EC};
 use crate::ec_io::call_read;

@@ -88,7 +88,7 @@ impl Load {
                 while !stop.load(Ordering::Relaxed) {
                     // Rewrites of preloaded objects (some already copied to
                     // the new member, some not) and new objects.
-                    let name = if i % 2 == 0 {
+                    let name = if i.is_multiple_of(2) {
                         format!("pre-{}", (w * 97 + i * 31) % PRELOAD_OBJECTS)
                     } else {
                         format!("live-{w}-{}", i % 40)
@@ -283,7 +283,7 @@ async fn ec21_out_osd_backfills_in_the_background() {
         );
         // No OSD keeps a copy of another position.
         for (o, shards) in &held {
-            for ((s, shard), _) in shards {
+            for (s, shard) in shards.keys() {
                 if *s == seed {
                     assert_eq!(
                         up.get(usize::from(*shard)),

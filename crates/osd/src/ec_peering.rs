@@ -81,6 +81,157 @@ pub(crate) fn newest_on_k(
     None
 }
 
+/// The PG's layout as one activation sees it.
+pub(crate) struct EcLayout<'a> {
+    pub k: usize,
+    /// Acting OSD per shard position ([`SHARD_HOLE`] where none).
+    pub shards: &'a [i32],
+    /// Up (CRUSH) OSD per shard position.
+    pub up_shards: &'a [i32],
+    pub min_size: u32,
+    /// A monitor can be asked for `pg_temp`.
+    pub may_remap: bool,
+}
+
+/// What an activation does, decided from the query answers alone.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EcActivationPlan {
+    /// The authoritative point: the newest entry on at least k shards.
+    pub point: Version,
+    /// The authoritative info and log, cut at `point`.
+    pub info: PgInfo,
+    pub log: Vec<LogEntry>,
+    /// Entries each acting OSD undoes (past the point or off its history).
+    pub rollbacks: Vec<(i32, Vec<LogEntry>)>,
+    /// Shard positions holding the authoritative state (rebuild sources).
+    pub sources: Vec<usize>,
+    /// Acting shards to bring up to date inside activation.
+    pub recover: Vec<(usize, i32, RecoveryPlan)>,
+    /// Ask for this positional `pg_temp` instead of activating now.
+    pub pg_temp: Option<Vec<i32>>,
+}
+
+/// Decides an EC activation from the answers (`notes`) and the layout;
+/// `is_up` says whether an OSD is up in the current map. Pure: the
+/// decision the runtime performs and the unit tests check.
+pub(crate) fn plan_activation(
+    notes: &Notes,
+    layout: &EcLayout<'_>,
+    is_up: &dyn Fn(i32) -> bool,
+) -> Result<EcActivationPlan, String> {
+    let k = layout.k;
+    let (auth_info, auth_log) = notes
+        .values()
+        .filter(|(i, _, _)| i.backfill.is_none())
+        .max_by_key(|(i, _, _)| (i.last_epoch_started, i.last_update))
+        .map(|(i, l, _)| (i.clone(), l.clone()))
+        .ok_or("no complete copy of the PG answered")?;
+    let members: Vec<(usize, i32)> = layout
+        .shards
+        .iter()
+        .enumerate()
+        .filter(|(_, &o)| o != SHARD_HOLE)
+        .map(|(s, &o)| (s, o))
+        .collect();
+    let member_notes: Vec<(&PgInfo, &[LogEntry])> = members
+        .iter()
+        .filter_map(|(_, o)| notes.get(o))
+        .filter(|(i, _, _)| i.backfill.is_none())
+        .map(|(i, l, _)| (i, &l[..]))
+        .collect();
+    let v = newest_on_k(&auth_info, &auth_log, &member_notes, k).ok_or_else(|| {
+        format!(
+            "fewer than k={k} shards hold any common point of the newest log (shards answering: {}); bring back OSDs that held this PG",
+            member_notes.len()
+        )
+    })?;
+    let auth_log: Vec<LogEntry> = auth_log.into_iter().filter(|e| e.version <= v).collect();
+    let auth_info = PgInfo {
+        last_update: v,
+        last_complete: v,
+        ..auth_info
+    };
+    let auth_versions: HashSet<Version> = auth_log.iter().map(|e| e.version).collect();
+    let off_history = |e: &LogEntry, i: &PgInfo| {
+        e.version > i.log_tail
+            && e.version > auth_info.log_tail
+            && !auth_versions.contains(&e.version)
+    };
+    let mut rollbacks = Vec::new();
+    for &(_, osd) in &members {
+        let Some((info, log, _)) = notes.get(&osd) else {
+            continue;
+        };
+        let divergent: Vec<LogEntry> = log
+            .iter()
+            .filter(|e| e.version > v || off_history(e, info))
+            .cloned()
+            .collect();
+        if !divergent.is_empty() {
+            rollbacks.push((osd, divergent));
+        }
+    }
+    let sources: Vec<usize> = members
+        .iter()
+        .filter(|(_, o)| {
+            notes.get(o).is_some_and(|(i, l, _)| {
+                i.backfill.is_none()
+                    && holds(i, l, v)
+                    && !l.iter().any(|e| e.version <= v && off_history(e, i))
+            })
+        })
+        .map(|(s, _)| *s)
+        .collect();
+    let plan_for = |osd: i32| match notes.get(&osd) {
+        Some((i, _, _)) if i.backfill.is_some() => RecoveryPlan::Backfill,
+        Some((i, l, _)) => plan_recovery(&auth_info, &auth_log, Some((i, &l[..]))),
+        None => plan_recovery(&auth_info, &auth_log, None),
+    };
+    let recover: Vec<(usize, i32, RecoveryPlan)> = members
+        .iter()
+        .filter(|(s, _)| !sources.contains(s))
+        .map(|&(s, o)| (s, o, plan_for(o)))
+        .collect();
+    // When the acting set is the up set and some members need a backfill
+    // (no copy, or one the log does not cover): per position, the up
+    // member when complete or a log away, else another up OSD whose copy
+    // holds that position completely, else a hole. Only if that still
+    // reaches min_size; otherwise activation rebuilds them itself.
+    let needs_backfill = |osd: i32| matches!(plan_for(osd), RecoveryPlan::Backfill);
+    let behind: Vec<usize> = recover
+        .iter()
+        .filter(|(_, _, p)| matches!(p, RecoveryPlan::Backfill))
+        .map(|(s, _, _)| *s)
+        .collect();
+    let mut pg_temp = None;
+    if layout.may_remap && layout.shards == layout.up_shards && !behind.is_empty() {
+        let mut want = layout.up_shards.to_vec();
+        for &s in &behind {
+            let stand_in = notes.iter().find(|(o, (i, _, shard))| {
+                usize::from(*shard) == s
+                    && i.backfill.is_none()
+                    && !want.contains(o)
+                    && !needs_backfill(**o)
+                    && is_up(**o)
+            });
+            want[s] = stand_in.map(|(o, _)| *o).unwrap_or(SHARD_HOLE);
+        }
+        let live = want.iter().filter(|&&o| o != SHARD_HOLE).count();
+        if live >= layout.min_size.max(1) as usize && want != layout.shards {
+            pg_temp = Some(want);
+        }
+    }
+    Ok(EcActivationPlan {
+        point: v,
+        info: auth_info,
+        log: auth_log,
+        rollbacks,
+        sources,
+        recover,
+        pg_temp,
+    })
+}
+
 impl EcPeeringJob {
     fn me(&self) -> i32 {
         self.base.shared.cfg.id
@@ -95,88 +246,27 @@ impl EcPeeringJob {
         commit(store, t).await?;
         b.ensure_up_thru().await?;
         let notes = self.query_all().await?;
-        let (auth_info, auth_log) = notes
+        let responders: Vec<i32> = notes.keys().copied().collect();
+        let auth_les = notes
             .values()
             .filter(|(i, _, _)| i.backfill.is_none())
-            .max_by_key(|(i, _, _)| (i.last_epoch_started, i.last_update))
-            .map(|(i, l, _)| (i.clone(), l.clone()))
+            .map(|(i, _, _)| i.last_epoch_started)
+            .max()
             .ok_or("no complete copy of the PG answered")?;
-        let responders: Vec<i32> = notes.keys().copied().collect();
-        check_can_activate(&b.past, auth_info.last_epoch_started, &responders)?;
-        let k = self.ec.code.k();
-        let members: Vec<(usize, i32)> = self
-            .ec
-            .shards
-            .iter()
-            .enumerate()
-            .filter(|(_, &o)| o != crate::ec_pool::SHARD_HOLE)
-            .map(|(s, &o)| (s, o))
-            .collect();
-        let member_notes: Vec<(&PgInfo, &[LogEntry])> = members
-            .iter()
-            .filter_map(|(_, o)| notes.get(o))
-            .filter(|(i, _, _)| i.backfill.is_none())
-            .map(|(i, l, _)| (i, &l[..]))
-            .collect();
-        let v = newest_on_k(&auth_info, &auth_log, &member_notes, k).ok_or_else(|| {
-            format!(
-                "fewer than k={k} shards hold any common point of the newest log (shards answering: {}); bring back OSDs that held this PG",
-                member_notes.len()
-            )
-        })?;
-        let auth_log: Vec<LogEntry> = auth_log.into_iter().filter(|e| e.version <= v).collect();
-        let auth_info = PgInfo {
-            last_update: v,
-            last_complete: v,
-            ..auth_info
-        };
-        let auth_versions: HashSet<Version> = auth_log.iter().map(|e| e.version).collect();
-        // Undo entries past the authoritative point (or off its history).
-        for &(_, osd) in &members {
-            let Some((info, log, _)) = notes.get(&osd) else {
-                continue;
-            };
-            let divergent: Vec<LogEntry> = log
-                .iter()
-                .filter(|e| {
-                    e.version > v
-                        || (e.version > info.log_tail
-                            && e.version > auth_info.log_tail
-                            && !auth_versions.contains(&e.version))
-                })
-                .cloned()
-                .collect();
-            if !divergent.is_empty() {
-                tracing::info!(
-                    "pg {}: rolling back {} entries on osd.{osd} (newer than {v}, on fewer than k shards)",
-                    b.pgid,
-                    divergent.len()
-                );
-                self.rollback(osd, divergent).await?;
-            }
-        }
-        let sources: Vec<usize> = members
-            .iter()
-            .filter(|(_, o)| {
-                notes.get(o).is_some_and(|(i, l, _)| {
-                    i.backfill.is_none()
-                        && holds(i, l, v)
-                        && !l.iter().any(|e| {
-                            e.version <= v
-                                && e.version > i.log_tail
-                                && e.version > auth_info.log_tail
-                                && !auth_versions.contains(&e.version)
-                        })
-                })
-            })
-            .map(|(s, _)| *s)
-            .collect();
-        let plan_for = |osd: i32| match notes.get(&osd) {
-            Some((i, _, _)) if i.backfill.is_some() => RecoveryPlan::Backfill,
-            Some((i, l, _)) => plan_recovery(&auth_info, &auth_log, Some((i, &l[..]))),
-            None => plan_recovery(&auth_info, &auth_log, None),
-        };
-        if let Some(want) = self.wanted_pg_temp(&members, &sources, &notes, &plan_for) {
+        check_can_activate(&b.past, auth_les, &responders)?;
+        let up = |o: i32| b.shared.map_rx.borrow().osds.get(&o).is_some_and(|x| x.up);
+        let plan = plan_activation(
+            &notes,
+            &EcLayout {
+                k: self.ec.code.k(),
+                shards: &self.ec.shards,
+                up_shards: &self.ec.up_shards,
+                min_size: b.min_size,
+                may_remap: b.shared.mon.is_some(),
+            },
+            &up,
+        )?;
+        if let Some(want) = plan.pg_temp {
             let why = format!(
                 "{PG_TEMP_WAIT} {want:?} (up {:?} needs backfill)",
                 self.ec.up_shards
@@ -198,11 +288,16 @@ impl EcPeeringJob {
             }
             return Err(why);
         }
-        for &(shard, osd) in &members {
-            if sources.contains(&shard) {
-                continue;
-            }
-            let plan = plan_for(osd);
+        let (v, auth_info, auth_log, sources) = (plan.point, plan.info, plan.log, plan.sources);
+        for (osd, divergent) in plan.rollbacks {
+            tracing::info!(
+                "pg {}: rolling back {} entries on osd.{osd} (newer than {v}, on fewer than k shards)",
+                b.pgid,
+                divergent.len()
+            );
+            self.rollback(osd, divergent).await?;
+        }
+        for (shard, osd, plan) in plan.recover {
             tracing::debug!("pg {}: shard {shard} on osd.{osd}: {plan:?}", b.pgid);
             self.recover_shard(shard, osd, plan, &sources).await?;
         }
@@ -213,7 +308,7 @@ impl EcPeeringJob {
             last_active_acting: b.acting.clone(),
             ..auth_info.clone()
         };
-        for &(_, osd) in &members {
+        for osd in self.ec.live_members() {
             if osd != self.me() {
                 self.push(
                     osd,
@@ -229,49 +324,6 @@ impl EcPeeringJob {
         commit(store, txn).await?;
         self.report_activated(&notes);
         Ok((new_info, auth_log))
-    }
-
-    /// When the acting set is the up set and some up members need a
-    /// backfill (no copy, or one the log does not cover): the positional
-    /// acting set to ask for instead. Each position keeps its up member
-    /// when that one is complete or a log away; otherwise another OSD
-    /// whose copy holds that shard completely serves it; otherwise the
-    /// position is a hole. None when nothing needs backfill, without a
-    /// monitor to ask, or when the result would be below `min_size` (then
-    /// activation rebuilds the missing shards itself before serving).
-    fn wanted_pg_temp(
-        &self,
-        members: &[(usize, i32)],
-        sources: &[usize],
-        notes: &Notes,
-        plan_for: &dyn Fn(i32) -> RecoveryPlan,
-    ) -> Option<Vec<i32>> {
-        let b = &self.base;
-        if b.shared.mon.is_none() || self.ec.shards != self.ec.up_shards {
-            return None;
-        }
-        let needs_backfill = |osd: i32| matches!(plan_for(osd), RecoveryPlan::Backfill);
-        let behind: Vec<usize> = members
-            .iter()
-            .filter(|(s, o)| !sources.contains(s) && needs_backfill(*o))
-            .map(|(s, _)| *s)
-            .collect();
-        if behind.is_empty() {
-            return None;
-        }
-        let mut want = self.ec.up_shards.clone();
-        for &s in &behind {
-            let stand_in = notes.iter().find(|(o, (i, _, shard))| {
-                usize::from(*shard) == s
-                    && i.backfill.is_none()
-                    && !want.contains(o)
-                    && !needs_backfill(**o)
-                    && b.shared.map_rx.borrow().osds.get(o).is_some_and(|x| x.up)
-            });
-            want[s] = stand_in.map(|(o, _)| *o).unwrap_or(SHARD_HOLE);
-        }
-        let live = want.iter().filter(|&&o| o != SHARD_HOLE).count();
-        (live >= b.min_size.max(1) as usize && want != self.ec.shards).then_some(want)
     }
 
     /// Hands the PG actor the backfill targets (up members whose position
@@ -674,6 +726,118 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    fn note(les: u64, last: u64, log: &[LogEntry], shard: u8) -> (PgInfo, Vec<LogEntry>, u8) {
+        let i = PgInfo {
+            last_epoch_started: cairn_types::Epoch(les),
+            last_active_acting: vec![],
+            ..info(last)
+        };
+        (i, log.to_vec(), shard)
+    }
+
+    fn layout<'a>(shards: &'a [i32], up: &'a [i32], min_size: u32) -> EcLayout<'a> {
+        EcLayout {
+            k: 2,
+            shards,
+            up_shards: up,
+            min_size,
+            may_remap: true,
+        }
+    }
+
+    /// A log whose tail is past the start: a member with no copy needs a
+    /// backfill, not log recovery.
+    fn trimmed(n: u64) -> (PgInfo, Vec<LogEntry>) {
+        let log: Vec<LogEntry> = (2..=n).map(e).collect();
+        let i = PgInfo {
+            last_epoch_started: cairn_types::Epoch(5),
+            log_tail: Version { epoch: 5, seq: 1 },
+            ..info(n)
+        };
+        (i, log)
+    }
+
+    #[test]
+    fn an_out_osd_keeps_serving_its_position_while_the_new_one_backfills() {
+        // 2+1: osd.3 held shard 0 and was marked out; CRUSH put osd.4 there.
+        let (i, log) = trimmed(6);
+        let mut notes: Notes = BTreeMap::new();
+        notes.insert(1, (i.clone(), log.clone(), 1));
+        notes.insert(2, (i.clone(), log.clone(), 2));
+        notes.insert(3, (i.clone(), log.clone(), 0));
+        notes.insert(4, (PgInfo::default(), vec![], 0));
+        let shards = [4, 1, 2];
+        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|_| true).unwrap();
+        assert_eq!(plan.pg_temp, Some(vec![3, 1, 2]));
+        assert_eq!(plan.sources, vec![1, 2]);
+        // osd.3 down: a hole instead, still at min_size 2.
+        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|o| o != 3).unwrap();
+        assert_eq!(plan.pg_temp, Some(vec![SHARD_HOLE, 1, 2]));
+        // Below min_size (3) with the hole: rebuild inside activation.
+        let plan = plan_activation(&notes, &layout(&shards, &shards, 3), &|o| o != 3).unwrap();
+        assert_eq!(plan.pg_temp, None);
+        assert_eq!(plan.recover, vec![(0, 4, RecoveryPlan::Backfill)]);
+        // Already remapped (pg_temp in the map): activate, no new request.
+        let acting = [3, 1, 2];
+        let plan = plan_activation(&notes, &layout(&acting, &shards, 2), &|_| true).unwrap();
+        assert_eq!(plan.pg_temp, None);
+        assert_eq!(plan.sources, vec![0, 1, 2]);
+        assert!(plan.recover.is_empty());
+        // No monitor to ask: rebuild inside activation.
+        let mut l = layout(&shards, &shards, 2);
+        l.may_remap = false;
+        assert_eq!(
+            plan_activation(&notes, &l, &|_| true).unwrap().pg_temp,
+            None
+        );
+    }
+
+    #[test]
+    fn a_copy_of_another_position_or_mid_backfill_is_no_stand_in() {
+        let (i, log) = trimmed(6);
+        let mut notes: Notes = BTreeMap::new();
+        notes.insert(1, (i.clone(), log.clone(), 1));
+        notes.insert(2, (i.clone(), log.clone(), 2));
+        // osd.5 holds shard 1, not 0; osd.6 is itself half backfilled.
+        notes.insert(5, (i.clone(), log.clone(), 1));
+        let half = PgInfo {
+            backfill: Some(cairn_ops::BackfillMark { through: None }),
+            ..i.clone()
+        };
+        notes.insert(6, (half, log.clone(), 0));
+        notes.insert(4, (PgInfo::default(), vec![], 0));
+        let shards = [4, 1, 2];
+        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|_| true).unwrap();
+        assert_eq!(plan.pg_temp, Some(vec![SHARD_HOLE, 1, 2]));
+    }
+
+    #[test]
+    fn a_member_a_log_away_is_recovered_in_activation_and_divergent_entries_roll_back() {
+        let full: Vec<LogEntry> = (1..=4).map(e).collect();
+        let mut notes: Notes = BTreeMap::new();
+        // osd.1 has 1..4, osd.2 has 1..3, osd.3 has 1..2: seq 3 is on two
+        // shards (the point), seq 4 on one only (never acknowledged).
+        notes.insert(1, note(5, 4, &full[..4], 0));
+        notes.insert(2, note(5, 3, &full[..3], 1));
+        notes.insert(3, note(5, 2, &full[..2], 2));
+        let shards = [1, 2, 3];
+        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|_| true).unwrap();
+        assert_eq!(plan.point, Version { epoch: 5, seq: 3 });
+        assert_eq!(plan.rollbacks, vec![(1, vec![e(4)])]);
+        assert_eq!(plan.pg_temp, None);
+        assert_eq!(plan.sources, vec![0, 1]);
+        assert_eq!(
+            plan.recover,
+            vec![(
+                2,
+                3,
+                RecoveryPlan::Log {
+                    objects: vec![ObjectName::new("", "o3")]
+                }
+            )]
+        );
     }
 
     #[test]

@@ -4,10 +4,11 @@
 //! new member's chunks are rebuilt from k shards in the background, and
 //! get clean: every acknowledged object reads back, every chunk is on the
 //! new up set at its position, misplaced copies go to 0, and the out
-//! OSD's shards are deleted.
+//! OSD's shards are deleted. Also: `nobackfill` holds an EC backfill (the
+//! PG stays remapped, active and writable) until it is unset.
 
 mod common;
-use cairn_map::{MonCommand, PoolKind};
+use cairn_map::{MonCommand, OsdFlag, PoolKind};
 use cairn_store::Store;
 use common::*;
 use std::collections::BTreeMap;
@@ -299,4 +300,58 @@ async fn ec21_out_osd_backfills_in_the_background() {
         "osd.{victim} (out) still holds {:?}",
         held[&victim]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ec21_nobackfill_holds_the_backfill_while_the_pg_serves() {
+    let mut c = Cluster::start_with(4, 1, 4, 512 << 20, vec![], true).await;
+    create_ec21(&mut c);
+    c.wait_active(Duration::from_secs(30)).await;
+    let io = c.client().ioctx("ec").expect("pool");
+    preload(&io).await;
+    c.apply(MonCommand::OsdSetFlag {
+        flag: OsdFlag::NoBackfill,
+    });
+    let victim = c.current().pg_to_up(EC_POOL_ID, 0).unwrap().up[1];
+    c.apply(MonCommand::OsdOut { ids: vec![victim] });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = ec_states(&c);
+        if st.values().any(|s| s.contains("backfill_wait")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no backfill_wait: {st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Held: still remapped, and serving, two seconds later.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let st = ec_states(&c);
+    assert!(
+        st.values().any(|s| s.contains("remapped+backfill_wait")),
+        "{st:?}"
+    );
+    assert!(st.values().all(|s| s.contains("active")), "{st:?}");
+    assert!(!c.current().pg_temp.is_empty());
+    assert!(misplaced(&c) > 0, "misplaced chunks not reported");
+    let data = pattern(7, 3 * OBJ_BYTES);
+    io.write_full("during-nobackfill", data.clone())
+        .await
+        .expect("writes continue under nobackfill");
+    assert!(io.read("during-nobackfill", 0, 0).await.expect("read") == data);
+    c.apply(MonCommand::OsdUnsetFlag {
+        flag: OsdFlag::NoBackfill,
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = ec_states(&c);
+        let clean = st.len() == 4 && st.values().all(|s| s == "active+clean");
+        if clean && c.current().pg_temp.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not clean after unset: {st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(misplaced(&c), 0);
+    assert!(io.read("during-nobackfill", 0, 0).await.expect("read") == data);
+    verify(&io, &BTreeMap::new(), "after nobackfill was unset").await;
 }

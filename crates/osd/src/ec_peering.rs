@@ -20,7 +20,7 @@ use crate::ec_pool::{EcPg, SHARD_HOLE};
 use crate::exec;
 use crate::peering::{commit, list_all, replace_log, PeeringJob};
 use crate::peering_sm::BackfillStart;
-use crate::pg::{check_can_activate, plan_recovery, RecoveryPlan, PG_TEMP_WAIT};
+use crate::pg::{check_can_activate, plan_recovery, PastInterval, RecoveryPlan, PG_TEMP_WAIT};
 use crate::runtime::{Shared, META_INFO};
 use bytes::Bytes;
 use cairn_ec::ChunkInfo;
@@ -79,6 +79,43 @@ pub(crate) fn newest_on_k(
         }
     }
     None
+}
+
+/// EC's stricter form of `check_can_activate`: every past interval that
+/// may have accepted writes since the newest activation must have at
+/// least `k` of its members among `settled` (answered, or declared lost).
+/// A write is acknowledged once every acting shard of its interval holds
+/// it, which may be as few as `min_size` shards; with fewer than k of them
+/// answering, that write may be on fewer than k of the shards asked, so it
+/// would look unacknowledged and be rolled back. Err names the OSDs waited
+/// for.
+pub(crate) fn check_k_per_interval(
+    past: &[PastInterval],
+    best_les: Epoch,
+    settled: &[i32],
+    k: usize,
+) -> Result<(), String> {
+    for pi in past {
+        if !pi.maybe_went_rw || pi.last < best_les {
+            continue;
+        }
+        let have = pi.acting.iter().filter(|o| settled.contains(o)).count();
+        if have < k.min(pi.acting.len()) {
+            let missing: Vec<String> = pi
+                .acting
+                .iter()
+                .filter(|o| !settled.contains(o))
+                .map(|o| format!("osd.{o}"))
+                .collect();
+            return Err(format!(
+                "waiting for {} (shards acting in epochs {}..={}, which may have accepted writes; {have} of them answered, k={k} needed): bring them back, or declare them lost",
+                missing.join(", "),
+                pi.first.0,
+                pi.last.0
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The PG's layout as one activation sees it.
@@ -253,7 +290,10 @@ impl EcPeeringJob {
             .map(|(i, _, _)| i.last_epoch_started)
             .max()
             .ok_or("no complete copy of the PG answered")?;
-        check_can_activate(&b.past, auth_les, &responders)?;
+        let mut settled = responders.clone();
+        settled.extend(b.shared.map_rx.borrow().lost_osds());
+        check_can_activate(&b.past, auth_les, &settled)?;
+        check_k_per_interval(&b.past, auth_les, &settled, self.ec.code.k())?;
         let up = |o: i32| b.shared.map_rx.borrow().osds.get(&o).is_some_and(|x| x.up);
         let plan = plan_activation(
             &notes,
@@ -838,6 +878,30 @@ mod tests {
                 }
             )]
         );
+    }
+
+    #[test]
+    fn an_interval_that_wrote_needs_k_of_its_shards_back() {
+        // 2+1, min_size 2: osd.2 down, writes acknowledged on {0, 1}; then
+        // osd.1 down and osd.2 back. Activating on {0, 2} would see those
+        // writes on one shard only and roll them back: stay down instead.
+        let past = vec![PastInterval {
+            first: cairn_types::Epoch(7),
+            last: cairn_types::Epoch(9),
+            acting: vec![0, 1],
+            primary: Some(0),
+            maybe_went_rw: true,
+        }];
+        let err = check_k_per_interval(&past, cairn_types::Epoch(5), &[0, 2], 2).unwrap_err();
+        assert!(err.contains("waiting for osd.1"), "{err}");
+        assert!(check_k_per_interval(&past, cairn_types::Epoch(5), &[0, 1, 2], 2).is_ok());
+        // Declared lost (settled): activation gives its writes up.
+        assert!(check_k_per_interval(&past, cairn_types::Epoch(5), &[0, 2, 1], 2).is_ok());
+        // Intervals older than the newest activation do not count.
+        assert!(check_k_per_interval(&past, cairn_types::Epoch(10), &[0, 2], 2).is_ok());
+        // The same scenario replicated-style passes with one member: the
+        // reason EC needs its own check.
+        assert!(check_can_activate(&past, cairn_types::Epoch(5), &[0, 2]).is_ok());
     }
 
     #[test]

@@ -904,6 +904,121 @@ mod tests {
         assert!(check_can_activate(&past, cairn_types::Epoch(5), &[0, 2]).is_ok());
     }
 
+    /// Seeded histories of one 2+1 or 2+2 PG: shards go down and up,
+    /// each interval with at least min_size shards activates (when the
+    /// checks allow) and takes writes, the last one possibly reaching only
+    /// some shards. After every activation the authoritative log must hold
+    /// every acknowledged write, and with every shard back the PG must
+    /// activate.
+    #[test]
+    fn seeded_histories_never_roll_back_an_acknowledged_write() {
+        for seed in 1..=3000u64 {
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut rnd = move |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let m = 1 + rnd(2) as usize;
+            let (k, n) = (2usize, 2 + m);
+            let min_size = if m == 1 { 2 } else { 3 };
+            let mut logs: Vec<Vec<LogEntry>> = vec![Vec::new(); n];
+            let mut les = vec![0u64; n];
+            let mut past: Vec<PastInterval> = Vec::new();
+            let mut acked: Vec<Version> = Vec::new();
+            let mut seq = 0u64;
+            for round in 0..12u64 {
+                let epoch = 10 + round;
+                let last_round = round == 11;
+                let up: Vec<usize> = (0..n).filter(|_| last_round || rnd(4) != 0).collect();
+                if up.len() < min_size {
+                    continue;
+                }
+                let mut notes: Notes = BTreeMap::new();
+                for &o in &up {
+                    let last = logs[o].last().map(|e| e.version).unwrap_or_default();
+                    let i = PgInfo {
+                        last_update: last,
+                        last_complete: last,
+                        last_epoch_started: cairn_types::Epoch(les[o]),
+                        ..Default::default()
+                    };
+                    notes.insert(o as i32, (i, logs[o].clone(), o as u8));
+                }
+                let settled: Vec<i32> = up.iter().map(|&o| o as i32).collect();
+                let best = cairn_types::Epoch(up.iter().map(|&o| les[o]).max().unwrap_or(0));
+                let allowed = check_can_activate(&past, best, &settled).is_ok()
+                    && check_k_per_interval(&past, best, &settled, k).is_ok();
+                let shards: Vec<i32> = (0..n)
+                    .map(|o| {
+                        if up.contains(&o) {
+                            o as i32
+                        } else {
+                            SHARD_HOLE
+                        }
+                    })
+                    .collect();
+                let mut went_rw = false;
+                if allowed {
+                    let l = EcLayout {
+                        k,
+                        shards: &shards,
+                        up_shards: &shards,
+                        min_size: min_size as u32,
+                        may_remap: false,
+                    };
+                    let plan = plan_activation(&notes, &l, &|_| true)
+                        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                    for v in &acked {
+                        assert!(
+                            plan.log.iter().any(|e| e.version == *v),
+                            "seed {seed} round {round}: acknowledged {v} rolled back (point {})",
+                            plan.point
+                        );
+                    }
+                    for &o in &up {
+                        logs[o] = plan.log.clone();
+                        les[o] = epoch;
+                    }
+                    went_rw = true;
+                    for w in 0..rnd(4) {
+                        seq += 1;
+                        let entry = LogEntry {
+                            version: Version { epoch, seq },
+                            ..e(seq)
+                        };
+                        let partial = w == 3 || rnd(3) == 0;
+                        let reached: Vec<usize> = if partial {
+                            up.iter().copied().filter(|_| rnd(2) == 0).collect()
+                        } else {
+                            up.clone()
+                        };
+                        for &o in &reached {
+                            logs[o].push(entry.clone());
+                        }
+                        if reached.len() < up.len() {
+                            break; // the interval ends with this write in flight
+                        }
+                        acked.push(entry.version);
+                    }
+                } else {
+                    assert!(
+                        !last_round,
+                        "seed {seed}: every shard back, yet the PG stays down"
+                    );
+                }
+                past.push(PastInterval {
+                    first: cairn_types::Epoch(epoch),
+                    last: cairn_types::Epoch(epoch),
+                    acting: settled,
+                    primary: Some(up[0] as i32),
+                    maybe_went_rw: went_rw,
+                });
+            }
+        }
+    }
+
     #[test]
     fn authoritative_point_is_the_newest_entry_on_k_shards() {
         let log: Vec<LogEntry> = (1..=4).map(e).collect();

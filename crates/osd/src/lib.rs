@@ -7,8 +7,8 @@
 //!   PG, follow the cluster map, replicate, and run activation (query, pull,
 //!   push) before a PG serves I/O.
 //! - `backfill`: background backfill of new up members while `pg_temp`
-//!   keeps complete copies serving, its throttles and flags, and stray
-//!   removal once a PG is clean.
+//!   keeps complete copies serving (EC: positional `pg_temp`, chunks
+//!   rebuilt from k shards), its throttles and flags, and stray removal.
 //! - `auth`: who may connect (keys from the map's auth table, or tickets
 //!   sealed with the OSD service secret) and what they may do (osd caps).
 //! - `peering_sm`: replicated activation as a pure state machine (the
@@ -20,7 +20,9 @@
 //!   limits and PG log lengths.
 //! - `ec_pool`, `ec_exec`, `ec_io`, `ec_peering`: erasure-coded PGs (one
 //!   store collection per shard; the primary encodes, gathers chunks for
-//!   reads and rebuilds missing shards at activation).
+//!   reads, rebuilds shards a log behind at activation and leaves the rest
+//!   to background backfill; `ec_peering::plan_activation` is the pure
+//!   decision).
 //! - `scrub`: scrub, deep-scrub and repair run by a PG's primary (scrub
 //!   maps, comparison, EC parity check, repair, periodic scheduling).
 

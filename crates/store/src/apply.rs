@@ -8,42 +8,132 @@
 use crate::error::{Result, StoreError};
 use crate::ids::{CollectionId, ObjectId};
 use crate::meta::*;
+use crate::overlay::{GroupChanges, KvRead, ReadView, Val, TABLES, TID_EXTENTS};
 use crate::store::Inner;
 use crate::txn::{Op, Transaction};
 use crate::wal::SharedRedo;
 use redb::{ReadableTable, Table, WriteTransaction};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 type KvTable<'w> = Table<'w, &'static [u8], &'static [u8]>;
-type KvGuard<'a> = redb::AccessGuard<'a, &'static [u8]>;
-type KvRange<'a> = redb::Range<'a, &'static [u8], &'static [u8]>;
 
-/// A redb table whose every change is also written to the group's redo log.
-/// Reads go straight to the table (`raw` for the generic read helpers).
+/// Where a [`LoggedTable`]'s changes go.
+enum Back<'w> {
+    /// Straight into a redb write transaction (replay, checkpoints, the
+    /// direct path of a group too large for one WAL record).
+    Redb(KvTable<'w>),
+    /// Into a group-local map over a read view (redb snapshot + overlay):
+    /// the normal path, where redb gets the changes later, at a checkpoint.
+    Overlay {
+        view: &'w ReadView,
+        local: BTreeMap<Vec<u8>, Val>,
+    },
+}
+
+/// A metadata table whose every change is also written to the group's redo
+/// log (what the WAL record carries).
 pub(crate) struct LoggedTable<'w> {
-    pub raw: KvTable<'w>,
+    back: Back<'w>,
     /// Table id in WAL records (index into `wal::TABLE_NAMES`).
     id: u8,
     redo: SharedRedo,
 }
 
 impl<'w> LoggedTable<'w> {
-    pub fn get(&self, key: &[u8]) -> Result<Option<KvGuard<'_>>> {
-        Ok(self.raw.get(key)?)
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match &self.back {
+            Back::Redb(t) => Ok(t.get(key)?.map(|v| v.value().to_vec())),
+            Back::Overlay { view, local } => match local.get(key) {
+                Some(v) => Ok(v.as_ref().map(|v| v.to_vec())),
+                None => view.kv_get(self.id, key),
+            },
+        }
     }
-    pub fn range<'a>(&self, r: std::ops::Range<&'a [u8]>) -> Result<KvRange<'_>> {
-        Ok(self.raw.range::<&'a [u8]>(r)?)
+    /// Up to `limit` entries of `[lo, hi)` in key order.
+    pub fn scan(&self, lo: &[u8], hi: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        match &self.back {
+            Back::Redb(t) => scan_redb(t, lo, hi, limit),
+            Back::Overlay { view, local } => view.scan_under(local, self.id, lo, hi, limit, false),
+        }
+    }
+    /// The last entry of `[lo, hi)`.
+    pub fn last(&self, lo: &[u8], hi: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        match &self.back {
+            Back::Redb(t) => {
+                if lo >= hi {
+                    return Ok(None);
+                }
+                Ok(t.range::<&[u8]>(lo..hi)?
+                    .next_back()
+                    .transpose()?
+                    .map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
+            }
+            Back::Overlay { view, local } => {
+                Ok(view.scan_under(local, self.id, lo, hi, 1, true)?.pop())
+            }
+        }
     }
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.redo.borrow_mut().put(self.id, key, value);
-        self.raw.insert(key, value)?;
-        Ok(())
-    }
-    pub fn remove(&mut self, key: &[u8]) -> Result<()> {
-        if self.raw.remove(key)?.is_some() {
-            self.redo.borrow_mut().delete(self.id, key);
+        match &mut self.back {
+            Back::Redb(t) => {
+                t.insert(key, value)?;
+            }
+            Back::Overlay { local, .. } => {
+                overflow_check(&self.redo)?;
+                local.insert(key.to_vec(), Some(Arc::from(value)));
+            }
         }
         Ok(())
     }
+    pub fn remove(&mut self, key: &[u8]) -> Result<()> {
+        match &mut self.back {
+            Back::Redb(t) => {
+                if t.remove(key)?.is_some() {
+                    self.redo.borrow_mut().delete(self.id, key);
+                }
+            }
+            Back::Overlay { .. } => {
+                if self.get(key)?.is_some() {
+                    self.redo.borrow_mut().delete(self.id, key);
+                    overflow_check(&self.redo)?;
+                    if let Back::Overlay { local, .. } = &mut self.back {
+                        local.insert(key.to_vec(), None);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// On the overlay path a group whose redo log overflowed stops at once (it
+/// is redone on the direct path), so its local changes stay bounded.
+fn overflow_check(redo: &SharedRedo) -> Result<()> {
+    if redo.borrow().overflowed() {
+        return Err(StoreError::Kv(
+            "commit group too large for one WAL record".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn scan_redb<T: ReadableTable<&'static [u8], &'static [u8]>>(
+    t: &T,
+    lo: &[u8],
+    hi: &[u8],
+    limit: usize,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    if lo >= hi {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for e in t.range::<&[u8]>(lo..hi)?.take(limit) {
+        let (k, v) = e?;
+        out.push((k.value().to_vec(), v.value().to_vec()));
+    }
+    Ok(out)
 }
 
 /// Longest run of blocks one extent record covers.
@@ -68,23 +158,60 @@ pub(crate) struct Tables<'w> {
 impl<'w> Tables<'w> {
     /// Opens every table of `w`, logging changes to `redo`.
     pub fn open(w: &'w WriteTransaction, redo: &SharedRedo) -> Result<Tables<'w>> {
-        // WAL ids are the positions in `wal::TABLE_NAMES` (stable on disk).
-        let t = |def: Tbl, id: u8| -> Result<LoggedTable<'w>> {
-            Ok(LoggedTable {
-                raw: w.open_table(def)?,
+        let mut t = Vec::with_capacity(TABLES);
+        for id in 0..TABLES as u8 {
+            t.push(LoggedTable {
+                back: Back::Redb(w.open_table(crate::overlay::table_def(id))?),
+                id,
+                redo: redo.clone(),
+            });
+        }
+        Ok(Tables::from_vec(t))
+    }
+    /// Tables that collect changes in memory over `view` (see [`Tables::into_changes`]).
+    pub fn over(view: &'w ReadView, redo: &SharedRedo) -> Tables<'w> {
+        let t = (0..TABLES as u8)
+            .map(|id| LoggedTable {
+                back: Back::Overlay {
+                    view,
+                    local: BTreeMap::new(),
+                },
                 id,
                 redo: redo.clone(),
             })
-        };
-        Ok(Tables {
-            sup: t(T_SUPER, 0)?,
-            colls: t(T_COLLS, 1)?,
-            objects: t(T_OBJECTS, 2)?,
-            extents: t(T_EXTENTS, 3)?,
-            omap: t(T_OMAP, 4)?,
-            pgmeta: t(T_PGMETA, 5)?,
-            pglog: t(T_PGLOG, 6)?,
-        })
+            .collect();
+        Tables::from_vec(t)
+    }
+    fn from_vec(v: Vec<LoggedTable<'w>>) -> Tables<'w> {
+        let mut it = v.into_iter();
+        let mut next = || it.next().expect("one table per id");
+        Tables {
+            sup: next(),
+            colls: next(),
+            objects: next(),
+            extents: next(),
+            omap: next(),
+            pgmeta: next(),
+            pglog: next(),
+        }
+    }
+    /// The final state of every key this group touched (overlay tables only).
+    pub fn into_changes(self) -> GroupChanges {
+        let mut kv = Vec::new();
+        for t in [
+            self.sup,
+            self.colls,
+            self.objects,
+            self.extents,
+            self.omap,
+            self.pgmeta,
+            self.pglog,
+        ] {
+            if let Back::Overlay { local, .. } = t.back {
+                kv.extend(local.into_iter().map(|(k, v)| (t.id, k, v)));
+            }
+        }
+        GroupChanges { kv }
     }
     /// The table with WAL id `id`.
     pub fn by_id(&mut self, id: u8) -> Option<&mut LoggedTable<'w>> {
@@ -98,6 +225,36 @@ impl<'w> Tables<'w> {
             6 => &mut self.pglog,
             _ => return None,
         })
+    }
+    fn by_id_ref(&self, id: u8) -> Result<&LoggedTable<'w>> {
+        Ok(match id {
+            0 => &self.sup,
+            1 => &self.colls,
+            2 => &self.objects,
+            3 => &self.extents,
+            4 => &self.omap,
+            5 => &self.pgmeta,
+            6 => &self.pglog,
+            _ => return Err(StoreError::Corrupt(format!("no metadata table {id}"))),
+        })
+    }
+}
+
+impl KvRead for Tables<'_> {
+    fn kv_get(&self, table: u8, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.by_id_ref(table)?.get(key)
+    }
+    fn kv_scan(
+        &self,
+        table: u8,
+        lo: &[u8],
+        hi: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.by_id_ref(table)?.scan(lo, hi, limit)
+    }
+    fn kv_last(&self, table: u8, lo: &[u8], hi: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.by_id_ref(table)?.last(lo, hi)
     }
 }
 
@@ -339,7 +496,7 @@ impl<'a, 'w> Batch<'a, 'w> {
 
     fn onode(&self, c: &CollectionId, o: &ObjectId) -> Result<Option<Onode>> {
         match self.t.objects.get(obj_key(c, o).as_slice())? {
-            Some(v) => Ok(Some(dec("onode", v.value())?)),
+            Some(v) => Ok(Some(dec("onode", &v)?)),
             None => Ok(None),
         }
     }
@@ -436,13 +593,7 @@ impl<'a, 'w> Batch<'a, 'w> {
 
     /// Extents of object `id` overlapping logical blocks `[b0, b1)`.
     fn extents_overlapping(&self, id: u64, b0: u64, b1: u64) -> Result<Vec<(u64, ExtentRec)>> {
-        extents_overlapping(
-            &self.t.extents.raw,
-            id,
-            b0,
-            b1,
-            MAX_RUN_BYTES / self.inner.block_size,
-        )
+        extents_overlapping(&self.t, id, b0, b1, MAX_RUN_BYTES / self.inner.block_size)
     }
 
     /// Unmaps logical blocks `[b0, b1)` of object `id`, splitting extents and freeing blocks.
@@ -482,7 +633,7 @@ impl<'a, 'w> Batch<'a, 'w> {
     fn read_block(&self, c: &CollectionId, o: &ObjectId, on: &Onode, b: u64) -> Result<Vec<u8>> {
         let bs = self.inner.block_size;
         let len = bs.min(on.size.saturating_sub(b * bs));
-        let mut v = read_range(self.inner, &self.t.extents.raw, c, o, on, b * bs, len)?;
+        let mut v = read_range(self.inner, &self.t, c, o, on, b * bs, len)?;
         v.resize(bs as usize, 0);
         Ok(v)
     }
@@ -652,12 +803,7 @@ impl<'a, 'w> Batch<'a, 'w> {
         self.coll_req(c)?;
         let prefix = c.key();
         let hi = prefix_end(&prefix).unwrap_or_else(|| vec![0xFF; 14]);
-        let objects = self
-            .t
-            .objects
-            .range(prefix.as_slice()..hi.as_slice())?
-            .take(1000)
-            .count() as u64;
+        let objects = self.t.objects.scan(&prefix, &hi, 1000)?.len() as u64;
         if objects > 0 {
             return Err(StoreError::CollectionNotEmpty { coll: *c, objects });
         }
@@ -705,13 +851,7 @@ impl<'a, 'w> Batch<'a, 'w> {
         let mut cursor = id_key(s.id, &[]);
         let hi = id_key(s.id + 1, &[]);
         loop {
-            let chunk: Vec<(Vec<u8>, Vec<u8>)> = self
-                .t
-                .omap
-                .range(cursor.as_slice()..hi.as_slice())?
-                .take(DELETE_CHUNK_KEYS)
-                .map(|r| r.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
-                .collect::<Result<_, _>>()?;
+            let chunk = self.t.omap.scan(&cursor, &hi, DELETE_CHUNK_KEYS)?;
             let Some(last) = chunk.last() else { break };
             cursor = last.0.clone();
             cursor.push(0);
@@ -746,7 +886,7 @@ impl<'a, 'w> Batch<'a, 'w> {
         while done < len {
             let n = COPY_CHUNK_BYTES.min(len - done);
             let s = self.onode_req(c, src)?; // re-read: src may equal dst
-            let buf = read_range(self.inner, &self.t.extents.raw, c, src, &s, soff + done, n)?;
+            let buf = read_range(self.inner, &self.t, c, src, &s, soff + done, n)?;
             self.write_data(c, dst, &mut d, doff + done, &buf)?;
             self.put_onode(c, dst, &d)?;
             done += n;
@@ -788,8 +928,8 @@ pub(crate) fn verify_blocks(
     Ok(())
 }
 
-pub(crate) fn extents_overlapping<T: ReadableTable<&'static [u8], &'static [u8]>>(
-    t: &T,
+pub(crate) fn extents_overlapping(
+    kv: &dyn KvRead,
     id: u64,
     b0: u64,
     b1: u64,
@@ -803,20 +943,15 @@ pub(crate) fn extents_overlapping<T: ReadableTable<&'static [u8], &'static [u8]>
     // The only extent starting before b0 that can overlap is the last one before it.
     let first = ext_key(id, 0);
     let at = ext_key(id, b0);
-    let before = t
-        .range(first.as_slice()..at.as_slice())?
-        .next_back()
-        .transpose()?;
+    let before = kv.kv_last(TID_EXTENTS, &first, &at)?;
     let hi = ext_key(id, b1);
-    let before = before.map(|(k, v)| Ok::<_, redb::StorageError>((k, v)));
-    for r in before
+    for (k, v) in before
         .into_iter()
-        .chain(t.range(at.as_slice()..hi.as_slice())?)
+        .chain(kv.kv_scan(TID_EXTENTS, &at, &hi, usize::MAX)?)
     {
-        let (k, v) = r?;
         let (_, lb) =
-            ext_key_parse(k.value()).ok_or_else(|| StoreError::Corrupt("bad extent key".into()))?;
-        let e = ExtentRec::decode(v.value())?;
+            ext_key_parse(&k).ok_or_else(|| StoreError::Corrupt("bad extent key".into()))?;
+        let e = ExtentRec::decode(&v)?;
         if lb + e.blocks() > b0 {
             out.push((lb, e));
         }
@@ -825,9 +960,9 @@ pub(crate) fn extents_overlapping<T: ReadableTable<&'static [u8], &'static [u8]>
 }
 
 /// Reads `[off, off+len)` of an object (caller clamps to its size); holes are zeros.
-pub(crate) fn read_range<T: ReadableTable<&'static [u8], &'static [u8]>>(
+pub(crate) fn read_range(
     inner: &Inner,
-    t: &T,
+    kv: &dyn KvRead,
     c: &CollectionId,
     o: &ObjectId,
     on: &Onode,
@@ -842,7 +977,7 @@ pub(crate) fn read_range<T: ReadableTable<&'static [u8], &'static [u8]>>(
     let end = off + len;
     let b0 = off / bs;
     let b1 = end.div_ceil(bs);
-    for (lb, e) in extents_overlapping(t, on.id, b0, b1, MAX_RUN_BYTES / bs)? {
+    for (lb, e) in extents_overlapping(kv, on.id, b0, b1, MAX_RUN_BYTES / bs)? {
         let r0 = lb.max(b0);
         let r1 = (lb + e.blocks()).min(b1);
         let mut buf = vec![0u8; ((r1 - r0) * bs) as usize];
@@ -866,17 +1001,16 @@ pub(crate) fn read_range<T: ReadableTable<&'static [u8], &'static [u8]>>(
 
 /// Deletes keys in `[lo, hi)` in bounded chunks.
 pub(crate) fn delete_range(t: &mut LoggedTable<'_>, lo: &[u8], hi: &[u8]) -> Result<()> {
+    let mut from = lo.to_vec();
     loop {
-        let keys: Vec<Vec<u8>> = t
-            .range(lo..hi)?
-            .take(DELETE_CHUNK_KEYS)
-            .map(|r| r.map(|(k, _)| k.value().to_vec()))
-            .collect::<Result<_, _>>()?;
-        if keys.is_empty() {
+        let keys = t.scan(&from, hi, DELETE_CHUNK_KEYS)?;
+        let Some((last, _)) = keys.last() else {
             return Ok(());
-        }
-        for k in &keys {
-            t.remove(k.as_slice())?;
+        };
+        from = last.clone();
+        from.push(0);
+        for (k, _) in &keys {
+            t.remove(k)?;
         }
     }
 }

@@ -55,8 +55,11 @@ impl Store {
         self.walk(true)
     }
 
+    /// Checkpoints first (every acknowledged group into redb), then walks
+    /// that redb snapshot.
     fn walk(&self, deep: bool) -> Result<FsckReport> {
-        self.with_read(|r| walk_in(self, r, deep))
+        self.checkpoint()?;
+        self.with_read(|r| walk_in(self, r.redb(), deep))
     }
 }
 

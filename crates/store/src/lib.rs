@@ -17,6 +17,7 @@ mod error;
 mod fsck;
 mod ids;
 mod meta;
+mod overlay;
 pub mod sim;
 mod store;
 mod txn;

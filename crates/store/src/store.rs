@@ -9,9 +9,13 @@ use crate::device::{KvBackend, OsFile, StoreFile};
 use crate::error::{Result, StoreError};
 use crate::ids::{CollectionId, ObjectId};
 use crate::meta::*;
+use crate::overlay::{
+    GroupChanges, KvRead, Overlay, ReadView, TID_COLLS, TID_OBJECTS, TID_OMAP, TID_PGLOG,
+    TID_PGMETA,
+};
 use crate::txn::Transaction;
 use crate::wal::{self, RedoLog, WalWriter, WAL_ALIGN};
-use redb::{Database, Durability, ReadTransaction, ReadableTable, ReadableTableMetadata};
+use redb::{Database, Durability, ReadTransaction, ReadableTable};
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -35,6 +39,9 @@ const MIN_WAL_BYTES: u64 = 256 << 10;
 const MAX_WAL_RECORD_BYTES: u64 = 16 << 20;
 /// How often the committer looks whether a background checkpoint's syncs are done.
 const FLUSH_POLL: Duration = Duration::from_millis(2);
+/// Overlay memory (metadata changes not yet in redb) that starts a checkpoint
+/// even before `checkpoint_interval_ms` or a quarter-full log.
+const OVERLAY_CHECKPOINT_BYTES: usize = 16 << 20;
 
 /// Store configuration. `block_size` and `data_bytes` only matter at create.
 #[derive(Debug, Clone)]
@@ -163,14 +170,25 @@ pub enum ListStart {
 /// A run of data blocks: (first block, number of blocks).
 type BlockRun = (u64, u64);
 
-/// Readers register the commit sequence they started at; blocks freed by
-/// commit S are reused only once no reader older than S remains.
+/// Readers register the durable group they read up to (their epoch) and the
+/// group their redb snapshot holds. Blocks freed by group G are reused only
+/// once no reader with an epoch older than G remains; overlay versions are
+/// pruned only below the oldest reader's redb snapshot.
 #[derive(Default)]
 struct ReaderEpochs {
-    committed_seq: u64,
     active: BTreeMap<u64, usize>,
-    /// (commit seq, blocks freed, the part of them to punch).
+    active_applied: BTreeMap<u64, usize>,
+    /// (group, blocks freed, the part of them to punch).
     held: VecDeque<(u64, Vec<BlockRun>, Vec<BlockRun>)>,
+}
+
+fn count_down(m: &mut BTreeMap<u64, usize>, k: u64) {
+    if let Some(n) = m.get_mut(&k) {
+        *n -= 1;
+        if *n == 0 {
+            m.remove(&k);
+        }
+    }
 }
 
 pub(crate) struct Inner {
@@ -188,8 +206,14 @@ pub(crate) struct Inner {
     inflight_cv: Condvar,
     next_id: Mutex<u64>,
     meta_dir_for_statvfs: Option<PathBuf>,
-    /// Group commits made visible in redb (counted just before each commit).
-    visible_groups: std::sync::atomic::AtomicU64,
+    /// Groups numbered so far (a group's number is assigned when it has
+    /// applied and goes to the WAL writer).
+    groups: std::sync::atomic::AtomicU64,
+    /// Every group up to this one is in redb (set by the committer after a
+    /// checkpoint's or a direct group's redb commit).
+    applied_group: std::sync::atomic::AtomicU64,
+    /// Metadata changes of the groups after `applied_group`.
+    pub(crate) overlay: Arc<Overlay>,
     /// Group commits whose WAL record (or direct durable commit) is on disk.
     durable_groups: Mutex<u64>,
     durable_cv: Condvar,
@@ -668,7 +692,9 @@ impl Store {
             next_id: Mutex::new(next_id),
             meta_dir_for_statvfs,
             cfg,
-            visible_groups: std::sync::atomic::AtomicU64::new(0),
+            groups: std::sync::atomic::AtomicU64::new(0),
+            applied_group: std::sync::atomic::AtomicU64::new(0),
+            overlay: Arc::new(Overlay::default()),
             durable_groups: Mutex::new(0),
             durable_cv: Condvar::new(),
             wal_jobs: Mutex::new(0),
@@ -681,8 +707,12 @@ impl Store {
             wal: WalWriter::new(wal_cap, wal_start, last_seq + 1, sb.store_id),
             max_record_bytes: max_record_bytes as usize,
             last_checkpoint: Instant::now(),
-            flusher: Flusher::spawn(inner.data.clone(), files.meta.clone())?,
+            flusher: Flusher::spawn(inner.clone())?,
             flushing: false,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            to_prune: VecDeque::new(),
+            view: None,
         };
         let (tx, rx) = sync_channel::<Msg>(4096);
         let inner2 = inner.clone();
@@ -773,52 +803,40 @@ impl Store {
         &self.inner.cfg
     }
 
-    /// Runs `f` on a consistent snapshot, holding freed blocks until it ends.
+    /// Runs `f` on a consistent view of every durable group, holding the
+    /// blocks and overlay versions it may use until it ends.
     ///
-    /// The snapshot may include groups whose WAL record is still being
-    /// written (the committer makes a group visible in redb before its
-    /// record is durable, so the next group can be applied meanwhile): the
-    /// result is returned only once every group it may show is durable, so
-    /// no caller ever sees data a crash could take back.
-    pub(crate) fn with_read<R>(&self, f: impl FnOnce(&ReadTransaction) -> Result<R>) -> Result<R> {
+    /// The view is the redb snapshot (every group up to the last
+    /// checkpoint) merged with the overlay's versions of the groups known
+    /// durable when the read started, so it never shows a group a crash
+    /// could take back and never waits for one.
+    pub(crate) fn with_read<R>(&self, f: impl FnOnce(&ReadView) -> Result<R>) -> Result<R> {
         use std::sync::atomic::Ordering;
-        let seq = {
-            let mut rd = lock(&self.inner.readers)?;
-            let s = rd.committed_seq;
-            *rd.active.entry(s).or_insert(0) += 1;
-            s
+        let inner = &self.inner;
+        let (epoch, applied, r) = {
+            let mut rd = lock(&inner.readers)?;
+            let epoch = *lock(&inner.durable_groups)?;
+            // Read before the snapshot: the snapshot holds at least this much.
+            let applied = inner.applied_group.load(Ordering::SeqCst);
+            *rd.active.entry(epoch).or_insert(0) += 1;
+            *rd.active_applied.entry(applied).or_insert(0) += 1;
+            (epoch, applied, inner.db.begin_read())
         };
-        let res = self
-            .inner
-            .db
-            .begin_read()
+        let res = r
             .map_err(StoreError::from)
-            .and_then(|r| {
-                let shown = self.inner.visible_groups.load(Ordering::SeqCst);
-                f(&r).map(|v| (v, shown))
-            });
-        if let Ok(mut rd) = self.inner.readers.lock() {
-            if let Some(n) = rd.active.get_mut(&seq) {
-                *n -= 1;
-                if *n == 0 {
-                    rd.active.remove(&seq);
-                }
-            }
+            .and_then(|r| f(&ReadView::new(r, inner.overlay.clone(), epoch)));
+        if let Ok(mut rd) = inner.readers.lock() {
+            count_down(&mut rd.active, epoch);
+            count_down(&mut rd.active_applied, applied);
         }
-        let (v, shown) = res?;
-        self.inner.wait_durable(shown)?;
-        Ok(v)
+        res
     }
 
-    fn onode_in(r: &ReadTransaction, c: &CollectionId, o: &ObjectId) -> Result<Onode> {
-        let objects = r.open_table(T_OBJECTS)?;
-        match objects.get(obj_key(c, o).as_slice())? {
-            Some(v) => dec("onode", v.value()),
+    fn onode_in(r: &ReadView, c: &CollectionId, o: &ObjectId) -> Result<Onode> {
+        match r.kv_get(TID_OBJECTS, &obj_key(c, o))? {
+            Some(v) => dec("onode", &v),
             None => {
-                let colls = r.open_table(T_COLLS)?;
-                if colls.get(c.key().as_slice())?.is_none() {
-                    return Err(StoreError::NoSuchCollection(*c));
-                }
+                Self::coll_in(r, c)?;
                 Err(StoreError::NoSuchObject {
                     coll: *c,
                     obj: o.clone(),
@@ -827,14 +845,20 @@ impl Store {
         }
     }
 
+    fn coll_in(r: &ReadView, c: &CollectionId) -> Result<()> {
+        if r.kv_get(TID_COLLS, &c.key())?.is_none() {
+            return Err(StoreError::NoSuchCollection(*c));
+        }
+        Ok(())
+    }
+
     /// Reads up to `len` bytes at `offset`: holes read as zeros, the result
     /// is short past end of object. Every block is checksum-verified.
     pub fn read(&self, c: &CollectionId, o: &ObjectId, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.with_read(|r| {
             let on = Self::onode_in(r, c, o)?;
             let len = len.min(on.size.saturating_sub(offset));
-            let ext = r.open_table(T_EXTENTS)?;
-            apply::read_range(&self.inner, &ext, c, o, &on, offset, len)
+            apply::read_range(&self.inner, r, c, o, &on, offset, len)
         })
     }
 
@@ -849,18 +873,12 @@ impl Store {
     pub fn stat(&self, c: &CollectionId, o: &ObjectId) -> Result<ObjectStat> {
         self.with_read(|r| {
             let on = Self::onode_in(r, c, o)?;
-            let ext = r.open_table(T_EXTENTS)?;
             let bs = self.inner.block_size;
-            let blocks: u64 = apply::extents_overlapping(
-                &ext,
-                on.id,
-                0,
-                on.size.div_ceil(bs),
-                MAX_RUN_BYTES / bs,
-            )?
-            .iter()
-            .map(|(_, e)| e.blocks())
-            .sum();
+            let blocks: u64 =
+                apply::extents_overlapping(r, on.id, 0, on.size.div_ceil(bs), MAX_RUN_BYTES / bs)?
+                    .iter()
+                    .map(|(_, e)| e.blocks())
+                    .sum();
             Ok(ObjectStat {
                 size: on.size,
                 allocated_bytes: blocks * bs,
@@ -885,11 +903,10 @@ impl Store {
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.with_read(|r| {
             let on = Self::onode_in(r, c, o)?;
-            let t = r.open_table(T_OMAP)?;
             let mut out = Vec::new();
             for k in keys {
-                if let Some(v) = t.get(id_key(on.id, k).as_slice())? {
-                    out.push((k.to_vec(), v.value().to_vec()));
+                if let Some(v) = r.kv_get(TID_OMAP, &id_key(on.id, k))? {
+                    out.push((k.to_vec(), v));
                 }
             }
             Ok(out)
@@ -906,7 +923,6 @@ impl Store {
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.with_read(|r| {
             let on = Self::onode_in(r, c, o)?;
-            let t = r.open_table(T_OMAP)?;
             let lo = match after {
                 Some(a) => {
                     let mut k = id_key(on.id, a);
@@ -916,12 +932,10 @@ impl Store {
                 None => id_key(on.id, &[]),
             };
             let hi = id_key(on.id + 1, &[]);
-            let mut out = Vec::new();
-            for e in t.range(lo.as_slice()..hi.as_slice())?.take(limit) {
-                let (k, v) = e?;
-                out.push((k.value()[8..].to_vec(), v.value().to_vec()));
-            }
-            Ok(out)
+            Ok(r.kv_scan(TID_OMAP, &lo, &hi, limit)?
+                .into_iter()
+                .map(|(k, v)| (k[8..].to_vec(), v))
+                .collect())
         })
     }
 
@@ -948,10 +962,7 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<ObjectId>> {
         self.with_read(|r| {
-            if r.open_table(T_COLLS)?.get(c.key().as_slice())?.is_none() {
-                return Err(StoreError::NoSuchCollection(*c));
-            }
-            let t = r.open_table(T_OBJECTS)?;
+            Self::coll_in(r, c)?;
             let prefix = c.key();
             let lo = match start {
                 ListStart::Beginning => prefix.to_vec(),
@@ -964,9 +975,8 @@ impl Store {
             };
             let hi = prefix_end(&prefix).unwrap_or_else(|| vec![0xFF; 14]);
             let mut out = Vec::new();
-            for e in t.range(lo.as_slice()..hi.as_slice())?.take(limit) {
-                let (k, _) = e?;
-                let o = ObjectId::from_sort_key(&k.value()[prefix.len()..]).ok_or_else(|| {
+            for (k, _) in r.kv_scan(TID_OBJECTS, &lo, &hi, limit)? {
+                let o = ObjectId::from_sort_key(&k[prefix.len()..]).ok_or_else(|| {
                     StoreError::Corrupt(format!("bad object key in collection {c}"))
                 })?;
                 out.push(o);
@@ -977,12 +987,11 @@ impl Store {
 
     pub fn list_collections(&self) -> Result<Vec<CollectionId>> {
         self.with_read(|r| {
-            let t = r.open_table(T_COLLS)?;
             let mut out = Vec::new();
-            for e in t.iter()? {
-                let (k, _) = e?;
+            // Collection keys are 13 bytes: all sort below 14 x 0xFF.
+            for (k, _) in r.kv_scan(TID_COLLS, &[], &[0xFF; 14], usize::MAX)? {
                 out.push(
-                    CollectionId::from_key(k.value())
+                    CollectionId::from_key(&k)
                         .ok_or_else(|| StoreError::Corrupt("bad collection key".into()))?,
                 );
             }
@@ -991,18 +1000,14 @@ impl Store {
     }
 
     pub fn collection_exists(&self, c: &CollectionId) -> Result<bool> {
-        self.with_read(|r| Ok(r.open_table(T_COLLS)?.get(c.key().as_slice())?.is_some()))
+        self.with_read(|r| Ok(r.kv_get(TID_COLLS, &c.key())?.is_some()))
     }
 
     /// PG metadata value for `key`.
     pub fn meta_get(&self, c: &CollectionId, key: &str) -> Result<Option<Vec<u8>>> {
         self.with_read(|r| {
-            if r.open_table(T_COLLS)?.get(c.key().as_slice())?.is_none() {
-                return Err(StoreError::NoSuchCollection(*c));
-            }
-            Ok(r.open_table(T_PGMETA)?
-                .get(coll_key(c, key.as_bytes()).as_slice())?
-                .map(|v| v.value().to_vec()))
+            Self::coll_in(r, c)?;
+            r.kv_get(TID_PGMETA, &coll_key(c, key.as_bytes()))
         })
     }
 
@@ -1014,22 +1019,17 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<(u64, Vec<u8>)>> {
         self.with_read(|r| {
-            if r.open_table(T_COLLS)?.get(c.key().as_slice())?.is_none() {
-                return Err(StoreError::NoSuchCollection(*c));
-            }
-            let t = r.open_table(T_PGLOG)?;
+            Self::coll_in(r, c)?;
             let lo = coll_key(c, &from.to_be_bytes());
             let hi = prefix_end(&c.key()).unwrap_or_else(|| vec![0xFF; 14]);
             let mut out = Vec::new();
-            for e in t.range(lo.as_slice()..hi.as_slice())?.take(limit) {
-                let (k, v) = e?;
-                let kb = k.value();
+            for (k, v) in r.kv_scan(TID_PGLOG, &lo, &hi, limit)? {
                 let idx = u64::from_be_bytes(
-                    kb[13..21]
-                        .try_into()
-                        .map_err(|_| StoreError::Corrupt("bad log key".into()))?,
+                    k.get(13..21)
+                        .and_then(|b| b.try_into().ok())
+                        .ok_or_else(|| StoreError::Corrupt("bad log key".into()))?,
                 );
-                out.push((idx, v.value().to_vec()));
+                out.push((idx, v));
             }
             Ok(out)
         })
@@ -1060,7 +1060,7 @@ impl Store {
 
     /// Number of objects in the metadata (all collections).
     pub fn object_count(&self) -> Result<u64> {
-        self.with_read(|r| Ok(r.open_table(T_OBJECTS)?.len()?))
+        self.with_read(|r| r.count(TID_OBJECTS))
     }
 }
 
@@ -1310,18 +1310,56 @@ impl Replay<'_> {
     }
 }
 
-/// A checkpoint in progress: every record up to `seq` (all before logical
-/// WAL position `head`) becomes durable outside the WAL once the data file
-/// and the metadata file are synced and `wal_applied`/`wal_head` committed.
-#[derive(Debug, Clone, Copy)]
+/// A checkpoint: every record up to `seq` (all before logical WAL position
+/// `head`, file offset `head_off`) becomes durable outside the WAL once the
+/// data file is synced and one durable redb commit has applied `changes`
+/// (the metadata of every group up to `group` not yet in redb) together
+/// with `wal_applied`/`wal_head`.
 struct Mark {
     seq: u64,
     head: u64,
+    head_off: u64,
+    group: u64,
+    changes: Vec<Arc<GroupChanges>>,
 }
 
-/// Background thread that runs the slow part of a checkpoint — fdatasync of
-/// the data file (all the deferred block writes) and of the metadata file
-/// (redb's lazily written pages) — while the committer keeps committing.
+/// Makes a mark durable: waits until its groups are durable in the WAL
+/// (redb must never hold a group a crash could take back), fdatasyncs the
+/// data file (every deferred block written so far), then applies the
+/// groups' metadata to redb and commits it with the mark, durably.
+fn flush_mark(inner: &Inner, m: &Mark) -> Result<()> {
+    inner.wait_durable(m.group)?;
+    inner
+        .data
+        .sync_data()
+        .map_err(|e| StoreError::io("data file fdatasync (checkpoint)", e))?;
+    let mut w = inner.db.begin_write()?;
+    w.set_durability(Durability::Immediate);
+    {
+        let mut t = Tables::open(&w, &RedoLog::disabled())?;
+        for ch in &m.changes {
+            for (id, k, v) in &ch.kv {
+                let table = t
+                    .by_id(*id)
+                    .ok_or_else(|| StoreError::Corrupt(format!("no metadata table {id}")))?;
+                match v {
+                    Some(v) => table.insert(k, v)?,
+                    None => table.remove(k)?,
+                }
+            }
+        }
+        t.sup
+            .insert(KEY_WAL_APPLIED, m.seq.to_be_bytes().as_slice())?;
+        t.sup
+            .insert(KEY_WAL_HEAD, m.head_off.to_be_bytes().as_slice())?;
+    }
+    w.commit()?;
+    Ok(())
+}
+
+/// Background thread that runs a checkpoint's slow part ([`flush_mark`]:
+/// the data sync and the large redb commit) while the committer keeps
+/// committing groups.
 struct Flusher {
     tx: Option<std::sync::mpsc::Sender<Mark>>,
     done: Arc<Mutex<Option<std::result::Result<Mark, String>>>>,
@@ -1329,7 +1367,7 @@ struct Flusher {
 }
 
 impl Flusher {
-    fn spawn(data: Arc<dyn StoreFile>, meta: Arc<dyn StoreFile>) -> Result<Flusher> {
+    fn spawn(inner: Arc<Inner>) -> Result<Flusher> {
         let (tx, rx) = std::sync::mpsc::channel::<Mark>();
         let done = Arc::new(Mutex::new(None));
         let done2 = done.clone();
@@ -1337,14 +1375,9 @@ impl Flusher {
             .name("store-flush".into())
             .spawn(move || {
                 for m in rx {
-                    let r = data
-                        .sync_data()
-                        .map_err(|e| format!("data file fdatasync (checkpoint): {e}"))
-                        .and_then(|_| {
-                            meta.sync_data()
-                                .map_err(|e| format!("metadata fdatasync (checkpoint): {e}"))
-                        })
-                        .map(|_| m);
+                    let r = flush_mark(&inner, &m)
+                        .map(|_| m)
+                        .map_err(|e| format!("checkpoint failed: {e}"));
                     if let Ok(mut d) = done2.lock() {
                         *d = Some(r);
                     }
@@ -1382,8 +1415,17 @@ struct LogState {
     max_record_bytes: usize,
     last_checkpoint: Instant,
     flusher: Flusher,
-    /// A background checkpoint is between its start and its metadata commit.
+    /// A background checkpoint is between its start and its redb commit.
     flushing: bool,
+    /// Metadata of the groups not yet handed to a checkpoint, in order.
+    pending: Vec<Arc<GroupChanges>>,
+    pending_bytes: usize,
+    /// Checkpointed groups whose overlay versions wait to be pruned:
+    /// (last group of the checkpoint, its changes).
+    to_prune: VecDeque<(u64, Vec<Arc<GroupChanges>>)>,
+    /// The committer's read view (redb snapshot as of the last checkpoint
+    /// + every group in the overlay), renewed after each checkpoint.
+    view: Option<ReadView>,
 }
 
 impl LogState {
@@ -1393,7 +1435,82 @@ impl LogState {
     }
     fn checkpoint_due(&self, interval: Duration) -> bool {
         self.wal.used_bytes() >= self.wal.capacity_bytes() / 4
+            || self.pending_bytes >= OVERLAY_CHECKPOINT_BYTES
             || (self.dirty() && self.last_checkpoint.elapsed() >= interval)
+    }
+    /// A mark covering every group handed to the WAL writer so far.
+    fn take_mark(&mut self, inner: &Inner) -> Mark {
+        use std::sync::atomic::Ordering;
+        self.pending_bytes = 0;
+        Mark {
+            seq: self.wal.last_seq(),
+            head: self.wal.tail_pos(),
+            head_off: self.wal.file_offset(self.wal.tail_pos()),
+            group: inner.groups.load(Ordering::SeqCst),
+            changes: std::mem::take(&mut self.pending),
+        }
+    }
+    /// A checkpoint's redb commit is done: the log space before its head is
+    /// free and redb holds its groups.
+    fn checkpointed(&mut self, inner: &Inner, m: Mark) {
+        use std::sync::atomic::Ordering;
+        self.wal.advance_head(m.head);
+        self.last_checkpoint = Instant::now();
+        inner.applied_group.store(m.group, Ordering::SeqCst);
+        self.view = None;
+        if !m.changes.is_empty() {
+            self.to_prune.push_back((m.group, m.changes));
+        }
+    }
+    /// Drops overlay versions redb holds that no reader can still need.
+    fn prune(&mut self, inner: &Inner) {
+        use std::sync::atomic::Ordering;
+        if self.to_prune.is_empty() {
+            return;
+        }
+        let Ok(rd) = inner.readers.lock() else {
+            return;
+        };
+        let oldest = rd.active_applied.keys().next().copied().unwrap_or(u64::MAX);
+        let upto = inner.applied_group.load(Ordering::SeqCst).min(oldest);
+        // Pruning under the readers lock: a reader registering meanwhile
+        // would read applied_group >= upto anyway.
+        while self.to_prune.front().is_some_and(|(g, _)| *g <= upto) {
+            if let Some((_, chs)) = self.to_prune.pop_front() {
+                for ch in &chs {
+                    inner.overlay.prune(ch, upto);
+                }
+            }
+        }
+    }
+    /// The committer's view, opened on first use after each checkpoint.
+    fn take_view(&mut self, inner: &Inner) -> Result<ReadView> {
+        match self.view.take() {
+            Some(v) => Ok(v),
+            None => Ok(ReadView::new(
+                inner.db.begin_read()?,
+                inner.overlay.clone(),
+                u64::MAX,
+            )),
+        }
+    }
+    /// Waits for a background checkpoint in progress and finishes it.
+    fn finish_flush(&mut self, inner: &Inner) -> std::result::Result<(), String> {
+        while self.flushing {
+            match self.flusher.take_done() {
+                None => std::thread::sleep(FLUSH_POLL),
+                Some(Err(e)) => {
+                    self.flushing = false;
+                    poison(inner, &e);
+                    return Err(e);
+                }
+                Some(Ok(m)) => {
+                    self.flushing = false;
+                    self.checkpointed(inner, m);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1411,67 +1528,39 @@ fn poison(inner: &Inner, msg: &str) {
     inner.durable_cv.notify_all();
 }
 
-/// Records in the metadata (inside `w`) that the WAL is applied up to `seq`
-/// and that replay starts at logical position `head`.
-fn put_wal_mark(t: &mut Tables<'_>, log: &LogState, m: Mark) -> Result<()> {
-    t.sup
-        .insert(KEY_WAL_APPLIED, m.seq.to_be_bytes().as_slice())?;
-    t.sup.insert(
-        KEY_WAL_HEAD,
-        log.wal.file_offset(m.head).to_be_bytes().as_slice(),
-    )
-}
-
-/// The short, final step of a checkpoint: a durable metadata commit of the
-/// mark. Its data and most metadata pages were synced before (by the
-/// flusher, or by the caller for a full checkpoint).
-fn commit_mark(inner: &Inner, log: &mut LogState, m: Mark) -> Result<()> {
-    // The durable commit also persists every group committed to redb so far:
-    // their WAL records must be on disk first.
-    inner.drain_wal_jobs();
-    if let Some(p) = poisoned_msg(inner) {
-        return Err(StoreError::Poisoned(p));
-    }
-    let mut w = inner.db.begin_write()?;
-    w.set_durability(Durability::Immediate);
-    {
-        let mut t = Tables::open(&w, &RedoLog::disabled())?;
-        put_wal_mark(&mut t, log, m)?;
-    }
-    w.commit()?;
-    log.wal.advance_head(m.head);
-    log.last_checkpoint = Instant::now();
-    Ok(())
-}
-
-/// A full checkpoint now, in the committer (explicit `checkpoint()`, close):
-/// data fdatasync, then the durable commit; the WAL is empty afterwards.
+/// A full checkpoint now, in the committer (explicit `checkpoint()`, close,
+/// before a direct group): finishes a background one, waits for every
+/// group handed to the WAL writer, then flushes everything; the WAL is
+/// empty and the overlay prunable afterwards.
 fn checkpoint(inner: &Inner, log: &mut LogState) -> std::result::Result<(), String> {
     if let Some(p) = poisoned_msg(inner) {
         return Err(p);
     }
-    if !log.dirty() {
+    log.finish_flush(inner)?;
+    inner.drain_wal_jobs();
+    if let Some(p) = poisoned_msg(inner) {
+        return Err(p);
+    }
+    if !log.dirty() && log.pending.is_empty() {
         log.last_checkpoint = Instant::now();
         return Ok(());
     }
-    let m = Mark {
-        seq: log.wal.last_seq(),
-        head: log.wal.tail_pos(),
-    };
-    inner.drain_wal_jobs();
-    let r = inner
-        .data
-        .sync_data()
-        .map_err(|e| StoreError::io("data file fdatasync (checkpoint)", e))
-        .and_then(|_| commit_mark(inner, log, m));
-    r.map_err(|e| {
-        let msg = format!("checkpoint failed: {e}");
-        poison(inner, &msg);
-        msg
-    })
+    let m = log.take_mark(inner);
+    match flush_mark(inner, &m) {
+        Ok(()) => {
+            log.checkpointed(inner, m);
+            log.prune(inner);
+            Ok(())
+        }
+        Err(e) => {
+            let msg = format!("checkpoint failed: {e}");
+            poison(inner, &msg);
+            Err(msg)
+        }
+    }
 }
 
-/// Background checkpoints: finish one whose syncs are done, start one when due.
+/// Background checkpoints: finish one whose flush is done, start one when due.
 fn background_checkpoint(inner: &Inner, log: &mut LogState, interval: Duration) {
     if poisoned_msg(inner).is_some() {
         return;
@@ -1480,26 +1569,19 @@ fn background_checkpoint(inner: &Inner, log: &mut LogState, interval: Duration) 
         match log.flusher.take_done() {
             None => return,
             Some(Err(e)) => {
-                poison(inner, &format!("checkpoint failed: {e}"));
+                log.flushing = false;
+                poison(inner, &e);
                 return;
             }
             Some(Ok(m)) => {
                 log.flushing = false;
-                // A full checkpoint may have overtaken it.
-                if m.head > log.wal.tail_pos() - log.wal.used_bytes() {
-                    if let Err(e) = commit_mark(inner, log, m) {
-                        poison(inner, &format!("checkpoint failed: {e}"));
-                        return;
-                    }
-                }
+                log.checkpointed(inner, m);
             }
         }
     }
+    log.prune(inner);
     if log.checkpoint_due(interval) {
-        let m = Mark {
-            seq: log.wal.last_seq(),
-            head: log.wal.tail_pos(),
-        };
+        let m = log.take_mark(inner);
         if log.flusher.start(m) {
             log.flushing = true;
         } else {
@@ -1512,7 +1594,7 @@ fn committer_loop(inner: &Inner, mut log: LogState, rx: Receiver<Msg>) {
     let interval = Duration::from_millis(inner.cfg.checkpoint_interval_ms.max(1));
     loop {
         background_checkpoint(inner, &mut log, interval);
-        let wait = if log.flushing {
+        let wait = if log.flushing || !log.to_prune.is_empty() {
             FLUSH_POLL
         } else if log.dirty() {
             interval.saturating_sub(log.last_checkpoint.elapsed())
@@ -1548,6 +1630,7 @@ fn committer_loop(inner: &Inner, mut log: LogState, rx: Receiver<Msg>) {
         }
     }
     // Clean close: checkpoint so that the next open has nothing to replay.
+    let _ = log.finish_flush(inner);
     inner.drain_wal_jobs();
     if poisoned_msg(inner).is_none() {
         let _ = checkpoint(inner, &mut log);
@@ -1591,9 +1674,24 @@ fn commit_batch(inner: &Inner, log: &mut LogState, batch: Vec<Pending>) {
         finish_group(inner, batch, results, Some(&p));
         return;
     }
+    let mut direct = false;
     loop {
-        match try_batch(inner, log, &batch, &mut results) {
+        let attempt = if direct {
+            try_direct(inner, log, &batch, &mut results)
+        } else {
+            try_batch(inner, log, &batch, &mut results)
+        };
+        match attempt {
             Ok(Attempt::Retry) => continue,
+            Ok(Attempt::Direct) => {
+                // Everything before goes to redb first, so that the direct
+                // group's write transaction sees the current state.
+                if let Err(msg) = checkpoint(inner, log) {
+                    finish_group(inner, batch, results, Some(&msg));
+                    return;
+                }
+                direct = true;
+            }
             Ok(Attempt::Committed(c)) => {
                 log.pipeline.send(
                     inner,
@@ -1624,14 +1722,16 @@ struct Committed {
     freed: Vec<(u64, u64)>,
     /// The part of `freed` to give back to the filesystem (zero, truncate, remove).
     discard: Vec<(u64, u64)>,
-    /// Reader-epoch sequence of the group's redb commit.
-    commit_seq: u64,
-    /// `visible_groups` number of the group.
+    /// The group's number (`Inner::groups`).
     group: u64,
 }
 
 enum Attempt {
+    /// A transaction failed on its own (its result is set): run the rest again.
     Retry,
+    /// The group does not fit in one WAL record (or the log is full): run it
+    /// again as a direct redb commit.
+    Direct,
     Committed(Committed),
 }
 
@@ -1849,11 +1949,14 @@ fn ack_jobs(inner: &Inner, jobs: Vec<WalJob>, r: &std::result::Result<(), String
         match &failed {
             None => {
                 let c = job.commit;
-                release_after_durable(inner, c.commit_seq, c.freed, c.discard);
+                // Durable first: a reader that registers after this sees
+                // the group, so the blocks it freed can be held for the
+                // readers registered before only.
                 if let Ok(mut d) = inner.durable_groups.lock() {
                     *d = (*d).max(c.group);
                 }
                 inner.durable_cv.notify_all();
+                release_after_durable(inner, c.group, c.freed, c.discard);
                 finish_group(inner, job.batch, job.results, None);
             }
             Some(msg) => finish_group(inner, job.batch, job.results, Some(msg)),
@@ -1886,32 +1989,157 @@ fn write_records(inner: &Inner, wal: &dyn StoreFile, jobs: &[WalJob]) -> Result<
     Ok(())
 }
 
-/// One attempt at a group. The exact order (see README "fsync discipline"):
-/// 1. apply every transaction to one redb write transaction; small writes go
-///    to fresh blocks through the page cache, every change lands in the redo log;
-/// 2. if the group has large writes (already in place, O_DIRECT): fdatasync(data);
-/// 3. append the group's WAL record and fdatasync(WAL) — the durability point;
-/// 4. commit redb with `Durability::None` — the visibility point for readers;
-/// 5. the caller acknowledges.
+/// One attempt at a group on the normal path. The exact order (see README
+/// "fsync discipline"):
+/// 1. apply every transaction against the committer's view (redb snapshot
+///    + overlay), collecting the changes in memory; small writes go to
+///    fresh blocks through the page cache; every change lands in the redo log;
+/// 2. encode the WAL record and reserve its place in the log;
+/// 3. number the group and put its changes in the overlay (readers see
+///    them once the group is durable) and in the next checkpoint's list;
+/// 4. the WAL writer writes the record, a sync thread fdatasyncs the log —
+///    the durability point — and acknowledges.
 ///
-/// A group whose record would not fit (too large, or the WAL is full) is made
-/// durable the old way instead: fdatasync(data), then a durable redb commit
-/// that also records the WAL as fully applied (a checkpoint).
+/// redb is not touched: the group's metadata reaches it at the next
+/// checkpoint, in one large write transaction with many other groups.
 fn try_batch(
     inner: &Inner,
     log: &mut LogState,
     batch: &[Pending],
     results: &mut [Option<Result<()>>],
 ) -> Result<Attempt> {
-    let meta_low = inner
+    let meta_low = meta_low(inner);
+    let view = log.take_view(inner)?;
+    let next_id = *lock(&inner.next_id)?;
+    let redo = RedoLog::new(log.max_record_bytes);
+    let mut b = Batch {
+        inner,
+        t: Tables::over(&view, &redo),
+        allocated: Vec::new(),
+        freed: Vec::new(),
+        discarded: Vec::new(),
+        data_dirty: false,
+        redo: redo.clone(),
+        next_id,
+        next_id_dirty: false,
+        meta_low,
+    };
+    let mut outcome = None;
+    for (i, p) in batch.iter().enumerate() {
+        if results[i].is_some() {
+            continue;
+        }
+        if let Err(e) = b.apply(&p.txn, &p.pre) {
+            if redo.borrow().overflowed() {
+                outcome = Some(Attempt::Direct);
+            } else {
+                results[i] = Some(Err(e));
+                outcome = Some(Attempt::Retry);
+            }
+            break;
+        }
+    }
+    if outcome.is_none() && b.next_id_dirty {
+        let id = b.next_id.to_be_bytes();
+        if b.t
+            .sup
+            .insert(b"next_id".as_slice(), id.as_slice())
+            .is_err()
+        {
+            outcome = Some(Attempt::Direct);
+        }
+    }
+    // Blocks that submitters wrote in place (large aligned writes).
+    let runs: Vec<(u64, u64)> = batch
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| results[*i].is_none())
+        .flat_map(|(_, p)| p.pre.iter().flatten())
+        .filter(|pw| pw.image.is_none())
+        .flat_map(|pw| pw.runs.iter().copied())
+        .collect();
+    let record = match outcome {
+        Some(_) => None,
+        None => {
+            let r = redo.borrow();
+            if r.overflowed() {
+                None
+            } else {
+                let rec = wal::encode_record(log.wal.next_seq(), log.wal.store_id(), &r, &runs);
+                log.wal.fits(rec.len() as u64).then_some(rec)
+            }
+        }
+    };
+    let Some(rec) = record else {
+        // Give back what this attempt allocated (its page-cache writes to
+        // those blocks are garbage nobody references).
+        let allocated = std::mem::take(&mut b.allocated);
+        drop(b);
+        log.view = Some(view);
+        let mut a = inner.lock_alloc()?;
+        for (s, l) in allocated {
+            a.release(s, l);
+        }
+        return Ok(outcome.unwrap_or(Attempt::Direct));
+    };
+    let (changes, freed, discard, next_id) = {
+        let b = b;
+        let Batch {
+            t,
+            freed,
+            discarded,
+            next_id,
+            ..
+        } = b;
+        (Arc::new(t.into_changes()), freed, discarded, next_id)
+    };
+    log.view = Some(view);
+    let off = log
+        .wal
+        .reserve(rec.len() as u64)
+        .ok_or_else(|| StoreError::Corrupt("WAL reservation lost".into()))?;
+    use std::sync::atomic::Ordering;
+    let group = inner.groups.fetch_add(1, Ordering::SeqCst) + 1;
+    inner.overlay.insert(group, &changes);
+    log.pending_bytes += changes
+        .kv
+        .iter()
+        .map(|(_, k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
+        .sum::<usize>();
+    log.pending.push(changes);
+    *lock(&inner.next_id)? = next_id;
+    Ok(Attempt::Committed(Committed {
+        record: Some((off, rec)),
+        freed,
+        discard,
+        group,
+    }))
+}
+
+/// The metadata filesystem is below its reserve: only shrinking ops commit.
+fn meta_low(inner: &Inner) -> bool {
+    inner
         .meta_dir_for_statvfs
         .as_deref()
         .and_then(fs_available)
-        .is_some_and(|a| a < inner.cfg.meta_reserve_bytes);
+        .is_some_and(|a| a < inner.cfg.meta_reserve_bytes)
+}
+
+/// A group too large for one WAL record (or met with a full log), run after
+/// a full checkpoint: applied in one redb write transaction, then
+/// fdatasync(data) and a durable redb commit that also records the WAL as
+/// fully applied.
+fn try_direct(
+    inner: &Inner,
+    log: &mut LogState,
+    batch: &[Pending],
+    results: &mut [Option<Result<()>>],
+) -> Result<Attempt> {
+    let meta_low = meta_low(inner);
     let mut w = inner.db.begin_write()?;
-    w.set_durability(Durability::None);
+    w.set_durability(Durability::Immediate);
     let next_id = *lock(&inner.next_id)?;
-    let redo = RedoLog::new(log.max_record_bytes);
+    let redo = RedoLog::disabled();
     let mut b = Batch {
         inner,
         t: Tables::open(&w, &redo)?,
@@ -1944,89 +2172,43 @@ fn try_batch(
         b.t.sup
             .insert(b"next_id".as_slice(), b.next_id.to_be_bytes().as_slice())?;
     }
-    // Blocks that submitters wrote in place (large aligned writes).
-    let runs: Vec<(u64, u64)> = batch
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| results[*i].is_none())
-        .flat_map(|(_, p)| p.pre.iter().flatten())
-        .filter(|pw| pw.image.is_none())
-        .flat_map(|pw| pw.runs.iter().copied())
-        .collect();
-    let record = {
-        let r = redo.borrow();
-        if r.overflowed() {
-            None
-        } else {
-            let rec = wal::encode_record(log.wal.next_seq(), log.wal.store_id(), &r, &runs);
-            log.wal.fits(rec.len() as u64).then_some(rec)
-        }
-    };
-    // Direct path: this durable commit also holds every earlier record's effects.
-    let full = Mark {
-        seq: log.wal.last_seq(),
-        head: log.wal.tail_pos(),
-    };
-    if record.is_none() {
-        put_wal_mark(&mut b.t, log, full)?;
-    }
+    // The checkpoint before left the log empty: this commit holds it all.
+    let tail = log.wal.tail_pos();
+    b.t.sup
+        .insert(KEY_WAL_APPLIED, log.wal.last_seq().to_be_bytes().as_slice())?;
+    b.t.sup.insert(
+        KEY_WAL_HEAD,
+        log.wal.file_offset(tail).to_be_bytes().as_slice(),
+    )?;
     let (freed, next_id) = (std::mem::take(&mut b.freed), b.next_id);
     let discard = std::mem::take(&mut b.discarded);
     drop(b);
+    inner.drain_wal_jobs();
+    if let Some(p) = poisoned_msg(inner) {
+        return Err(StoreError::Poisoned(p));
+    }
+    inner
+        .data
+        .sync_data()
+        .map_err(|e| StoreError::io("data file fdatasync", e))?;
     use std::sync::atomic::Ordering;
-    let committed = match record {
-        Some(rec) => {
-            let off = log
-                .wal
-                .reserve(rec.len() as u64)
-                .ok_or_else(|| StoreError::Corrupt("WAL reservation lost".into()))?;
-            // Counted before the commit: a reader that sees this group waits for it.
-            let group = inner.visible_groups.fetch_add(1, Ordering::SeqCst) + 1;
-            w.commit()?;
-            Committed {
-                record: Some((off, rec)),
-                freed,
-                discard,
-                commit_seq: publish_commit(inner)?,
-                group,
-            }
-        }
-        None => {
-            inner.drain_wal_jobs();
-            if let Some(p) = poisoned_msg(inner) {
-                return Err(StoreError::Poisoned(p));
-            }
-            inner
-                .data
-                .sync_data()
-                .map_err(|e| StoreError::io("data file fdatasync", e))?;
-            w.set_durability(Durability::Immediate);
-            let group = inner.visible_groups.fetch_add(1, Ordering::SeqCst) + 1;
-            w.commit()?;
-            log.wal.advance_head(full.head);
-            log.last_checkpoint = Instant::now();
-            Committed {
-                record: None,
-                freed,
-                discard,
-                commit_seq: publish_commit(inner)?,
-                group,
-            }
-        }
-    };
+    let group = inner.groups.fetch_add(1, Ordering::SeqCst) + 1;
+    w.commit()?;
+    inner.applied_group.store(group, Ordering::SeqCst);
+    log.view = None;
+    log.wal.advance_head(tail);
+    log.last_checkpoint = Instant::now();
     *lock(&inner.next_id)? = next_id;
-    Ok(Attempt::Committed(committed))
+    Ok(Attempt::Committed(Committed {
+        record: None,
+        freed,
+        discard,
+        group,
+    }))
 }
 
-/// A group's redb commit is visible: readers that start from now see it.
-fn publish_commit(inner: &Inner) -> Result<u64> {
-    let mut rd = lock(&inner.readers)?;
-    rd.committed_seq += 1;
-    Ok(rd.committed_seq)
-}
-
-/// Blocks freed by commit `seq` (now durable) go back to the allocator once
-/// every reader that started before that commit has finished. Discarded
+/// Blocks freed by group `seq` (now durable) go back to the allocator once
+/// every reader whose view is older than that group has finished. Discarded
 /// runs are punched out of the data file first (before anyone can allocate
 /// them again), so zero/truncate/remove free space on the disk too.
 fn release_after_durable(
@@ -2044,7 +2226,7 @@ fn release_after_durable(
             rd.held.push_back((seq, freed, discard));
         }
         let oldest_reader = rd.active.keys().next().copied().unwrap_or(u64::MAX);
-        // Readers that started at seq >= s already see the commit that freed these blocks.
+        // Readers with an epoch >= s already see the group that freed these blocks.
         while rd.held.front().is_some_and(|(s, _, _)| *s <= oldest_reader) {
             if let Some(h) = rd.held.pop_front() {
                 ready.push(h);

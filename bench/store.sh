@@ -19,6 +19,9 @@
 # the store also makes its metadata durable (the WAL record). The store
 # bench prefills its 1 GiB working set before timing, as fio lays out its
 # files. The store runs first, fio right after, in the same minute.
+# CPU us/op: the process's user+system CPU time over the timed run per
+# operation (the store: getrusage; fio: usr_cpu+sys_cpu over its summed job
+# runtime) — steadier than throughput on a machine others load.
 set -euo pipefail
 DIR=${1:-/var/tmp/cairn-store-bench}
 SECS=${2:-10}
@@ -39,7 +42,7 @@ if ! dd if=/dev/zero of="$DIR/.odirect" bs=4096 count=1 oflag=direct status=none
 fi
 rm -f "$DIR/.odirect"
 
-# fio_run NAME RW BS JOBS -> prints "MBps IOPS p50us p99us maxus"
+# fio_run NAME RW BS JOBS -> prints "MBps IOPS p50us p99us maxus cpu_us_per_op"
 fio_run() {
   local name=$1 rw=$2 bs=$3 jobs=$4 size=$5
   local extra=()
@@ -55,10 +58,12 @@ lat=op.get("clat_ns",{}); pct=lat.get("percentile",{})
 # with fdatasync the sync time is separate; report clat+sync as the op latency
 sync=j.get("sync",{}).get("lat_ns",{})
 def p(k): return (pct.get(k,0)+sync.get("percentile",{}).get(k,0))/1000
-print("%.1f %.0f %.0f %.0f %.0f"%(op["bw_bytes"]/1e6, op["iops"], p("50.000000"), p("99.000000"), (lat.get("max",0)+sync.get("max",0))/1000))'
+# CPU: usr/sys are percentages of the summed job runtime (ms)
+cpu=(j["usr_cpu"]+j["sys_cpu"])/100*j.get("job_runtime",0)/1000
+print("%.1f %.0f %.0f %.0f %.0f %.1f"%(op["bw_bytes"]/1e6, op["iops"], p("50.000000"), p("99.000000"), (lat.get("max",0)+sync.get("max",0))/1000, cpu*1e6/max(op["total_ios"],1)))'
 }
 
-# cairn_run ARGS... -> prints "MBps IOPS p50us p99us maxus rssMiB"
+# cairn_run ARGS... -> prints "MBps IOPS p50us p99us maxus rssMiB cpu_us_per_op"
 cairn_run() {
   if [[ -n $STORE_BENCH ]]; then
     local size threads read=
@@ -78,22 +83,23 @@ cairn_run() {
   python3 -c '
 import json,sys
 r=json.load(sys.stdin)
-print("%.1f %.0f %d %d %d %d"%(r["mb_per_s"],r["iops"],r["lat_p50_us"],r["lat_p99_us"],r["lat_max_us"],r["rss_peak_bytes"]>>20))'
+print("%.1f %.0f %d %d %d %d %.1f"%(r["mb_per_s"],r["iops"],r["lat_p50_us"],r["lat_p99_us"],r["lat_max_us"],r["rss_peak_bytes"]>>20,r.get("cpu_us_per_op",0)))'
 }
 
 declare -A RATIOS
 row() { # row LABEL "cairn" "fio"
-  read -r cm ci cp50 cp99 cmax crss <<<"$2"
-  read -r fm fi fp50 fp99 fmax <<<"$3"
+  read -r cm ci cp50 cp99 cmax crss ccpu <<<"$2"
+  read -r fm fi fp50 fp99 fmax fcpu <<<"$3"
   RATIOS[$1]+="$(python3 -c "print('%.3f' % ($cm / max($fm, 1e-9)))") "
-  printf "%-22s cairn %8.1f MB/s %7.0f IOPS p50 %7d us p99 %7d us max %7d us RSS %4d MiB\n" "$1" "$cm" "$ci" "$cp50" "$cp99" "$cmax" "$crss"
-  printf "%-22s fio   %8.1f MB/s %7.0f IOPS p50 %7.0f us p99 %7.0f us max %7.0f us\n" "" "$fm" "$fi" "$fp50" "$fp99" "$fmax"
+  printf "%-22s cairn %8.1f MB/s %7.0f IOPS p50 %7d us p99 %7d us max %7d us RSS %4d MiB CPU %6.1f us/op\n" "$1" "$cm" "$ci" "$cp50" "$cp99" "$cmax" "$crss" "$ccpu"
+  printf "%-22s fio   %8.1f MB/s %7.0f IOPS p50 %7.0f us p99 %7.0f us max %7.0f us              CPU %6.1f us/op\n" "" "$fm" "$fi" "$fp50" "$fp99" "$fmax" "$fcpu"
   python3 -c "print('%-22s ratio %.2f x fio' % ('', $cm / max($fm, 1e-9)))"
 }
 
 echo "store bench in $DIR, ${SECS}s per run, ${RUNS} run(s), O_DIRECT for fio: $DIRECT, store_cache_bytes $CACHE"
+echo "load: $(uptime)"
 for run in $(seq 1 "$RUNS"); do
-  [[ $RUNS -gt 1 ]] && echo "--- run $run of $RUNS"
+  [[ $RUNS -gt 1 ]] && echo "--- run $run of $RUNS (load:$(uptime | sed 's/.*load average//'))"
   rm -rf "$DIR/store" "$DIR/fio"; mkdir -p "$DIR/fio"
   c=$(cairn_run --size 4M --threads 16); f=$(fio_run w4m write 4M 16 64M)
   row "4M write, 16 threads" "$c" "$f"

@@ -47,6 +47,21 @@ pub struct BenchReport {
     pub rss_peak_bytes: u64,
     pub rss_end_bytes: u64,
     pub cache_bytes: u64,
+    /// CPU time (user + system) of the whole process during the timed run.
+    pub cpu_seconds: f64,
+    /// `cpu_seconds` per operation, in microseconds.
+    pub cpu_us_per_op: f64,
+}
+
+/// User + system CPU time this process has used so far, in seconds.
+pub fn process_cpu_seconds() -> f64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a properly sized out-struct.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// Resident set size of this process (VmRSS), in bytes.
@@ -125,6 +140,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport> {
         })
     };
     let start = Instant::now();
+    let cpu0 = process_cpu_seconds();
     let mut handles = Vec::new();
     for t in 0..opts.threads {
         let (store, stop, o) = (store.clone(), stop.clone(), opts.clone());
@@ -149,6 +165,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu_seconds = process_cpu_seconds() - cpu0;
     let _ = sampler.join();
     if let Some(e) = first_err {
         return Err(e);
@@ -176,6 +193,8 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport> {
         rss_peak_bytes: rss_peak.load(Ordering::Relaxed),
         rss_end_bytes: rss_bytes(),
         cache_bytes: opts.cache_bytes,
+        cpu_seconds,
+        cpu_us_per_op: cpu_seconds * 1e6 / ops.max(1) as f64,
     })
 }
 

@@ -56,13 +56,25 @@ impl GroupChanges {
     }
 }
 
+/// One table of the overlay: key -> versions (group, value), oldest first.
+type VersionMap = BTreeMap<Vec<u8>, Vec<(u64, Val)>>;
+/// A merge source item: (key, value or deletion).
+type Item = Result<(Vec<u8>, Option<Vec<u8>>)>;
+type RedbItem<'a> = std::result::Result<
+    (
+        redb::AccessGuard<'a, &'static [u8]>,
+        redb::AccessGuard<'a, &'static [u8]>,
+    ),
+    redb::StorageError,
+>;
+
 /// Bookkeeping bytes counted per overlay entry (map node share, version vector, Arc).
 const ENTRY_OVERHEAD_BYTES: usize = 96;
 
 #[derive(Default)]
 struct OverlayState {
     /// Per table: key -> versions (group, value), oldest first.
-    tables: [BTreeMap<Vec<u8>, Vec<(u64, Val)>>; TABLES],
+    tables: [VersionMap; TABLES],
     bytes: usize,
 }
 
@@ -142,7 +154,7 @@ pub(crate) trait KvRead {
 }
 
 /// One source of a merged scan: (key, value or deletion) in scan order.
-pub(crate) type Src<'a> = Box<dyn Iterator<Item = Result<(Vec<u8>, Option<Vec<u8>>)>> + 'a>;
+pub(crate) type Src<'a> = Box<dyn Iterator<Item = Item> + 'a>;
 
 /// Merges sorted sources, the first one winning on equal keys; deletions
 /// hide the key. `rev`: the sources run backwards (largest key first).
@@ -191,7 +203,7 @@ pub(crate) fn merge(
 
 /// Overlay versions of `[lo, hi)` visible at `limit`, as a merge source.
 pub(crate) fn overlay_src<'a>(
-    map: &'a BTreeMap<Vec<u8>, Vec<(u64, Val)>>,
+    map: &'a VersionMap,
     lo: &'a [u8],
     hi: &'a [u8],
     limit: u64,
@@ -216,13 +228,7 @@ pub(crate) fn redb_src<'a, T: ReadableTable<&'static [u8], &'static [u8]>>(
     rev: bool,
 ) -> Result<Src<'a>> {
     let r = t.range::<&[u8]>(lo..hi)?;
-    let f = |e: std::result::Result<
-        (
-            redb::AccessGuard<'_, &'static [u8]>,
-            redb::AccessGuard<'_, &'static [u8]>,
-        ),
-        redb::StorageError,
-    >| {
+    let f = |e: RedbItem<'_>| {
         e.map(|(k, v)| (k.value().to_vec(), Some(v.value().to_vec())))
             .map_err(Into::into)
     };
@@ -372,7 +378,7 @@ mod tests {
     use super::*;
 
     fn src(v: &[(&str, Option<&str>)]) -> Src<'static> {
-        let items: Vec<Result<(Vec<u8>, Option<Vec<u8>>)>> = v
+        let items: Vec<Item> = v
             .iter()
             .map(|(k, v)| Ok((k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))))
             .collect();

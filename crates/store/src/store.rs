@@ -1991,9 +1991,10 @@ fn write_records(inner: &Inner, wal: &dyn StoreFile, jobs: &[WalJob]) -> Result<
 
 /// One attempt at a group on the normal path. The exact order (see README
 /// "fsync discipline"):
-/// 1. apply every transaction against the committer's view (redb snapshot
-///    + overlay), collecting the changes in memory; small writes go to
-///    fresh blocks through the page cache; every change lands in the redo log;
+/// 1. apply every transaction against the committer's view (the redb
+///    snapshot merged with the overlay), collecting the changes in memory;
+///    small writes go to fresh blocks through the page cache; every change
+///    lands in the redo log;
 /// 2. encode the WAL record and reserve its place in the log;
 /// 3. number the group and put its changes in the overlay (readers see
 ///    them once the group is durable) and in the next checkpoint's list;

@@ -1,8 +1,9 @@
 //! Runs the store benchmark without the CLI (quicker to build while tuning):
 //! `cargo run --release -p cairn-store --example store_bench -- DIR SIZE_BYTES THREADS SECONDS [read]`.
 //! Prints the JSON report `cairn store bench -f json` prints.
+//! To compare settings: `WAL_BYTES=N` (at mkfs) and `CHECKPOINT_MS=N`.
 
-use cairn_store::bench::{run, BenchOpts};
+use cairn_store::bench::{run_with, BenchOpts};
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -26,7 +27,16 @@ fn main() {
         data_bytes: 4 << 30,
         block_size: 4096,
     };
-    match run(&opts) {
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let tune = |c: &mut cairn_store::StoreConfig| {
+        if let Some(n) = env("WAL_BYTES") {
+            c.wal_bytes = n;
+        }
+        if let Some(n) = env("CHECKPOINT_MS") {
+            c.checkpoint_interval_ms = n;
+        }
+    };
+    match run_with(&opts, tune) {
         Ok(r) => println!("{}", serde_json::to_string(&r).unwrap_or_default()),
         Err(e) => {
             eprintln!("bench failed: {e}");

@@ -106,10 +106,17 @@ fn obj(t: usize, i: u64) -> ObjectId {
 
 /// Runs the benchmark; creates the store under `opts.path` if it is not there.
 pub fn run(opts: &BenchOpts) -> Result<BenchReport> {
+    run_with(opts, |_| {})
+}
+
+/// [`run`] with the store configuration adjusted by `tune` (WAL size,
+/// checkpoint interval… when comparing settings).
+pub fn run_with(opts: &BenchOpts, tune: impl FnOnce(&mut StoreConfig)) -> Result<BenchReport> {
     let mut cfg = StoreConfig::new(&opts.path);
     cfg.cache_bytes = opts.cache_bytes;
     cfg.data_bytes = opts.data_bytes;
     cfg.block_size = opts.block_size;
+    tune(&mut cfg);
     let store = if opts.path.join(crate::DATA_FILE).exists() {
         Store::open(cfg)?
     } else {

@@ -90,9 +90,9 @@ fn readers_stay_consistent_while_checkpoints_prune_the_overlay() {
                 while !stop.load(Ordering::SeqCst) {
                     let a = acked.load(Ordering::SeqCst);
                     let value = || {
-                        s.getattr(&c, &o, "v").unwrap().map_or(0, |v| {
-                            u64::from_le_bytes(v.as_slice().try_into().unwrap())
-                        })
+                        s.getattr(&c, &o, "v")
+                            .unwrap()
+                            .map_or(0, |v| u64::from_le_bytes(v.as_slice().try_into().unwrap()))
                     };
                     let v = value();
                     assert!(v >= a, "acknowledged value {a} but read {v}");

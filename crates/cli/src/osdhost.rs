@@ -329,7 +329,48 @@ async fn run_one(
     let (req_tx, mut req_rx) = tokio::sync::mpsc::channel::<MonCommand>(256);
     let fwd_mon = mon.clone();
     let fwd = tokio::spawn(async move {
-        while let Some(cmd) = req_rx.recv().await {
+        let mut next: Option<MonCommand> = None;
+        loop {
+            let cmd = match next.take() {
+                Some(c) => c,
+                None => match req_rx.recv().await {
+                    Some(c) => c,
+                    None => break,
+                },
+            };
+            // PGs activating together (a new pool, an OSD coming back)
+            // each ask for up_thru and a history record: the requests
+            // queued meanwhile go to the monitors as one command.
+            let cmd = match cmd {
+                MonCommand::OsdAlive {
+                    id: who,
+                    mut want,
+                    mut activating,
+                } => {
+                    while let Ok(more) = req_rx.try_recv() {
+                        match more {
+                            MonCommand::OsdAlive {
+                                id: w,
+                                want: x,
+                                activating: a,
+                            } if w == who => {
+                                want = want.max(x);
+                                activating.extend(a);
+                            }
+                            other => {
+                                next = Some(other);
+                                break;
+                            }
+                        }
+                    }
+                    MonCommand::OsdAlive {
+                        id: who,
+                        want,
+                        activating,
+                    }
+                }
+                other => other,
+            };
             if let Err(e) = fwd_mon.command(&cmd).await {
                 tracing::warn!("osd.{id}: {}: {e}", cmd.verb());
             }

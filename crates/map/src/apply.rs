@@ -105,6 +105,7 @@ impl ClusterMap {
             pool_max: 0,
             created: Epoch(1),
             scrub_orders: Vec::new(),
+            pg_history: Default::default(),
         };
         map.ec_profiles
             .insert("default".into(), EcProfile::default_profile());
@@ -204,6 +205,7 @@ impl ClusterMap {
         let mut next = self.clone();
         let reply = next.apply_inner(cmd, ctx)?;
         next.clean_pg_temp();
+        next.clean_pg_history();
         if next != *self {
             next.epoch = self.epoch.next();
             *self = next;
@@ -355,7 +357,15 @@ impl ClusterMap {
                 addrs,
                 reported,
             } => self.osd_boot(*id, uuid, addrs, reported),
-            OsdAlive { id, want } => self.osd_alive(*id, *want),
+            OsdAlive {
+                id,
+                want,
+                activating,
+            } => {
+                let r = self.osd_alive(*id, *want)?;
+                self.record_activations(*id, activating);
+                Ok(r)
+            }
             PgScrub { pgid, kind } => self.pg_scrub(*pgid, *kind),
             OsdScrub { osds, kind } => self.osd_scrub(osds, *kind),
             ScrubOrdersDone { done } => self.scrub_orders_done(done),

@@ -213,10 +213,14 @@ pub enum MonCommand {
         addrs: Vec<String>,
         reported: OsdReported,
     },
-    /// An OSD asks for `up_thru` to reach `want` before going active.
+    /// An OSD asks for `up_thru` to reach `want` before going active, and
+    /// to record the acting sets of the PGs it is about to activate as
+    /// primary (`ClusterMap::pg_history`).
     OsdAlive {
         id: i32,
         want: Epoch,
+        #[serde(default)]
+        activating: Vec<(PgId, crate::model::PgActivation)>,
     },
     /// A PG's primary `from` asks for `pg_temp` = `osds` (the complete
     /// members that serve while the up set backfills); empty = clear it.

@@ -22,6 +22,7 @@ pub mod health;
 mod model;
 mod parse;
 pub mod pgmap;
+mod pghistory;
 mod pgquery;
 mod pgtemp;
 mod query;
@@ -41,12 +42,13 @@ pub use failure::FailureJudge;
 pub use health::{HealthCheck, HealthInputs, HealthReport, HealthStatus, PlacementShortfall};
 pub use model::{
     decode_secret, encode_secret, ApplyContext, AuthEntity, ClusterMap, EcProfile, Incremental,
-    MonInfo, OsdFlag, OsdInfo, OsdReported, Pool, PoolKind, QueryContext, Reply, RuntimeStatus,
+    MonInfo, OsdFlag, OsdInfo, PgActivation, OsdReported, Pool, PoolKind, QueryContext, Reply, RuntimeStatus,
 };
 pub use parse::{
     command_help, input_file_arg, output_file_arg, parse_command, parse_command_with_input,
     parse_osd_id,
 };
+pub use pghistory::{activation_spans, PG_HISTORY_MAX};
 pub use pgmap::{
     BackfillProgress, OsdBeacon, OsdStatsEntry, PgEntry, PgMapView, PgRecoveryCounts, PgReport,
     PgTotals, RecoveryRate,

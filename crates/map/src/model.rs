@@ -261,6 +261,20 @@ pub struct ClusterMap {
     /// Operator scrub orders not yet reported done, by PG (`crate::scrub`).
     #[serde(default)]
     pub scrub_orders: Vec<crate::scrub::ScrubOrder>,
+    /// Per replicated PG, the acting sets it may have gone active with,
+    /// oldest first (`crate::pghistory`): a primary records its acting set
+    /// here before the PG accepts a write, so a later primary that never
+    /// saw those intervals still knows whose copies it must reach.
+    #[serde(default, with = "pg_history_as_seq")]
+    pub pg_history: BTreeMap<PgId, Vec<PgActivation>>,
+}
+
+/// An interval in which a PG may have gone active (and accepted writes):
+/// its first epoch as its primary saw it, and its acting set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgActivation {
+    pub since: Epoch,
+    pub acting: Vec<i32>,
 }
 
 /// Serialises the auth table as a list so JSON (string-keyed maps) can hold it.
@@ -302,6 +316,28 @@ mod pg_temp_as_seq {
         d: D,
     ) -> Result<BTreeMap<PgId, Vec<i32>>, D::Error> {
         let v: Vec<(PgId, Vec<i32>)> = Vec::deserialize(d)?;
+        Ok(v.into_iter().collect())
+    }
+}
+
+/// Serialises the PG history table as a list so JSON can hold it.
+mod pg_history_as_seq {
+    use super::PgActivation;
+    use cairn_types::PgId;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<S: Serializer>(
+        map: &BTreeMap<PgId, Vec<PgActivation>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let v: Vec<(&PgId, &Vec<PgActivation>)> = map.iter().collect();
+        v.serialize(s)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<PgId, Vec<PgActivation>>, D::Error> {
+        let v: Vec<(PgId, Vec<PgActivation>)> = Vec::deserialize(d)?;
         Ok(v.into_iter().collect())
     }
 }

@@ -208,14 +208,22 @@ fn internal_osd_commands() {
     assert_eq!(err.kind, ErrorKind::AccessDenied);
     // up_thru.
     let want = m.epoch;
-    m.apply(&MonCommand::OsdAlive { id: 0, want }, &as_osd0)
-        .unwrap();
+    m.apply(
+        &MonCommand::OsdAlive {
+            id: 0,
+            want,
+            activating: vec![],
+        },
+        &as_osd0,
+    )
+    .unwrap();
     assert_eq!(m.osds[&0].up_thru, want);
     assert!(m
         .apply(
             &MonCommand::OsdAlive {
                 id: 0,
-                want: Epoch(want.0 + 5)
+                want: Epoch(want.0 + 5),
+                activating: vec![],
             },
             &as_osd0
         )

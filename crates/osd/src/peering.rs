@@ -221,6 +221,11 @@ impl PeeringJob {
             my_info: self.my_info.clone(),
             my_log: self.my_log.clone(),
             up_thru_recorded: self.up_thru_recorded(),
+            history: self
+                .shared
+                .mon
+                .is_some()
+                .then(|| self.shared.map_rx.borrow().pg_activations(self.pgid)),
             up_osds: self
                 .shared
                 .map_rx
@@ -342,18 +347,35 @@ impl PeeringJob {
         if self.up_thru_recorded() {
             return Ok(());
         }
-        ask_up_thru(&self.shared, self.interval_since).await
+        ask_up_thru(&self.shared, self.interval_since, None).await
     }
 }
 
-async fn ask_up_thru(shared: &Arc<Shared>, want: Epoch) -> Result<(), String> {
+/// Has the monitors record `up_thru >= want` for this OSD and, with
+/// `record`, a PG's activation in the map's PG history; waits (bounded)
+/// for a map showing both.
+async fn ask_up_thru(
+    shared: &Arc<Shared>,
+    want: Epoch,
+    record: Option<(PgId, cairn_map::PgActivation)>,
+) -> Result<(), String> {
     let Some(mon) = &shared.mon else {
         return Ok(());
     };
     let me = shared.cfg.id;
-    let has = |m: &cairn_map::ClusterMap| m.osds.get(&me).is_some_and(|o| o.up_thru >= want);
-    mon.send(cairn_map::MonCommand::OsdAlive { id: me, want })
-        .await
+    let has = |m: &cairn_map::ClusterMap| {
+        m.osds.get(&me).is_some_and(|o| o.up_thru >= want)
+            && record
+                .as_ref()
+                .is_none_or(|(pgid, a)| m.pg_activation_recorded(*pgid, &a.acting))
+    };
+    let activating = record.iter().cloned().collect();
+    mon.send(cairn_map::MonCommand::OsdAlive {
+        id: me,
+        want,
+        activating,
+    })
+    .await
         .map_err(|_| "the monitor link is closed".to_string())?;
     let mut rx = shared.map_rx.clone();
     let r = tokio::time::timeout(shared.cfg.peer_timeout, rx.wait_for(|m| has(m))).await;
@@ -372,7 +394,13 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
     let me = shared.cfg.id;
     let failed = |osd: i32, why: String| PeeringInput::PeerFailed { osd, why };
     match out {
-        PeeringOutput::AskUpThru { want } => match ask_up_thru(&shared, want).await {
+        PeeringOutput::AskUpThru { want, record } => match ask_up_thru(
+            &shared,
+            want,
+            record.map(|r| (pgid, r)),
+        )
+        .await
+        {
             Ok(()) => PeeringInput::UpThruRecorded,
             Err(e) => PeeringInput::UpThruFailed(e),
         },

@@ -15,7 +15,7 @@ use crate::pg::{
     check_can_activate, cursor_key, obj_key, plan_recovery, PastInterval, RecoveryPlan,
     PG_TEMP_WAIT,
 };
-use cairn_map::PgRecoveryCounts;
+use cairn_map::{activation_spans, PgActivation, PgRecoveryCounts};
 use cairn_ops::{ListCursor, LogEntry, ObjectName, ObjectState, PgInfo, PgPush};
 use cairn_types::{Epoch, PgId};
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
@@ -47,9 +47,17 @@ pub struct PeeringParams {
     /// The monitors already record `up_thru >= interval_since` for this
     /// OSD (or no monitor tracks it): no need to ask.
     pub up_thru_recorded: bool,
-    /// Every OSD up in the map. A primary whose copy never went active
-    /// (it is new to the PG) knows no history to probe, so it asks all of
-    /// them: any copy found leads on to the members of its last activation.
+    /// The PG's activations the monitors recorded (`ClusterMap::pg_history`,
+    /// oldest first); None when no monitor records them (an OSD run without
+    /// one). Before activating, the primary has its own acting set recorded
+    /// (with `up_thru`) unless it is the newest entry already; activation
+    /// then needs an answer from a member of every entry since the newest
+    /// activation a responder took part in, and asks them all.
+    pub history: Option<Vec<PgActivation>>,
+    /// Every OSD up in the map. Without recorded history, a primary whose
+    /// copy never went active (it is new to the PG) knows nothing to probe,
+    /// so it asks all of them: any copy found leads on to the members of
+    /// its last activation.
     pub up_osds: Vec<i32>,
     /// A push batch is closed once it holds this many bytes of objects.
     pub batch_bytes: u64,
@@ -118,9 +126,13 @@ pub enum PeeringOutput {
     /// Write our info durably (our log may hold entries submitted but not
     /// yet durable: answering queries comes after a flush). → `LocalCommitted`.
     PersistInfo(PgInfo),
-    /// Ask the monitors to record `up_thru >= want` for this OSD and wait
-    /// for a map showing it. → `UpThruRecorded` / `UpThruFailed`.
-    AskUpThru { want: Epoch },
+    /// Ask the monitors to record `up_thru >= want` for this OSD (and,
+    /// with `record`, this activation in the PG's history) and wait for a
+    /// map showing it. → `UpThruRecorded` / `UpThruFailed`.
+    AskUpThru {
+        want: Epoch,
+        record: Option<PgActivation>,
+    },
     /// Query `to` for its info and log. → `Notify` / `PeerFailed`.
     Query { to: i32 },
     /// A page of `from`'s object list. → `Listed` / `PeerFailed`.
@@ -294,7 +306,7 @@ impl Peering {
         match (&self.wait, input) {
             (_, I::LocalFailed(e)) if self.waits_local() => self.fail(e),
             (Wait::PersistInfo, I::LocalCommitted) => self.after_persist(),
-            (Wait::UpThru, I::UpThruRecorded) => self.query_all(),
+            (Wait::UpThru, I::UpThruRecorded) => self.on_up_thru_recorded(),
             (Wait::UpThru, I::UpThruFailed(why)) => self.fail(why),
             (Wait::Notifies(_), I::Notify { from, info, log }) => self.on_notify(from, info, log),
             (Wait::Notifies(_), I::PeerFailed { osd, why }) => self.on_query_failed(osd, why),
@@ -368,25 +380,79 @@ impl Peering {
         self.target.as_ref().is_some_and(|t| t.osd == osd)
     }
 
+    /// The entry this activation must add to the PG's recorded history
+    /// (None: nothing records history, or the newest entry already names
+    /// this acting set).
+    fn record_needed(&self) -> Option<PgActivation> {
+        let h = self.p.history.as_ref()?;
+        if h.last().is_some_and(|a| a.acting == self.p.acting) {
+            return None;
+        }
+        Some(PgActivation {
+            since: self.p.interval_since,
+            acting: self.p.acting.clone(),
+        })
+    }
+
     fn after_persist(&mut self) -> Vec<PeeringOutput> {
-        if self.p.up_thru_recorded {
+        let record = self.record_needed();
+        if self.p.up_thru_recorded && record.is_none() {
             return self.query_all();
         }
         self.wait = Wait::UpThru;
         vec![PeeringOutput::AskUpThru {
             want: self.p.interval_since,
+            record,
         }]
+    }
+
+    fn on_up_thru_recorded(&mut self) -> Vec<PeeringOutput> {
+        if let Some(rec) = self.record_needed() {
+            if let Some(h) = self.p.history.as_mut() {
+                h.push(rec);
+            }
+        }
+        self.query_all()
+    }
+
+    /// The recorded activations as past intervals that may have written
+    /// (the newest runs to this activation's epoch).
+    fn recorded_intervals(&self) -> Vec<PastInterval> {
+        let Some(h) = self.p.history.as_ref() else {
+            return Vec::new();
+        };
+        activation_spans(h, self.p.epoch)
+            .into_iter()
+            .zip(h)
+            .map(|((first, last), a)| PastInterval {
+                first,
+                last,
+                acting: a.acting.clone(),
+                primary: a.acting.first().copied(),
+                maybe_went_rw: true,
+            })
+            .collect()
     }
 
     fn query_all(&mut self) -> Vec<PeeringOutput> {
         let me = self.me();
         self.notes
             .insert(me, (self.p.my_info.clone(), self.p.my_log.clone()));
-        let new_here = self.p.my_info.last_epoch_started == Epoch(0);
+        let new_here =
+            self.p.my_info.last_epoch_started == Epoch(0) && self.p.history.is_none();
+        // Members of recorded activations this copy may not have seen.
+        let les = self.p.my_info.last_epoch_started;
+        let recorded: Vec<i32> = self
+            .recorded_intervals()
+            .into_iter()
+            .filter(|pi| pi.last >= les)
+            .flat_map(|pi| pi.acting)
+            .collect();
         let ask: BTreeSet<i32> = self
             .p
             .probe
             .iter()
+            .chain(recorded.iter())
             .chain(self.p.up_osds.iter().filter(|_| new_here))
             .copied()
             .filter(|&o| o != me)
@@ -476,7 +542,10 @@ impl Peering {
         let responders: Vec<i32> = self.notes.keys().copied().collect();
         let mut settled = responders.clone();
         settled.extend(self.p.lost.iter().copied());
-        if let Err(why) = check_can_activate(&self.p.past, auth_info.last_epoch_started, &settled) {
+        let les = auth_info.last_epoch_started;
+        if let Err(why) = check_can_activate(&self.p.past, les, &settled)
+            .and_then(|()| check_can_activate(&self.recorded_intervals(), les, &settled))
+        {
             return self.fail(why);
         }
         tracing::debug!(
@@ -854,6 +923,7 @@ mod tests {
             my_info,
             my_log,
             up_thru_recorded: false,
+            history: None,
             up_osds: vec![],
             batch_bytes: 1 << 20,
             up: vec![0, 1, 2],
@@ -870,7 +940,10 @@ mod tests {
         let out = sm.handle(PeeringInput::LocalCommitted);
         assert!(matches!(
             &out[..],
-            [PeeringOutput::AskUpThru { want: Epoch(10) }]
+            [PeeringOutput::AskUpThru {
+                want: Epoch(10),
+                record: None
+            }]
         ));
         sm.handle(PeeringInput::UpThruRecorded)
             .into_iter()
@@ -1106,5 +1179,149 @@ mod tests {
             result: Err("disk full".into()),
         });
         assert!(matches!(&out[..], [PeeringOutput::Done(Err(w))] if w.contains("disk full")));
+    }
+
+    fn recorded(since: u64, acting: &[i32]) -> PgActivation {
+        PgActivation {
+            since: Epoch(since),
+            acting: acting.to_vec(),
+        }
+    }
+
+    /// A primary new to the PG (empty copy), acting [0, 1], with `history`.
+    fn new_primary(history: Vec<PgActivation>) -> Peering {
+        let mut p = params(PgInfo::default(), vec![], vec![]);
+        p.acting = vec![0, 1];
+        p.up = vec![0, 1];
+        p.probe = vec![0, 1];
+        p.up_thru_recorded = true;
+        p.history = Some(history);
+        p.up_osds = vec![0, 1, 2, 3, 4, 7];
+        Peering::new(p)
+    }
+
+    /// Runs to the queries, checking what the primary has recorded first.
+    fn recorded_then_queries(sm: &mut Peering, expect: Option<Vec<i32>>) -> Vec<i32> {
+        sm.start();
+        let out = sm.handle(PeeringInput::LocalCommitted);
+        let out = match expect {
+            Some(acting) => {
+                let [PeeringOutput::AskUpThru {
+                    want: Epoch(10),
+                    record: Some(r),
+                }] = &out[..]
+                else {
+                    panic!("{out:?}")
+                };
+                assert_eq!(r, &recorded(10, &acting));
+                sm.handle(PeeringInput::UpThruRecorded)
+            }
+            None => out,
+        };
+        out.into_iter()
+            .map(|o| match o {
+                PeeringOutput::Query { to } => to,
+                other => panic!("expected queries, got {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_new_primary_stays_down_while_every_member_of_a_recorded_activation_is_down() {
+        // The PG went active on [3, 4] (recorded in the map); both are down
+        // now and the PG moved to [0, 1], which never held it. Activating
+        // empty would later roll back what [3, 4] acknowledged.
+        let mut sm = new_primary(vec![recorded(5, &[3, 4])]);
+        assert_eq!(recorded_then_queries(&mut sm, Some(vec![0, 1])), vec![1, 3, 4]);
+        assert!(sm.handle(notify(1, &PgInfo::default(), &[])).is_empty());
+        for o in [3, 4] {
+            let out = sm.handle(PeeringInput::Notify {
+                from: o,
+                info: None,
+                log: vec![],
+            });
+            if o == 4 {
+                let [PeeringOutput::Done(Err(why))] = &out[..] else {
+                    panic!("{out:?}")
+                };
+                assert!(why.contains("waiting for osd.3, osd.4"), "{why}");
+                assert!(why.contains("cairn osd lost 3"), "{why}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_recorded_member_that_answers_is_the_authority() {
+        let mut sm = new_primary(vec![recorded(5, &[3, 4])]);
+        recorded_then_queries(&mut sm, Some(vec![0, 1]));
+        sm.handle(notify(1, &PgInfo::default(), &[]));
+        sm.handle(PeeringInput::PeerFailed {
+            osd: 4,
+            why: "down".into(),
+        });
+        let held = PgInfo {
+            last_active_acting: vec![3, 4],
+            ..info(5, Version { epoch: 5, seq: 1 })
+        };
+        let out = sm.handle(notify(3, &held, &[entry(5, 1, "x")]));
+        assert!(
+            matches!(&out[..], [PeeringOutput::PullObjects { from: 3, names }] if names.len() == 1),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_lost_member_settles_a_recorded_activation() {
+        let mut p = params(PgInfo::default(), vec![], vec![]);
+        p.acting = vec![0, 1];
+        p.up = vec![0, 1];
+        p.probe = vec![0, 1];
+        p.up_thru_recorded = true;
+        p.history = Some(vec![recorded(5, &[3])]);
+        p.lost = vec![3];
+        let mut sm = Peering::new(p);
+        recorded_then_queries(&mut sm, Some(vec![0, 1]));
+        sm.handle(PeeringInput::PeerFailed {
+            osd: 3,
+            why: "down".into(),
+        });
+        let out = sm.handle(notify(1, &PgInfo::default(), &[]));
+        assert!(
+            matches!(&out[..], [PeeringOutput::Push { to: 1, .. }]),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_pg_never_recorded_asks_only_its_acting_set() {
+        // No activation recorded anywhere: the PG never went active, so
+        // there is nobody else to ask (no query to every up OSD).
+        let mut sm = new_primary(vec![]);
+        assert_eq!(recorded_then_queries(&mut sm, Some(vec![0, 1])), vec![1]);
+        let out = sm.handle(notify(1, &PgInfo::default(), &[]));
+        assert!(
+            matches!(&out[..], [PeeringOutput::Push { to: 1, .. }]),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn the_newest_recorded_acting_set_is_not_recorded_again_and_older_entries_stop_mattering() {
+        // [5, 6] was followed by [0, 1], which activated in epoch 8 (this
+        // copy took part): [5, 6] is not asked and does not hold the PG.
+        let mut p = params(info(8, Version { epoch: 8, seq: 3 }), vec![], vec![]);
+        p.acting = vec![0, 1];
+        p.up = vec![0, 1];
+        p.probe = vec![0, 1];
+        p.up_thru_recorded = true;
+        p.history = Some(vec![recorded(3, &[5, 6]), recorded(8, &[0, 1])]);
+        let mut sm = Peering::new(p);
+        assert_eq!(recorded_then_queries(&mut sm, None), vec![1]);
+        let i = info(8, Version { epoch: 8, seq: 3 });
+        let out = sm.handle(notify(1, &i, &[]));
+        assert!(
+            matches!(&out[..], [PeeringOutput::Push { to: 1, .. }]),
+            "{out:?}"
+        );
     }
 }

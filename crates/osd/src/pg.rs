@@ -1237,11 +1237,17 @@ pub fn check_can_activate(
         }
         if !pi.acting.iter().any(|o| responders.contains(o)) {
             let list: Vec<String> = pi.acting.iter().map(|o| format!("osd.{o}")).collect();
+            let lost: Vec<String> = pi
+                .acting
+                .iter()
+                .map(|o| format!("`cairn osd lost {o} --yes-i-really-mean-it`"))
+                .collect();
             return Err(format!(
-                "waiting for {} (acting in epochs {}..={}, which may have accepted writes): bring one of them back",
+                "waiting for {} (acting in epochs {}..={}, which may have accepted writes): bring one of them back, or run {} to give up their writes",
                 list.join(", "),
                 pi.first.0,
-                pi.last.0
+                pi.last.0,
+                lost.join(" and ")
             ));
         }
     }

@@ -65,6 +65,8 @@ struct Run {
     sm: Peering,
     /// Waiting for the map to show `up_thru >= .0` until local time `.1`.
     up_thru: Option<(Epoch, u64)>,
+    /// And, with this, the PG's history to end with this acting set.
+    recording: Option<Vec<i32>>,
 }
 
 struct SimPg {
@@ -554,10 +556,13 @@ impl World {
                 p.pgs
                     .iter()
                     .filter(|(_, s)| {
-                        s.run
-                            .as_ref()
-                            .and_then(|r| r.up_thru)
-                            .is_some_and(|(want, _)| up_thru >= want)
+                        s.run.as_ref().is_some_and(|r| {
+                            r.up_thru.is_some_and(|(want, _)| up_thru >= want)
+                                && r
+                                    .recording
+                                    .as_ref()
+                                    .is_none_or(|a| m.pg_activation_recorded(s.pg.pgid, a))
+                        })
                     })
                     .map(|(k, _)| *k)
                     .collect()
@@ -957,6 +962,7 @@ impl World {
             .as_ref()
             .and_then(|m| m.osds.get(&id))
             .is_some_and(|o| o.up_thru >= interval_since);
+        let history = p.map.as_ref().map(|m| m.pg_activations(pgid));
         let up_osds: Vec<i32> = p
             .map
             .as_ref()
@@ -978,6 +984,7 @@ impl World {
             my_info: s.pg.info.clone(),
             my_log: s.pg.log().cloned().collect(),
             up_thru_recorded,
+            history,
             up_osds,
             batch_bytes: 1 << 20,
             // The simulator does not drive background backfill yet: no
@@ -994,6 +1001,7 @@ impl World {
             interval_since,
             sm,
             up_thru: None,
+            recording: None,
         });
         self.trace(|| {
             format!(
@@ -1104,7 +1112,7 @@ impl World {
                         .collect();
                     Some(PeeringInput::LocalRead(objs))
                 }
-                PeeringOutput::AskUpThru { want } => {
+                PeeringOutput::AskUpThru { want, record } => {
                     let dl = self.local_now(id) + self.cfg.peer_timeout;
                     if let Some(r) = self
                         .proc_mut(id)
@@ -1112,11 +1120,17 @@ impl World {
                         .and_then(|s| s.run.as_mut())
                     {
                         r.up_thru = Some((want, dl));
+                        r.recording = record.as_ref().map(|a| a.acting.clone());
                     }
+                    let activating = record.into_iter().map(|a| (pgid, a)).collect();
                     self.send(
                         Ep::Osd(id),
                         Ep::Mon,
-                        Msg::MonCmd(MonCommand::OsdAlive { id, want }),
+                        Msg::MonCmd(MonCommand::OsdAlive {
+                            id,
+                            want,
+                            activating,
+                        }),
                     );
                     None
                 }

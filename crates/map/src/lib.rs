@@ -21,8 +21,8 @@ pub mod failure;
 pub mod health;
 mod model;
 mod parse;
-pub mod pgmap;
 mod pghistory;
+pub mod pgmap;
 mod pgquery;
 mod pgtemp;
 mod query;
@@ -42,7 +42,8 @@ pub use failure::FailureJudge;
 pub use health::{HealthCheck, HealthInputs, HealthReport, HealthStatus, PlacementShortfall};
 pub use model::{
     decode_secret, encode_secret, ApplyContext, AuthEntity, ClusterMap, EcProfile, Incremental,
-    MonInfo, OsdFlag, OsdInfo, PgActivation, OsdReported, Pool, PoolKind, QueryContext, Reply, RuntimeStatus,
+    MonInfo, OsdFlag, OsdInfo, OsdReported, PgActivation, Pool, PoolKind, QueryContext, Reply,
+    RuntimeStatus,
 };
 pub use parse::{
     command_help, input_file_arg, output_file_arg, parse_command, parse_command_with_input,

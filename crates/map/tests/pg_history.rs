@@ -57,7 +57,13 @@ fn a_primary_records_its_acting_set_only_while_it_holds_it() {
     ok(&mut m, &format!("osd out {}", first.acting[1]));
     let moved = m.pg_to_up(1, 0).unwrap();
     let since2 = m.epoch;
-    alive(&mut m, moved.acting_primary.unwrap(), pg(0), since2, &moved.acting);
+    alive(
+        &mut m,
+        moved.acting_primary.unwrap(),
+        pg(0),
+        since2,
+        &moved.acting,
+    );
     let h = m.pg_activations(pg(0));
     assert_eq!(h.len(), 2);
     assert_eq!(h[0].acting, first.acting);

@@ -174,6 +174,11 @@ pub struct RepOpAck {
     pub version: Version,
     pub interval_since: Epoch,
     pub result: Result<(), String>,
+    /// Refused, not applied: the member's current interval began in this
+    /// epoch, after the sender's `interval_since` (the sender is still its
+    /// primary but missed a change and back); the primary starts a new
+    /// interval.
+    pub newer_interval: Option<Epoch>,
 }
 
 /// primary -> member: send me your info and log for this PG.

@@ -376,7 +376,7 @@ async fn ask_up_thru(
         activating,
     })
     .await
-        .map_err(|_| "the monitor link is closed".to_string())?;
+    .map_err(|_| "the monitor link is closed".to_string())?;
     let mut rx = shared.map_rx.clone();
     let r = tokio::time::timeout(shared.cfg.peer_timeout, rx.wait_for(|m| has(m))).await;
     match r {
@@ -394,16 +394,12 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
     let me = shared.cfg.id;
     let failed = |osd: i32, why: String| PeeringInput::PeerFailed { osd, why };
     match out {
-        PeeringOutput::AskUpThru { want, record } => match ask_up_thru(
-            &shared,
-            want,
-            record.map(|r| (pgid, r)),
-        )
-        .await
-        {
-            Ok(()) => PeeringInput::UpThruRecorded,
-            Err(e) => PeeringInput::UpThruFailed(e),
-        },
+        PeeringOutput::AskUpThru { want, record } => {
+            match ask_up_thru(&shared, want, record.map(|r| (pgid, r))).await {
+                Ok(()) => PeeringInput::UpThruRecorded,
+                Err(e) => PeeringInput::UpThruFailed(e),
+            }
+        }
         PeeringOutput::Query { to } => {
             // An OSD the map shows down is not asked: no copy to use now.
             let up = shared.map_rx.borrow().osds.get(&to).is_some_and(|i| i.up);

@@ -438,8 +438,7 @@ impl Peering {
         let me = self.me();
         self.notes
             .insert(me, (self.p.my_info.clone(), self.p.my_log.clone()));
-        let new_here =
-            self.p.my_info.last_epoch_started == Epoch(0) && self.p.history.is_none();
+        let new_here = self.p.my_info.last_epoch_started == Epoch(0) && self.p.history.is_none();
         // Members of recorded activations this copy may not have seen.
         let les = self.p.my_info.last_epoch_started;
         let recorded: Vec<i32> = self
@@ -1232,7 +1231,10 @@ mod tests {
         // now and the PG moved to [0, 1], which never held it. Activating
         // empty would later roll back what [3, 4] acknowledged.
         let mut sm = new_primary(vec![recorded(5, &[3, 4])]);
-        assert_eq!(recorded_then_queries(&mut sm, Some(vec![0, 1])), vec![1, 3, 4]);
+        assert_eq!(
+            recorded_then_queries(&mut sm, Some(vec![0, 1])),
+            vec![1, 3, 4]
+        );
         assert!(sm.handle(notify(1, &PgInfo::default(), &[])).is_empty());
         for o in [3, 4] {
             let out = sm.handle(PeeringInput::Notify {

@@ -66,6 +66,12 @@ pub struct Placement {
     /// and that member disagree on when the interval began, and the
     /// member refuses the primary's writes as stale.
     pub acting_up_from: Vec<Epoch>,
+    /// The newest activation of the PG the monitors recorded
+    /// (`ClusterMap::pg_history`). One with another acting set, recorded
+    /// after the current interval began, means the PG went active
+    /// elsewhere in epochs this OSD skipped: the interval is over even if
+    /// the placement looks the same again. Not part of the interval itself.
+    pub last_recorded: Option<cairn_map::PgActivation>,
 }
 
 impl Placement {
@@ -243,6 +249,9 @@ pub struct Pg {
     /// The earliest the current interval can have begun (the epoch after
     /// the last map this PG saw with the previous placement).
     interval_start_floor: Epoch,
+    /// A member's interval began in this epoch, after ours, and our map is
+    /// older still: the next map at or past it starts a new interval.
+    member_interval: Option<Epoch>,
     inflight: BTreeMap<u64, InFlight>,
     /// Objects with a write in flight, and the ops queued behind it
     /// (ordered, so that answers to queued ops go out in a reproducible
@@ -306,6 +315,7 @@ impl Pg {
             went_active_this_interval: false,
             interval_start_estimated: false,
             interval_start_floor: Epoch(0),
+            member_interval: None,
             inflight: BTreeMap::new(),
             busy: BTreeMap::new(),
             waiting_for_active: VecDeque::new(),
@@ -430,11 +440,51 @@ impl Pg {
         out
     }
 
+    /// A member refused this primary's sub-op because its interval began
+    /// in epoch `theirs`, after ours: the placement changed and changed
+    /// back in epochs this OSD skipped (the map source hands over only the
+    /// newest map), so the two disagree on the interval and every write
+    /// would wait forever. The primary starts a new interval at its current
+    /// epoch (no acknowledged write is lost: none could complete while the
+    /// member refused them) and peers again. Nothing happens when this OSD
+    /// is not the primary, the refusal is about an older interval, or its
+    /// map is older than `theirs` (the newer map comes first).
+    pub fn member_interval_newer(&mut self, theirs: Epoch) -> Vec<PgAction> {
+        let mut out = Vec::new();
+        let Some(p) = self.placement.clone() else {
+            return out;
+        };
+        if self.role != Role::Primary || theirs <= self.info.same_interval_since {
+            return out;
+        }
+        if theirs > p.epoch {
+            self.member_interval = Some(theirs);
+            return out;
+        }
+        self.on_map_forced(p, true, &mut out);
+        out
+    }
+
     fn on_map(&mut self, p: Placement, out: &mut Vec<PgAction>) {
-        let changed = self
-            .placement
-            .as_ref()
-            .is_none_or(|old| !old.same_interval(&p));
+        let force = self.member_interval.is_some_and(|e| p.epoch >= e);
+        self.on_map_forced(p, force, out)
+    }
+
+    /// `on_map`; with `force`, a new interval even if the placement looks
+    /// the same (see `member_interval_newer`).
+    fn on_map_forced(&mut self, p: Placement, force: bool, out: &mut Vec<PgAction>) {
+        // Someone else activated the PG after our interval began (we
+        // skipped the epochs where the placement moved away and back).
+        let superseded = self.placement.is_some()
+            && p.last_recorded
+                .as_ref()
+                .is_some_and(|r| r.since > self.info.same_interval_since && r.acting != p.acting);
+        let changed = force
+            || superseded
+            || self
+                .placement
+                .as_ref()
+                .is_none_or(|old| !old.same_interval(&p));
         if !changed {
             if let Some(old) = self.placement.as_mut() {
                 old.epoch = p.epoch;
@@ -453,6 +503,11 @@ impl Pg {
             .as_ref()
             .map(|old| Epoch(old.epoch.0 + 1))
             .unwrap_or_default();
+        if force {
+            self.interval_start_estimated = false;
+            self.interval_start_floor = p.epoch;
+        }
+        self.member_interval = None;
         if let Some(old) = self.placement.take() {
             let first = self.info.same_interval_since;
             let primary_alive = p.prev_primary_up_thru.is_none_or(|u| u >= first);
@@ -1278,6 +1333,7 @@ mod tests {
             min_size: 2,
             prev_primary_up_thru: None,
             acting_up_from: vec![Epoch(1); acting.len()],
+            last_recorded: None,
         }
     }
 
@@ -1519,6 +1575,7 @@ mod tests {
         let mut pg = active_primary();
         let out = pg.handle(PgEvent::Map(Placement {
             acting_up_from: vec![Epoch(1), Epoch(8), Epoch(1)],
+            last_recorded: None,
             ..placement(9, &[0, 1, 2])
         }));
         assert!(out.iter().any(|a| matches!(a, PgAction::Peer { .. })));
@@ -1526,6 +1583,7 @@ mod tests {
         // The same map again is no change.
         let out = pg.handle(PgEvent::Map(Placement {
             acting_up_from: vec![Epoch(1), Epoch(8), Epoch(1)],
+            last_recorded: None,
             ..placement(10, &[0, 1, 2])
         }));
         assert!(out.is_empty());
@@ -1557,6 +1615,92 @@ mod tests {
         // Consecutive epochs: the start is known exactly.
         pg.handle(PgEvent::Map(placement(10, &[0, 1])));
         assert!(!pg.adopt_primary_interval_start(0, Epoch(9)));
+    }
+
+    #[test]
+    fn a_primary_that_missed_a_change_and_back_starts_a_new_interval_when_a_member_says_so() {
+        // osd.0 saw [0, 1, 2] from e5 and next e12 with the same set; the
+        // members saw it change in e8 and back in e10 and refuse writes
+        // of the e5 interval. osd.0 cannot see that in its map; osd.2's
+        // refusal names e10.
+        let mut pg = Pg::new(
+            pgid(),
+            0,
+            PgLimits::default(),
+            PgInfo::default(),
+            vec![],
+            vec![],
+        );
+        pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
+        pg.handle(PgEvent::Map(placement(12, &[0, 1, 2])));
+        assert_eq!(pg.info.same_interval_since, Epoch(5));
+        // Not newer than ours: nothing to do.
+        assert!(pg.member_interval_newer(Epoch(5)).is_empty());
+        let acts = pg.member_interval_newer(Epoch(10));
+        assert_eq!(pg.info.same_interval_since, Epoch(12));
+        assert!(
+            acts.iter()
+                .any(|a| matches!(a, PgAction::Peer { interval_since, .. } if *interval_since == Epoch(12))),
+            "{acts:?}"
+        );
+        assert_eq!(
+            pg.past.last().map(|p| (p.first, p.last)),
+            Some((Epoch(5), Epoch(11)))
+        );
+        // A map older than the member's interval: the next map at or past
+        // it starts the new interval even with the same placement.
+        assert!(pg.member_interval_newer(Epoch(14)).is_empty());
+        pg.handle(PgEvent::Map(placement(13, &[0, 1, 2])));
+        assert_eq!(pg.info.same_interval_since, Epoch(12));
+        pg.handle(PgEvent::Map(placement(14, &[0, 1, 2])));
+        assert_eq!(pg.info.same_interval_since, Epoch(14));
+        // A replica never restarts its interval this way.
+        let mut r = Pg::new(
+            pgid(),
+            1,
+            PgLimits::default(),
+            PgInfo::default(),
+            vec![],
+            vec![],
+        );
+        r.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
+        r.handle(PgEvent::Map(placement(12, &[0, 1, 2])));
+        assert!(r.member_interval_newer(Epoch(10)).is_empty());
+    }
+
+    #[test]
+    fn an_activation_recorded_elsewhere_ends_the_interval_even_if_the_placement_is_back() {
+        // osd.0 was primary of [0, 1, 2] from e5, was partitioned while
+        // [1, 2, 3] activated in e9 (recorded), and next sees e14 with
+        // [0, 1, 2] again: its e5 interval is long over and its copy stale.
+        let mut pg = Pg::new(
+            pgid(),
+            0,
+            PgLimits::default(),
+            PgInfo::default(),
+            vec![],
+            vec![],
+        );
+        pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
+        let mut p = placement(14, &[0, 1, 2]);
+        p.last_recorded = Some(cairn_map::PgActivation {
+            since: Epoch(9),
+            acting: vec![1, 2, 3],
+        });
+        let acts = pg.handle(PgEvent::Map(p.clone()));
+        assert_eq!(pg.info.same_interval_since, Epoch(14));
+        assert!(acts.iter().any(|a| matches!(a, PgAction::Peer { .. })));
+        // The same record does not end the new interval again; nor does
+        // our own acting set recorded.
+        p.epoch = Epoch(15);
+        assert!(pg.handle(PgEvent::Map(p.clone())).is_empty());
+        p.epoch = Epoch(16);
+        p.last_recorded = Some(cairn_map::PgActivation {
+            since: Epoch(16),
+            acting: vec![0, 1, 2],
+        });
+        assert!(pg.handle(PgEvent::Map(p)).is_empty());
+        assert_eq!(pg.info.same_interval_since, Epoch(14));
     }
 
     #[test]

@@ -1024,6 +1024,21 @@ impl PgActor {
                 if ack.interval_since != self.pg.info.same_interval_since {
                     return;
                 }
+                if let Some(theirs) = ack.newer_interval {
+                    tracing::info!(
+                        "pg {}: osd.{} is in an interval from epoch {} (ours began in {}): starting a new one",
+                        self.pgid,
+                        ack.from,
+                        theirs.0,
+                        ack.interval_since.0
+                    );
+                    let acts = self.pg.member_interval_newer(theirs);
+                    if self.pg.info.same_interval_since != ack.interval_since {
+                        self.repops.clear();
+                    }
+                    self.run_actions(acts).await;
+                    return;
+                }
                 if let Err(e) = &ack.result {
                     tracing::warn!(
                         "pg {}: osd.{} failed to apply {}: {e}",
@@ -1251,6 +1266,7 @@ impl PgActor {
                 None
             },
             acting_up_from,
+            last_recorded: map.pg_activations(self.pgid).pop(),
         };
         let before = self.pg.info.same_interval_since;
         let acts = self.pg.handle(PgEvent::Map(p));
@@ -1697,6 +1713,24 @@ impl PgActor {
                 rep.interval_since.0,
                 self.pg.info.same_interval_since.0
             );
+            if ok_sender {
+                // Our primary missed the interval change: tell it.
+                let ours = self.pg.info.same_interval_since;
+                let ack = RepOpAck {
+                    pgid: self.pgid,
+                    from: self.me(),
+                    version: rep.entry.version,
+                    interval_since: rep.interval_since,
+                    result: Err(format!(
+                        "osd.{}'s interval began in epoch {}, after {}",
+                        self.me(),
+                        ours.0,
+                        rep.interval_since.0
+                    )),
+                    newer_interval: Some(ours),
+                };
+                let _ = conn.send(msg_type::REPOP_ACK, encode(&ack)).await;
+            }
             return;
         }
         if rep.interval_since > self.pg.info.same_interval_since {
@@ -1708,6 +1742,7 @@ impl PgActor {
             version: rep.entry.version,
             interval_since: rep.interval_since,
             result: Ok(()),
+            newer_interval: None,
         };
         let mut txn = Transaction::new();
         if rep.entry.version > self.pg.info.last_update {

@@ -284,6 +284,32 @@ impl World {
                 }
             }
             Msg::RepOp(rep) => self.on_repop(id, rep),
+            Msg::RepStale {
+                pgid,
+                from: r,
+                interval_since,
+                theirs,
+            } => {
+                let Some(s) = self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid)) else {
+                    return;
+                };
+                if interval_since != s.pg.info.same_interval_since {
+                    return;
+                }
+                let acts = s.pg.member_interval_newer(theirs);
+                if s.pg.info.same_interval_since != interval_since {
+                    s.repops.clear();
+                    s.sent_gen.clear();
+                    s.run = None;
+                }
+                self.trace(|| {
+                    format!(
+                        "osd.{id} pg {pgid}: osd.{r} is in an interval from e{} (ours began in e{})",
+                        theirs.0, interval_since.0
+                    )
+                });
+                self.pg_actions(id, pgid, acts);
+            }
             Msg::RepAck {
                 pgid,
                 from: r,
@@ -558,8 +584,7 @@ impl World {
                     .filter(|(_, s)| {
                         s.run.as_ref().is_some_and(|r| {
                             r.up_thru.is_some_and(|(want, _)| up_thru >= want)
-                                && r
-                                    .recording
+                                && r.recording
                                     .as_ref()
                                     .is_none_or(|a| m.pg_activation_recorded(s.pg.pgid, a))
                         })
@@ -639,6 +664,7 @@ impl World {
                 .iter()
                 .map(|o| m.osds.get(o).map(|i| i.up_from).unwrap_or_default())
                 .collect(),
+            last_recorded: m.pg_activations(pgid).pop(),
         };
         let before = s.pg.info.same_interval_since;
         let acts = s.pg.handle(PgEvent::Map(placement));
@@ -871,6 +897,18 @@ impl World {
                     rep.entry.version, rep.from, rep.interval_since.0
                 )
             });
+            if ok_sender {
+                self.send(
+                    Ep::Osd(id),
+                    Ep::Osd(rep.from),
+                    Msg::RepStale {
+                        pgid,
+                        from: id,
+                        interval_since: rep.interval_since,
+                        theirs: Epoch(ours),
+                    },
+                );
+            }
             return;
         }
         if rep.interval_since > s.pg.info.same_interval_since {

@@ -60,6 +60,14 @@ pub enum Msg {
         seq: u64,
         interval_since: Epoch,
     },
+    /// A sub-op refused because the member's interval (from `theirs`)
+    /// began after the sender's `interval_since` (`RepOpAck::newer_interval`).
+    RepStale {
+        pgid: PgId,
+        from: i32,
+        interval_since: Epoch,
+        theirs: Epoch,
+    },
     Query {
         call: u64,
         pgid: PgId,

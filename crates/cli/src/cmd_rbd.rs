@@ -150,6 +150,26 @@ enum RbdCmd {
     },
     /// Copy everything a clone reads from its parent into it and cut it loose.
     Flatten { image: String },
+    /// Benchmark an image as Ceph's rbd bench does:
+    /// bench [POOL/]NAME --io-type write|read [--io-size 4K] [--io-threads 16] [--io-total 1G] [--io-pattern seq|rand].
+    Bench {
+        image: String,
+        /// write or read.
+        #[arg(long)]
+        io_type: String,
+        /// Bytes per request (K/M/G suffix; a bare number is bytes).
+        #[arg(long, default_value = "4K")]
+        io_size: String,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 16)]
+        io_threads: usize,
+        /// Bytes to move in all (K/M/G suffix; a bare number is bytes).
+        #[arg(long, default_value = "1G")]
+        io_total: String,
+        /// seq or rand.
+        #[arg(long, default_value = "seq")]
+        io_pattern: String,
+    },
     /// Internal: the detached process behind `map`.
     #[command(hide = true)]
     MapHelper {
@@ -522,6 +542,18 @@ async fn run_async(cmd: RbdCmd, pool: Option<&str>, g: &GlobalArgs) -> Result<()
             socket,
             break_lock,
         } => serve(&session, pool, &images, listen, socket, break_lock).await,
+        RbdCmd::Bench {
+            image,
+            io_type,
+            io_size,
+            io_threads,
+            io_total,
+            io_pattern,
+        } => {
+            let s = spec(&image, pool)?;
+            let opts = bench_options(&io_type, &io_size, io_threads, &io_total, &io_pattern)?;
+            bench(&open(&s)?, &s, &opts).await
+        }
         _ => unreachable!("handled in run()"),
     }
 }
@@ -1007,6 +1039,129 @@ async fn lock_ls(g: &GlobalArgs, rbd: &Rbd, s: &Spec) -> Result<()> {
             println!("{}\t{}", l.owner, l.cookie);
         }
     }
+    Ok(())
+}
+
+/// Bench sizes: K/M/G/T suffixes (powers of 1024), a bare number is bytes
+/// (as rbd bench takes them).
+fn parse_bench_bytes(what: &str, text: &str) -> Result<u64> {
+    let t = text.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'B' => 1,
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => bail!("{what} '{text}': unknown suffix '{c}' (use K, M, G or T)"),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| anyhow!("{what} '{text}': not a number of bytes (e.g. 4096, 4K, 1M)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| anyhow!("{what} '{text}' is too large"))
+}
+
+fn bench_options(
+    io_type: &str,
+    io_size: &str,
+    io_threads: usize,
+    io_total: &str,
+    io_pattern: &str,
+) -> Result<cairn_rbd::bench::BenchOptions> {
+    use cairn_rbd::bench::{IoPattern, IoType};
+    let io_type = match io_type {
+        "write" => IoType::Write,
+        "read" => IoType::Read,
+        t => bail!("--io-type '{t}': use write or read"),
+    };
+    let pattern = match io_pattern {
+        "seq" | "sequential" => IoPattern::Seq,
+        "rand" | "random" => IoPattern::Rand,
+        p => bail!("--io-pattern '{p}': use seq or rand"),
+    };
+    Ok(cairn_rbd::bench::BenchOptions {
+        io_type,
+        io_size: parse_bench_bytes("--io-size", io_size)?,
+        io_threads,
+        io_total: parse_bench_bytes("--io-total", io_total)?,
+        pattern,
+    })
+}
+
+/// Bytes per second in rbd bench's style: whole units of 1024.
+fn per_sec_units(bytes_per_sec: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes_per_sec;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.0} {}/s", units[u])
+}
+
+/// `rbd bench`: writes take the image's lock (refused while it is served
+/// or mapped), reads open it read-only. Output has rbd bench's shape: a
+/// header line, a line per second, and `elapsed: … ops: … ops/sec: …
+/// bytes/sec: …`.
+async fn bench(rbd: &Rbd, s: &Spec, opts: &cairn_rbd::bench::BenchOptions) -> Result<()> {
+    use cairn_rbd::bench::{run_bench, IoPattern, IoType};
+    let image = match opts.io_type {
+        IoType::Write => rbd.open(&s.name, &lock_owner("bench"), false).await,
+        IoType::Read => rbd.open_read_only(&s.name).await,
+    }
+    .map_err(|e| rbd_err(s, e))?;
+    let image = Arc::new(image);
+    println!(
+        "bench  type {} io_size {} io_threads {} bytes {} pattern {}",
+        match opts.io_type {
+            IoType::Write => "write",
+            IoType::Read => "read",
+        },
+        opts.io_size,
+        opts.io_threads,
+        opts.io_total,
+        match opts.pattern {
+            IoPattern::Seq => "sequential",
+            IoPattern::Rand => "random",
+        }
+    );
+    println!("  SEC       OPS   OPS/SEC   BYTES/SEC");
+    let mut last = (Duration::ZERO, 0u64);
+    let result = run_bench(image.clone(), opts, |now| {
+        let dt = (now.elapsed - last.0).as_secs_f64().max(1e-9);
+        let dops = now.ops - last.1;
+        println!(
+            "{:>5} {:>9} {:>9.2} {:>12}",
+            now.elapsed.as_secs(),
+            now.ops,
+            dops as f64 / dt,
+            per_sec_units(dops as f64 * opts.io_size as f64 / dt)
+        );
+        last = (now.elapsed, now.ops);
+    })
+    .await;
+    let closed = match Arc::try_unwrap(image) {
+        Ok(img) => img.close().await.map_err(|e| rbd_err(s, e)),
+        Err(_) => Err(anyhow!(
+            "{s}: bench still holds the image; lock not released"
+        )),
+    };
+    let r = result.map_err(|e| rbd_err(s, e))?;
+    closed?;
+    println!(
+        "elapsed: {:.2}   ops: {}   ops/sec: {:.2}   bytes/sec: {}",
+        r.elapsed.as_secs_f64(),
+        r.ops,
+        r.ops_per_sec(),
+        per_sec_units(r.bytes_per_sec())
+    );
     Ok(())
 }
 

@@ -210,6 +210,15 @@ impl IoCtx {
         }
     }
 
+    /// [`IoCtx::read`] without the copy into a `Vec`: the bytes as they
+    /// arrived from the OSD (block images hand them straight to NBD).
+    pub async fn read_bytes(&self, oid: &str, offset: u64, len: u64) -> Result<Bytes, ClientError> {
+        match self.one(oid, SubOp::Read { offset, len }).await?.0 {
+            SubOpOutput::Data(d) => Ok(d),
+            o => Err(ClientError::Protocol(format!("read answered with {o:?}"))),
+        }
+    }
+
     pub async fn stat(&self, oid: &str) -> Result<ObjStat, ClientError> {
         match self.one(oid, SubOp::Stat).await?.0 {
             SubOpOutput::Stat(s) => Ok(s),

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -520,6 +520,9 @@ enum ReadEnd {
     WriterGone,
 }
 
+/// Bytes of request stream read ahead per connection.
+const REQUEST_READ_BUFFER: usize = 64 * 1024;
+
 async fn transmission<S>(stream: S, export: Export, cfg: &ServerConfig) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -529,6 +532,9 @@ where
     let writer = tokio::spawn(write_replies(wr, rx));
     let mut ops = JoinSet::new();
     let budget = Arc::new(Semaphore::new(cfg.max_inflight_bytes as usize));
+    // Buffered: a burst of small requests costs one read syscall, not two
+    // per request (large payloads bypass the buffer).
+    let rd = BufReader::with_capacity(REQUEST_READ_BUFFER, rd);
     let end = read_requests(rd, &export, cfg, &tx, &budget, &mut ops).await;
     // Outstanding requests complete and are answered before we close.
     while ops.join_next().await.is_some() {}
@@ -615,9 +621,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
             .await
             .map_err(|e| ConnError::Io(std::io::Error::other(e)))?;
         let payload = if payload_len > 0 {
-            let mut buf = BytesMut::zeroed(payload_len as usize);
-            rd.read_exact(&mut buf).await?;
-            Some(buf.freeze())
+            Some(read_payload(&mut rd, payload_len as usize).await?)
         } else {
             None
         };
@@ -647,6 +651,19 @@ async fn read_requests<R: AsyncRead + Unpin>(
             let _ = tx.send(r).await;
         });
     }
+}
+
+/// Reads a WRITE payload of exactly `len` bytes into a fresh buffer
+/// (filled straight from the socket, without zeroing it first).
+async fn read_payload<R: AsyncRead + Unpin>(rd: &mut R, len: usize) -> std::io::Result<Bytes> {
+    let mut buf = BytesMut::with_capacity(len);
+    while buf.len() < len {
+        let want = (len - buf.len()) as u64;
+        if (&mut *rd).take(want).read_buf(&mut buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(buf.freeze())
 }
 
 /// Reads a header; `Ok(false)` on a clean EOF before its first byte.

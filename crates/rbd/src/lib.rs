@@ -10,10 +10,13 @@
 //! through the lock holder so they are a point in time) and copy-on-write
 //! clones of protected snapshots.
 //!
+//! [`bench`] is `rbd bench`'s load generator.
+//!
 //! Not here yet: snapshots of images whose data pool is erasure-coded, and
 //! lock fencing (blocklisting a broken lock's old holder).
 
 mod backend;
+pub mod bench;
 pub mod error;
 pub mod fuse;
 pub mod header;

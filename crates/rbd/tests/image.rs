@@ -517,3 +517,80 @@ async fn random_ops_match_a_model() {
     );
     img.close().await.unwrap();
 }
+
+/// `rbd bench`'s load generator: counts, invalid options refused before
+/// any I/O, sequential writes land where they should, reads see them, and
+/// a read-only handle refuses a write bench.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbd_bench_moves_what_it_reports() {
+    use cairn_rbd::bench::{run_bench, BenchOptions, IoPattern, IoType};
+    let cluster = Cluster::start(3, 1, 8, 256 * MIB).await;
+    let rados = cluster.client();
+    let rbd = Rbd::new(&rados, "rbd").unwrap();
+    rbd.create("b", &opts(2 * MIB, 256 * KIB)).await.unwrap();
+    let img = Arc::new(rbd.open("b", "client.bench", false).await.unwrap());
+    let write = BenchOptions {
+        io_type: IoType::Write,
+        io_size: 64 * KIB,
+        io_threads: 8,
+        io_total: 3 * MIB,
+        pattern: IoPattern::Seq,
+    };
+    for bad in [
+        BenchOptions {
+            io_size: 0,
+            ..write.clone()
+        },
+        BenchOptions {
+            io_size: 4 * MIB,
+            ..write.clone()
+        },
+        BenchOptions {
+            io_threads: 0,
+            ..write.clone()
+        },
+        BenchOptions {
+            io_total: KIB,
+            ..write.clone()
+        },
+    ] {
+        assert!(matches!(
+            run_bench(img.clone(), &bad, |_| {}).await,
+            Err(RbdError::Invalid(_))
+        ));
+    }
+    assert_eq!(
+        rbd.du("b").await.unwrap().used_bytes,
+        0,
+        "refused options wrote nothing"
+    );
+    let r = run_bench(img.clone(), &write, |_| {}).await.unwrap();
+    assert_eq!((r.ops, r.bytes), (48, 3 * MIB));
+    // 48 sequential 64 KiB writes wrapped around a 2 MiB image: all of it.
+    assert_eq!(rbd.du("b").await.unwrap().used_bytes, 2 * MIB);
+    let all = img.read(0, 2 * MIB).await.unwrap();
+    assert!(all
+        .chunks(64 * KIB as usize)
+        .all(|c| c == &all[..64 * KIB as usize]));
+    assert!(
+        all.iter().any(|b| *b != 0),
+        "the bench payload is not zeros"
+    );
+    let read = BenchOptions {
+        io_type: IoType::Read,
+        io_size: 4 * KIB,
+        pattern: IoPattern::Rand,
+        io_total: MIB,
+        ..write.clone()
+    };
+    let r = run_bench(img.clone(), &read, |_| {}).await.unwrap();
+    assert_eq!(r.ops, 256);
+    Arc::try_unwrap(img).ok().unwrap().close().await.unwrap();
+
+    let ro = Arc::new(rbd.open_read_only("b").await.unwrap());
+    assert!(matches!(
+        run_bench(ro.clone(), &write, |_| {}).await,
+        Err(RbdError::ReadOnly(_))
+    ));
+    assert_eq!(run_bench(ro, &read, |_| {}).await.unwrap().ops, 256);
+}

@@ -295,7 +295,9 @@ cairn_side() {
 
   if [[ $(id -u) == 0 && -e /dev/fuse ]] && command -v losetup >/dev/null; then
     export CAIRN_RBD_MAP_DIR=$T/map
-    MAPPED=$("$CAIRN" rbd map bench)
+    MAPPED=$("$CAIRN" rbd map bench) || { log "rbd map failed: skipping the map phases"; MAPPED=""; }
+  fi
+  if [[ -n $MAPPED ]]; then
     local helper
     helper=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["helper_pid"])' \
       "$CAIRN_RBD_MAP_DIR/rbd@bench.json" 2>/dev/null || true)
@@ -307,7 +309,7 @@ cairn_side() {
     "$CAIRN" rbd unmap "$MAPPED"; MAPPED=""
     SERVER_PIDS=("$daemon")
   else
-    log "not root, no /dev/fuse or no losetup: skipping the rbd map phases"
+    log "no rbd map phases (not root, no /dev/fuse or losetup, or map failed)"
   fi
   phase cairn_rados_bench_write_4k "$OUT/cairn/rados_bench_write_4k.txt" \
     "$CAIRN" rados -p rbd bench "$RUNTIME" write -b 4096 -t "$THREADS_4K"

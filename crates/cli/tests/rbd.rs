@@ -568,6 +568,59 @@ fn rbd_commands_and_nbd_clients() {
     }
     dev.stop(s2);
     assert!(!sock.exists(), "socket left behind");
+
+    // rbd bench: rbd bench's output shape, counts, the lock released after.
+    let out = dev.ok(&[
+        "rbd",
+        "bench",
+        "vm2",
+        "--io-type",
+        "write",
+        "--io-size",
+        "4K",
+        "--io-threads",
+        "8",
+        "--io-total",
+        "256K",
+        "--io-pattern",
+        "rand",
+    ]);
+    assert!(
+        out.starts_with("bench  type write io_size 4096 io_threads 8 bytes 262144 pattern random"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ops: 64 ") && out.contains("ops/sec: ") && out.contains("bytes/sec: "),
+        "{out}"
+    );
+    assert!(dev.ok(&["rbd", "lock", "ls", "vm2"]).contains("no locks"));
+    let out = dev.ok(&[
+        "rbd",
+        "bench",
+        "vm2",
+        "--io-type",
+        "read",
+        "--io-size",
+        "1M",
+        "--io-total",
+        "8M",
+    ]);
+    assert!(
+        out.contains("pattern sequential") && out.contains("ops: 8 "),
+        "{out}"
+    );
+    let err = dev.fails(&["rbd", "bench", "vm2", "--io-type", "trim"]);
+    assert!(err.contains("use write or read"), "{err}");
+    let err = dev.fails(&[
+        "rbd",
+        "bench",
+        "vm2",
+        "--io-type",
+        "write",
+        "--io-size",
+        "16M",
+    ]);
+    assert!(err.contains("io-size") && err.contains("rbd/vm2"), "{err}");
     dev.ok(&["rbd", "rm", "vm2"]);
 }
 

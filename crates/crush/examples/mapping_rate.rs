@@ -3,9 +3,11 @@
 //! it, beside Ceph's `crushtool --test` on the same map:
 //!
 //! ```sh
-//! cargo run --release -p cairn-crush --example mapping_rate -- [--crushtool] [--rounds 3] [--inputs 1000000]
+//! cargo run --release -p cairn-crush --example mapping_rate -- [--crushtool] [--general] [--rounds 3] [--inputs 1000000]
 //! ```
 //!
+//! `--general` maps through the general rule interpreter instead of the
+//! fast path of `take; chooseleaf firstn; emit` rules (for A/B runs).
 //! Each round maps x = 0..inputs once; the median round is reported. With
 //! `--crushtool` every round also runs `crushtool -i MAP --test --rule R
 //! --num-rep 3 --min-x 0 --max-x N-1 --show-mappings` and every one of its
@@ -49,6 +51,8 @@ fn median(v: &mut [f64]) -> f64 {
 
 struct Args {
     crushtool: bool,
+    /// Map through the general rule interpreter, not the fast path.
+    general: bool,
     rounds: usize,
     inputs: u32,
 }
@@ -56,6 +60,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         crushtool: false,
+        general: false,
         rounds: 3,
         inputs: 1_000_000,
     };
@@ -63,6 +68,7 @@ fn parse_args() -> Result<Args, String> {
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--crushtool" => a.crushtool = true,
+            "--general" => a.general = true,
             "--rounds" | "--inputs" => {
                 let v = it.next().ok_or(format!("{arg} needs a number"))?;
                 let n: u32 = v
@@ -85,9 +91,19 @@ fn parse_args() -> Result<Args, String> {
 
 /// One round of ours: (wall seconds, CPU seconds). With `keep`, every
 /// mapping is kept (each followed by -1) for the comparison with crushtool.
-fn run_ours(map: &CrushMap, rule: i32, inputs: u32, keep: Option<&mut Vec<i32>>) -> (f64, f64) {
+fn run_ours(
+    map: &CrushMap,
+    rule: i32,
+    inputs: u32,
+    general: bool,
+    keep: Option<&mut Vec<i32>>,
+) -> (f64, f64) {
     let reweights = vec![0x10000u32; map.max_devices() as usize];
-    let mut ws = Workspace::new(map);
+    let mut ws = if general {
+        Workspace::general_only()
+    } else {
+        Workspace::new(map)
+    };
     let mut out = Vec::with_capacity(support::REPLICAS);
     let mut sink = 0i64;
     let (t, c) = (Instant::now(), thread_cpu_secs());
@@ -205,7 +221,7 @@ fn main() -> ExitCode {
     let mut compared = 0u64;
     let mut kept = Vec::new();
     for round in 0..args.rounds {
-        let (w, c) = run_ours(&map, rule, args.inputs, None);
+        let (w, c) = run_ours(&map, rule, args.inputs, args.general, None);
         println!(
             "round {}: cairn {:.0} mappings/s by CPU time ({c:.3} s), {:.0} by wall clock",
             round + 1,
@@ -232,7 +248,7 @@ fn main() -> ExitCode {
             theirs_cpu.push(n / c);
             theirs_wall.push(n / w);
             if round == 0 {
-                run_ours(&map, rule, args.inputs, Some(&mut kept));
+                run_ours(&map, rule, args.inputs, args.general, Some(&mut kept));
                 match compare(&text, &kept, rule) {
                     Ok(k) if k == u64::from(args.inputs) => compared = k,
                     Ok(k) => {

@@ -8,6 +8,7 @@
 
 mod build;
 mod error;
+mod fastpath;
 mod hash;
 mod ln;
 mod ln_tables;

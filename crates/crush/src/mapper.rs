@@ -3,6 +3,7 @@
 //! computes them (the straw2 draw itself lives in `straw2.rs`). [`Workspace`] holds the scratch buffers so repeated
 //! mappings do not allocate.
 
+use crate::fastpath;
 use crate::hash::{hash32_2, hash32_3};
 use crate::map::{Bucket, CrushMap, RuleStep};
 use crate::straw2::{choose_small, straw2_choose, SmallDraw, Straw2Scratch, SMALL_DRAWS};
@@ -29,7 +30,7 @@ struct PermState {
 }
 
 /// Reusable scratch space for [`CrushMap::do_rule_into`]; one per thread.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Workspace {
     a: Vec<i32>,
     b: Vec<i32>,
@@ -42,12 +43,41 @@ pub struct Workspace {
     batch_out: Vec<i32>,
     perm: Vec<PermState>,
     perm_touched: Vec<usize>,
+    /// Whether rules of the shape `fastpath.rs` handles take that path
+    /// (always, except in tests comparing it with the general one).
+    fast_path: bool,
+}
+
+impl Default for Workspace {
+    fn default() -> Self {
+        Workspace {
+            a: Vec::new(),
+            b: Vec::new(),
+            c: Vec::new(),
+            straw2: Straw2Scratch::default(),
+            drawn: Vec::new(),
+            batch_out: Vec::new(),
+            perm: Vec::new(),
+            perm_touched: Vec::new(),
+            fast_path: true,
+        }
+    }
 }
 
 impl Workspace {
     /// A workspace for `map` (its buffers grow on first use, for any map).
     pub fn new(_map: &CrushMap) -> Workspace {
         Workspace::default()
+    }
+
+    /// A workspace that always uses the general rule interpreter, never the
+    /// fast path of `take; chooseleaf firstn; emit` rules (same results,
+    /// slower; for tests and benchmarks that compare the two).
+    pub fn general_only() -> Workspace {
+        Workspace {
+            fast_path: false,
+            ..Workspace::default()
+        }
     }
 
     fn reset(&mut self, result_max: usize, n_buckets: usize) {
@@ -109,6 +139,20 @@ fn perm_choose(b: &Bucket, st: &mut PermState, x: u32, r: u32) -> i32 {
     b.items[st.perm[pr as usize] as usize]
 }
 
+/// Ceph's `is_out`: whether the reweight of device `item` (16.16, missing
+/// entries count as 1.0) rejects it for input `x`.
+#[inline]
+pub(crate) fn is_out(reweights: &[u32], item: i32, x: u32) -> bool {
+    let w = reweights.get(item as usize).copied().unwrap_or(0x10000);
+    if w >= 0x10000 {
+        return false;
+    }
+    if w == 0 {
+        return true;
+    }
+    (hash32_2(x, item as u32) & 0xffff) >= w
+}
+
 struct Mapper<'a> {
     map: &'a CrushMap,
     reweights: &'a [u32],
@@ -138,18 +182,7 @@ impl Mapper<'_> {
     }
 
     fn is_out(&self, item: i32, x: u32) -> bool {
-        let w = self
-            .reweights
-            .get(item as usize)
-            .copied()
-            .unwrap_or(0x10000);
-        if w >= 0x10000 {
-            return false;
-        }
-        if w == 0 {
-            return true;
-        }
-        (hash32_2(x, item as u32) & 0xffff) >= w
+        is_out(self.reweights, item, x)
     }
 
     fn item_type(&self, item: i32) -> Option<i32> {
@@ -547,6 +580,13 @@ impl CrushMap {
         let Some(rule) = self.rule(rule_id) else {
             return;
         };
+        if ws.fast_path {
+            if let Some(fast) = fastpath::fast_rule(self, rule) {
+                if fastpath::map_fast(self, &fast, &mut ws.straw2, x, num_rep, reweights, out) {
+                    return;
+                }
+            }
+        }
         let result_max = num_rep.min(MAX_NUM_REP);
         ws.reset(result_max, self.buckets.len());
         let t = &self.tunables;

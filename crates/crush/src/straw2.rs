@@ -170,6 +170,82 @@ pub(crate) fn straw2_choose(
     choose_dispatch(items, weights, x, r, &mut scratch.hashes[..n])
 }
 
+/// Most attempts [`straw2_choose_attempts`] hashes side by side.
+const ATTEMPTS_AT_ONCE: usize = 4;
+
+/// The draws of consecutive attempts over one bucket: `out[k]` is what
+/// [`straw2_choose`] picks for attempt `r0 + k`. On AVX-512 each block of
+/// item ids is loaded once and hashed for up to four attempts side by side
+/// (independent dependency chains, no padding lanes between draws).
+pub(crate) fn straw2_choose_attempts(
+    items: &[i32],
+    weights: &[u32],
+    x: u32,
+    r0: u32,
+    out: &mut [i32],
+    scratch: &mut Straw2Scratch,
+) {
+    debug_assert_eq!(items.len(), weights.len());
+    debug_assert!(!items.is_empty());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx512::available() {
+            let need = ATTEMPTS_AT_ONCE * items.len();
+            if scratch.hashes.len() < need {
+                scratch.hashes.resize(need, 0);
+            }
+            let hashes = &mut scratch.hashes[..need];
+            // SAFETY: the CPU has AVX-512F and AVX-512VL (checked by
+            // `available`); `hashes` holds ATTEMPTS_AT_ONCE hashes per item
+            // and `items` is non-empty with as many weights.
+            unsafe {
+                let equal = avx512::weights_equal(weights);
+                let mut r = r0;
+                for got in out.chunks_mut(ATTEMPTS_AT_ONCE) {
+                    let rs = [r, r.wrapping_add(1), r.wrapping_add(2), r.wrapping_add(3)];
+                    match got.len() {
+                        1 => avx512::choose_attempts::<1>(
+                            items,
+                            weights,
+                            x,
+                            &[rs[0]],
+                            equal,
+                            hashes,
+                            got,
+                        ),
+                        2 => avx512::choose_attempts::<2>(
+                            items,
+                            weights,
+                            x,
+                            &[rs[0], rs[1]],
+                            equal,
+                            hashes,
+                            got,
+                        ),
+                        3 => avx512::choose_attempts::<3>(
+                            items,
+                            weights,
+                            x,
+                            &[rs[0], rs[1], rs[2]],
+                            equal,
+                            hashes,
+                            got,
+                        ),
+                        _ => {
+                            avx512::choose_attempts::<4>(items, weights, x, &rs, equal, hashes, got)
+                        }
+                    }
+                    r = r.wrapping_add(got.len() as u32);
+                }
+            }
+            return;
+        }
+    }
+    for (k, o) in out.iter_mut().enumerate() {
+        *o = straw2_choose(items, weights, x, r0.wrapping_add(k as u32), scratch);
+    }
+}
+
 /// straw2 without AVX-512: AVX2 when the CPU has it, else portable code.
 #[inline]
 fn choose_dispatch(items: &[i32], weights: &[u32], x: u32, r: u32, hashes: &mut [u32]) -> i32 {
@@ -702,6 +778,138 @@ mod avx512 {
         (top, first as usize)
     }
 
+    /// The lanes of one bucket hashed for `K` attempts at once: every
+    /// block of item ids is loaded once and hashed with each attempt side
+    /// by side (K independent chains). `hashes[k * n + i]` receives
+    /// `hash32_3(x, ids[i], rs[k]) & 0xffff`; returns, per attempt, the
+    /// highest hash and the first index holding it. A tail of at most 8
+    /// (4) lanes is hashed in 256-bit (128-bit) vectors.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX-512VL; `hashes.len() >= K * ids.len()`
+    /// (asserted).
+    #[target_feature(enable = "avx512f,avx512vl")]
+    pub(super) unsafe fn hash_attempts<const K: usize>(
+        x: u32,
+        ids: &[i32],
+        rs: &[u32; K],
+        hashes: &mut [u32],
+    ) -> [(u32, usize); K] {
+        let n = ids.len();
+        assert!(hashes.len() >= K * n, "hash buffer too short");
+        let (ip, hp) = (ids.as_ptr(), hashes.as_mut_ptr().cast::<i32>());
+        let lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        let mut best: [Best; K] = [(_mm512_setzero_si512(), _mm512_setzero_si512()); K];
+        let keep = |best: &mut Best, v: __m512i, off: usize| {
+            let higher = _mm512_cmpgt_epu32_mask(v, best.0);
+            best.0 = _mm512_max_epu32(best.0, v);
+            let at = _mm512_add_epi32(_mm512_set1_epi32(off as i32), lane);
+            best.1 = _mm512_mask_mov_epi32(best.1, higher, at);
+        };
+        let mut i = 0;
+        // SAFETY: every load and store is masked to lanes below n (ids)
+        // and below K * n (hashes); the CPU features are the caller's
+        // guarantee.
+        unsafe {
+            while i + 8 < n {
+                let m = mask16(n - i);
+                let id = _mm512_maskz_loadu_epi32(m, ip.add(i));
+                let mut r = splat::<K, 0, 0>(0);
+                for k in 0..K {
+                    r.0[k] = _mm512_set1_epi32(rs[k] as i32);
+                }
+                let (h, _, _) = hash_group::<K, 0, 0>(x, ([id; K], [], []), r);
+                for k in 0..K {
+                    _mm512_mask_storeu_epi32(hp.add(k * n + i), m, h[k]);
+                    keep(&mut best[k], _mm512_maskz_mov_epi32(m, h[k]), i);
+                }
+                i += 16;
+            }
+            // Here i >= n (the last block was partial) or 1..=8 lanes are left.
+            if i + 4 < n {
+                let m = mask16(n - i) as u8;
+                let id = _mm256_maskz_loadu_epi32(m, ip.add(i));
+                let mut r = splat::<0, K, 0>(0);
+                for k in 0..K {
+                    r.1[k] = _mm256_set1_epi32(rs[k] as i32);
+                }
+                let (_, h, _) = hash_group::<0, K, 0>(x, ([], [id; K], []), r);
+                for k in 0..K {
+                    _mm256_mask_storeu_epi32(hp.add(k * n + i), m, h[k]);
+                    let v = _mm512_zextsi256_si512(_mm256_maskz_mov_epi32(m, h[k]));
+                    keep(&mut best[k], v, i);
+                }
+            } else if i < n {
+                let m = mask16(n - i) as u8;
+                let id = _mm_maskz_loadu_epi32(m, ip.add(i));
+                let mut r = splat::<0, 0, K>(0);
+                for k in 0..K {
+                    r.2[k] = _mm_set1_epi32(rs[k] as i32);
+                }
+                let (_, _, h) = hash_group::<0, 0, K>(x, ([], [], [id; K]), r);
+                for k in 0..K {
+                    _mm_mask_storeu_epi32(hp.add(k * n + i), m, h[k]);
+                    let v = _mm512_zextsi128_si512(_mm_maskz_mov_epi32(m, h[k]));
+                    keep(&mut best[k], v, i);
+                }
+            }
+        }
+        let mut found = [(0u32, 0usize); K];
+        for k in 0..K {
+            let top = _mm512_reduce_max_epu32(best[k].0);
+            let holders = _mm512_cmpeq_epu32_mask(best[k].0, _mm512_set1_epi32(top as i32));
+            found[k] = (
+                top,
+                _mm512_mask_reduce_min_epu32(holders, best[k].1) as usize,
+            );
+        }
+        found
+    }
+
+    /// [`super::straw2_choose_attempts`] on AVX-512 for `K` attempts.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX-512VL; `hashes.len() >= K * items.len()`,
+    /// `items` non-empty with as many weights.
+    #[target_feature(enable = "avx512f,avx512vl")]
+    pub(super) unsafe fn choose_attempts<const K: usize>(
+        items: &[i32],
+        weights: &[u32],
+        x: u32,
+        rs: &[u32; K],
+        equal: bool,
+        hashes: &mut [u32],
+        out: &mut [i32],
+    ) {
+        let n = items.len();
+        // SAFETY: same CPU features; the buffer length is asserted inside.
+        let found = unsafe { hash_attempts::<K>(x, items, rs, hashes) };
+        for (k, &(top, first_top)) in found.iter().enumerate() {
+            let hs = &hashes[k * n..(k + 1) * n];
+            out[k] = if equal {
+                match super::winning_floor(top, weights[0]) {
+                    Some(floor) if floor == top => items[first_top],
+                    Some(floor) => match first_at_least_if_equal(weights, hs, floor) {
+                        Some(i) => items[i],
+                        None => items[super::choose_general(hs, weights)],
+                    },
+                    None => items[super::choose_general(hs, weights)],
+                }
+            } else {
+                items[super::choose_general(hs, weights)]
+            };
+        }
+    }
+
+    /// Whether every weight equals the first (public to the module's parent).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX-512VL; `weights` non-empty.
+    #[target_feature(enable = "avx512f,avx512vl")]
+    pub(super) unsafe fn weights_equal(weights: &[u32]) -> bool {
+        all_equal(weights)
+    }
+
     /// [`super::choose_small`] on AVX-512 for `K` draws: one masked
     /// 16-lane vector per draw, all hashed side by side and picked from
     /// registers.
@@ -928,6 +1136,20 @@ mod tests {
         prop_assert_eq!(straw2_choose(items, weights, x, r, &mut scratch), want);
         let mut hashes = vec![0; items.len()];
         prop_assert_eq!(choose_portable(items, weights, x, r, &mut hashes), want);
+        // Attempts r .. r + k drawn together (k = 6: a group of four and
+        // one of two), each as drawn alone.
+        let mut together = [0i32; 6];
+        straw2_choose_attempts(items, weights, x, r, &mut together, &mut scratch);
+        for (k, &got) in together.iter().enumerate() {
+            let alone = straw2_choose_reference(items, weights, x, r + k as u32);
+            prop_assert_eq!(
+                got,
+                alone,
+                "attempt {} of {} items",
+                r + k as u32,
+                items.len()
+            );
+        }
         Ok(())
     }
 

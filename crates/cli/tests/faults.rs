@@ -578,6 +578,68 @@ fn pg_bytes(c: &Hosts, pgs: &BTreeSet<String>) -> u64 {
 
 const MB: f64 = 1e6;
 
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+/// The copy phase of a recovery: the copy episodes the OSDs logged
+/// (`recovery copy: osd.N moved B bytes (n objects) in T s, from S to E
+/// ms`, one line per OSD per burst of copying, written once it has been
+/// idle 1 s) that began at or after `since_ms`, summed: (bytes, seconds
+/// from the first copy sent to the last one durable on any OSD).
+fn copy_phase(c: &Hosts, since_ms: u128) -> Option<(u64, f64)> {
+    let (mut bytes, mut first, mut last) = (0u64, u128::MAX, 0u128);
+    for h in &c.hosts {
+        let text = std::fs::read_to_string(h.dir.join("daemon.log")).unwrap_or_default();
+        for line in text.lines() {
+            let Some(rest) = line.split("recovery copy: ").nth(1) else {
+                continue;
+            };
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            let Some(at) = w.iter().position(|x| *x == "from") else {
+                continue;
+            };
+            let num = |i: usize| w.get(i).and_then(|x| x.parse::<u128>().ok());
+            let (Some(b), Some(start), Some(end)) = (num(2), num(at + 1), num(at + 3)) else {
+                continue;
+            };
+            if start < since_ms {
+                continue;
+            }
+            bytes += b as u64;
+            first = first.min(start);
+            last = last.max(end);
+        }
+    }
+    (bytes > 0).then(|| (bytes, (last.saturating_sub(first)) as f64 / 1000.0))
+}
+
+/// Prints a copy phase's figures (after the OSDs had time to log it).
+fn report_copy_phase(c: &Hosts, what: &str, since_ms: u128, raw: f64) {
+    std::thread::sleep(Duration::from_secs(2));
+    match copy_phase(c, since_ms) {
+        Some((bytes, secs)) => println!(
+            "{what} copy phase: {:.0} MB in {secs:.2} s from the first copy sent to the last durable = {:.1} MB/s = {:.2}x raw (load {})",
+            bytes as f64 / MB,
+            bytes as f64 / MB / secs.max(1e-3),
+            bytes as f64 / secs.max(1e-3) / raw,
+            load_average()
+        ),
+        None => println!("{what} copy phase: no copy logged"),
+    }
+}
+
+/// The 1-minute load average (the machine is shared: say it with a figure).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
 /// Recovery figures for bench/README.md (`bench/recovery.sh` runs it in a
 /// release build): time from kill -9 of a host to every PG active again
 /// (three runs), log-based recovery throughput after an outage with 4 MiB
@@ -640,6 +702,7 @@ fn recovery_figures() {
     let (acked, _) = w.stop();
     let bytes = acked.len() as f64 * (4 << 20) as f64;
     let (log0, _) = recovery_totals(&c);
+    let since = unix_ms();
     assert!(c.start_host(victim).ok);
     let t0 = Instant::now();
     c.wait_clean(Duration::from_secs(300));
@@ -653,6 +716,7 @@ fn recovery_figures() {
         bytes / took / raw,
         log1 - log0
     );
+    report_copy_phase(&c, "log recovery", since, raw);
     c.verify(&acked).unwrap();
 
     // 3. Backfill: one OSD lost and marked out; its PGs move to the other
@@ -664,6 +728,7 @@ fn recovery_figures() {
         .map(|(pg, _)| pg)
         .collect();
     let moved_bytes = pg_bytes(&c, &moved) as f64;
+    let since = unix_ms();
     c.take_osd_away(lost);
     c.wait_osds("out", Duration::from_secs(60), |s| {
         s.get(&lost) == Some(&(false, false))
@@ -679,5 +744,6 @@ fn recovery_figures() {
         moved_bytes / MB / took,
         moved_bytes / took / raw
     );
+    report_copy_phase(&c, "lost-OSD copy", since, raw);
     c.verify(&acked).unwrap();
 }

@@ -1,23 +1,37 @@
-//! Background backfill of a PG, and stray removal. While `pg_temp` keeps
+//! Background backfill of a PG, stray removal, and the copy engine's
+//! shared pieces (throttles, the copy meter). While `pg_temp` keeps
 //! complete copies serving, the acting primary copies the PG to each up
 //! member outside the acting set (a *backfill target*) in store order
-//! (bit-reversed hash, namespace, name), one batch at a time: it reads the
-//! next objects from its store (erasure-coded PGs: rebuilds the target
-//! shard's chunk of each from k acting shards), moves the target's position
-//! past them in the `Pg` (so later writes to them carry data to the target;
-//! writes to objects beyond it carry only their log entry), and sends the
-//! batch on the same connection as the replication sub-ops, so the two
-//! stay ordered. A batch stops before an object with a write in flight.
-//! The target records its position durably in its PG info (`backfill`
-//! mark), so a later activation resumes instead of starting over. When
-//! every target is complete the primary asks the monitors to clear
-//! `pg_temp`; the PG re-peers with acting = up and goes clean, and the
-//! primary then tells OSDs holding copies outside the acting and up sets
-//! to delete them.
+//! (bit-reversed hash, namespace, name; erasure-coded PGs: each object's
+//! chunk for the target's shard, rebuilt from k acting shards) as a
+//! pipeline: up to
+//! [`BACKFILL_WINDOW_BATCHES`] batches per target are in flight at once
+//! (bounded in bytes per OSD by `osd_memory_target`), each read from the
+//! store off the async workers and installed by the target in one store
+//! transaction, so the next batch is read and sent while earlier ones
+//! travel and commit. Sending a batch moves the target's position past its
+//! objects in the `Pg` (later writes to them carry data to the target;
+//! writes to objects beyond it carry only their log entry), on the same
+//! connection as the replication sub-ops, so the two stay ordered. A batch
+//! stops before an object with a write in flight. The target records its
+//! position durably in its PG info (`backfill` mark); the primary tracks
+//! the *durable cursor* (the position of the last batch acknowledged with
+//! every earlier one).
+//!
+//! A slow target never holds client writes for long: a write that waited
+//! [`BACKFILL_WRITE_WAIT`] for a target (or a batch unacknowledged for a
+//! peer timeout) drops the target from the PG's writes (writes waiting only
+//! for it complete: it is not an acting member) and, after a back-off, the
+//! target resumes from its durable cursor, first receiving the current log
+//! and the objects written since its oldest unacknowledged write (so
+//! nothing it already held misses a write). When every target is complete
+//! the primary asks the monitors to clear `pg_temp`; the PG re-peers with
+//! acting = up and goes clean, and the primary then tells OSDs holding
+//! copies outside the acting and up sets to delete them.
 //!
 //! Throttles (per OSD, central config, read at every step):
 //! `osd_max_backfills` (PGs this OSD backfills at once as a primary),
-//! `osd_recovery_max_active` (batches in flight), `osd_recovery_sleep`
+//! `osd_recovery_max_active` (batches in flight, all PGs), `osd_recovery_sleep`
 //! (pause after each batch), `osd_recovery_max_bytes_per_sec` (0 =
 //! unlimited). Flags: `nobackfill` and `norecover` stop backfill;
 //! `norebalance` stops it for PGs that are only misplaced (not degraded).
@@ -29,7 +43,7 @@ use crate::exec;
 use crate::peering::{install_objects, list_all, replace_log};
 use crate::peering_sm::BackfillStart;
 use crate::pg::{cursor_key, obj_key, Pg};
-use crate::runtime::{Shared, META_INFO};
+use crate::runtime::{blocking_store_call, Shared, META_INFO};
 use cairn_map::{ClusterMap, OsdFlag};
 use cairn_ops::{
     encode, msg_type, BackfillMark, ListCursor, LogEntry, ObjectName, ObjectState, PgBackfill,
@@ -37,22 +51,34 @@ use cairn_ops::{
 };
 use cairn_store::{CollectionId, Store, Transaction};
 use cairn_types::{Epoch, PgId};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Objects per backfill batch, at most.
 pub const BACKFILL_BATCH_OBJECTS: u32 = 64;
-/// Bytes of object state per backfill batch, at most (the batch is read
-/// inside the PG actor, so it stays small enough not to stall client I/O).
+/// Bytes of object state per backfill batch, at most (an object larger
+/// than this travels alone in its batch).
 pub const BACKFILL_BATCH_BYTES_MAX: u64 = 4 << 20;
-/// A batch not acknowledged within this many peer timeouts stalls the
-/// target until the next interval.
-const BATCH_ACK_TIMEOUTS: u32 = 3;
-/// A stalled target starts over after this.
-const RESTART_AFTER: Duration = Duration::from_secs(2);
+/// Batches in flight per backfill target, at most.
+pub const BACKFILL_WINDOW_BATCHES: usize = 8;
+/// Share of `osd_memory_target` that backfill batches in flight (sent,
+/// not yet acknowledged) may take, OSD-wide: 1/8 (40 MiB at the default).
+const INFLIGHT_SHARE_DIVISOR: u64 = 8;
+/// ...but never less than this (two full batches).
+const MIN_INFLIGHT_BYTES: u64 = 2 * BACKFILL_BATCH_BYTES_MAX;
+/// Longest a client write waits for a backfill target's acknowledgement
+/// before the target is dropped from the PG's writes (and resumed later
+/// from its durable cursor).
+pub const BACKFILL_WRITE_WAIT: Duration = Duration::from_secs(2);
+/// A stalled target resumes after this (doubled at each stall in a row,
+/// up to [`RESTART_AFTER_MAX`]).
+const RESTART_AFTER: Duration = Duration::from_millis(500);
+const RESTART_AFTER_MAX: Duration = Duration::from_secs(30);
 /// Objects removed per transaction when a stray copy is deleted.
 const STRAY_REMOVE_BATCH: usize = 1024;
+/// A copy episode of the meter ends after this long with nothing in flight.
+const COPY_EPISODE_LINGER: Duration = Duration::from_secs(1);
 
 /// Per-OSD recovery throttles shared by every PG actor.
 #[derive(Default)]
@@ -66,6 +92,8 @@ struct ThrottleState {
     backfills: BTreeSet<PgId>,
     /// Backfill batches in flight (`osd_recovery_max_active`).
     active_batches: usize,
+    /// Bytes of those batches.
+    active_bytes: u64,
     /// No batch may start before this (`osd_recovery_max_bytes_per_sec`).
     next_send: Option<Instant>,
 }
@@ -91,52 +119,270 @@ impl RecoveryThrottle {
         self.lock().backfills.remove(&pgid);
     }
 
-    /// Takes a batch slot if `osd_recovery_max_active` and the bandwidth
-    /// cap allow one now; Err = when to try again.
-    fn start_batch(&self, now: Instant, max_active: usize) -> Result<(), Instant> {
+    /// Takes a batch slot if `osd_recovery_max_active`, the in-flight byte
+    /// bound and the bandwidth cap allow one now; Err = when to try again.
+    fn start_batch(&self, now: Instant, max_active: usize, max_bytes: u64) -> Result<(), Instant> {
         let mut s = self.lock();
         if let Some(t) = s.next_send.filter(|t| *t > now) {
             return Err(t);
         }
-        if s.active_batches >= max_active.max(1) {
+        // The first batch always goes (a single object may exceed the bound).
+        let full = s.active_batches > 0 && s.active_bytes >= max_bytes;
+        if s.active_batches >= max_active.max(1) || full {
             return Err(now + Duration::from_millis(50));
         }
         s.active_batches += 1;
         Ok(())
     }
 
-    /// A batch of `bytes` went out: the next may leave once the cap allows.
+    /// A batch of `bytes` went out: counted in flight, and the next may
+    /// leave once the bandwidth cap allows.
     fn sent(&self, now: Instant, bytes: u64, bytes_per_sec: u64) {
+        let mut s = self.lock();
+        s.active_bytes += bytes;
         if bytes_per_sec == 0 {
             return;
         }
-        let mut s = self.lock();
         let from = s.next_send.map_or(now, |t| t.max(now));
         s.next_send = Some(from + Duration::from_secs_f64(bytes as f64 / bytes_per_sec as f64));
     }
 
-    fn batch_done(&self) {
+    fn batch_done(&self, bytes: u64) {
         let mut s = self.lock();
         s.active_batches = s.active_batches.saturating_sub(1);
+        s.active_bytes = s.active_bytes.saturating_sub(bytes);
     }
 }
 
-/// One backfill target's progress.
+/// Bytes of backfill batches an OSD keeps in flight, at most.
+fn inflight_bytes_max(shared: &Shared) -> u64 {
+    (shared.cfg.memory_target_bytes / INFLIGHT_SHARE_DIVISOR).max(MIN_INFLIGHT_BYTES)
+}
+
+/// Times this OSD's copying as a sender (backfill batches, recovery pushes
+/// and pulls): from the first copy sent to the last one durable, and what
+/// moved. The figure the recovery benchmark divides by is this copy time,
+/// not the time around it (daemon start, peering, map epochs).
+#[derive(Default)]
+pub(crate) struct CopyMeter {
+    inner: Mutex<MeterState>,
+}
+
+#[derive(Default)]
+struct MeterState {
+    outstanding: u64,
+    episode: Option<CopyEpisode>,
+    /// Since the OSD started (for in-process measurements).
+    total: Option<CopyWindow>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CopyEpisode {
+    first: Instant,
+    first_wall: SystemTime,
+    last: Instant,
+    bytes: u64,
+    objects: u64,
+}
+
+/// What an OSD copied as a sender, from its first copy sent to its last
+/// one durable (monotonic clock of this process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyWindow {
+    pub first_sent: Instant,
+    pub last_durable: Instant,
+    pub bytes: u64,
+    pub objects: u64,
+}
+
+impl CopyMeter {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MeterState> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A copy (batch, push or pull) is on its way.
+    pub(crate) fn begin(&self, osd: i32) {
+        let now = Instant::now();
+        let mut s = self.lock();
+        if s.outstanding == 0 {
+            if let Some(e) = s
+                .episode
+                .filter(|e| now.duration_since(e.last) > COPY_EPISODE_LINGER)
+            {
+                report_episode(osd, &e);
+                s.episode = None;
+            }
+        }
+        s.outstanding += 1;
+        if s.episode.is_none() {
+            s.episode = Some(CopyEpisode {
+                first: now,
+                first_wall: SystemTime::now(),
+                last: now,
+                bytes: 0,
+                objects: 0,
+            });
+        }
+        if s.total.is_none() {
+            s.total = Some(CopyWindow {
+                first_sent: now,
+                last_durable: now,
+                bytes: 0,
+                objects: 0,
+            });
+        }
+    }
+
+    /// A copy begun earlier is durable at its destination (`bytes` and
+    /// `objects` moved; 0 when it failed).
+    pub(crate) fn end(&self, bytes: u64, objects: u64) {
+        let now = Instant::now();
+        let mut s = self.lock();
+        s.outstanding = s.outstanding.saturating_sub(1);
+        if bytes == 0 && objects == 0 {
+            return;
+        }
+        if let Some(e) = s.episode.as_mut() {
+            e.last = now;
+            e.bytes += bytes;
+            e.objects += objects;
+        }
+        if let Some(t) = s.total.as_mut() {
+            t.last_durable = now;
+            t.bytes += bytes;
+            t.objects += objects;
+        }
+    }
+
+    /// Logs the current episode once nothing was in flight for a while.
+    pub(crate) fn tick(&self, osd: i32) {
+        let mut s = self.lock();
+        let idle = s.outstanding == 0
+            && s.episode
+                .is_some_and(|e| e.last.elapsed() > COPY_EPISODE_LINGER);
+        if idle {
+            if let Some(e) = s.episode.take() {
+                report_episode(osd, &e);
+            }
+        }
+    }
+
+    pub(crate) fn total(&self) -> Option<CopyWindow> {
+        self.lock().total
+    }
+}
+
+/// One copy in flight (a backfill batch, a recovery push or pull): counted
+/// by the meter, and holding a backfill throttle slot of `slot` bytes when
+/// set, until finished — or dropped (an abandoned run, an aborted job).
+pub(crate) struct CopyTicket {
+    shared: Arc<Shared>,
+    slot: Option<u64>,
+    open: bool,
+}
+
+impl CopyTicket {
+    pub(crate) fn new(shared: &Arc<Shared>, slot: Option<u64>) -> CopyTicket {
+        shared.copy_meter.begin(shared.cfg.id);
+        CopyTicket {
+            shared: shared.clone(),
+            slot,
+            open: true,
+        }
+    }
+
+    /// The copy is durable at its destination (`bytes`, `objects` moved;
+    /// zeros when it failed).
+    pub(crate) fn finish(mut self, bytes: u64, objects: u64) {
+        self.close(bytes, objects);
+    }
+
+    fn close(&mut self, bytes: u64, objects: u64) {
+        if !self.open {
+            return;
+        }
+        self.open = false;
+        self.shared.copy_meter.end(bytes, objects);
+        if let Some(b) = self.slot {
+            self.shared.recovery.batch_done(b);
+        }
+    }
+}
+
+impl Drop for CopyTicket {
+    fn drop(&mut self) {
+        self.close(0, 0);
+    }
+}
+
+impl std::fmt::Debug for CopyTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CopyTicket(open: {})", self.open)
+    }
+}
+
+/// One line per copy episode in the daemon log (the recovery benchmark
+/// reads them): wall-clock bounds for lining up several OSDs of one
+/// machine, the duration from the monotonic clock.
+fn report_episode(osd: i32, e: &CopyEpisode) {
+    if e.bytes == 0 {
+        return;
+    }
+    let secs = e.last.duration_since(e.first).as_secs_f64();
+    let start_ms = e
+        .first_wall
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let end_ms = start_ms + (secs * 1000.0) as u128;
+    tracing::info!(
+        "recovery copy: osd.{osd} moved {} bytes ({} objects) in {secs:.3} s, from {start_ms} to {end_ms} ms: {:.1} MB/s",
+        e.bytes,
+        e.objects,
+        e.bytes as f64 / 1e6 / secs.max(1e-6)
+    );
+}
+
+/// One batch sent to a target and not yet acknowledged.
 #[derive(Debug)]
-struct TargetRun {
-    /// Last object the target holds (store order); None: nothing yet.
+struct Batch {
+    seq: u64,
+    sent_at: Instant,
+    objects: u64,
+    bytes: u64,
+    /// The target holds every object up to here once this batch is durable.
     through: Option<ListCursor>,
-    /// The batch in flight: (seq, sent at, objects, bytes).
-    inflight: Option<(u64, Instant, u64, u64)>,
-    /// The last batch (complete) went out / was acknowledged.
-    complete_sent: bool,
+    complete: bool,
+    /// Counts the batch in the meter (and its throttle slot) until acked.
+    ticket: Option<CopyTicket>,
+}
+
+/// One backfill target's progress.
+#[derive(Debug, Default)]
+struct TargetRun {
+    /// Last object sent (store order): the next batch starts after it.
+    sent_through: Option<ListCursor>,
+    /// Last object the target holds durably (every batch up to there
+    /// acknowledged): where it resumes after a stall.
+    durable: Option<ListCursor>,
+    /// Batches in flight, in send order.
+    inflight: VecDeque<Batch>,
     done: bool,
-    /// Why the target stopped (a failed or lost batch); it restarts from
-    /// the beginning after `RESTART_AFTER`.
+    /// Why the target stopped (a failed or lost batch, a write it did not
+    /// acknowledge in time); it resumes after `restart_at`.
     stalled: Option<String>,
-    /// When a stalled target starts over (it was dropped from the PG's
-    /// writes until then).
+    /// When a stalled target resumes (it was dropped from the PG's writes
+    /// until then).
     restart_at: Option<Instant>,
+    /// Stalls in a row (the back-off grows with them).
+    stalls: u32,
+    /// Client writes sent to the target and not acknowledged yet: version
+    /// seq -> (sent at, object).
+    unacked_writes: BTreeMap<u64, (Instant, ObjectName)>,
+    /// Objects whose writes the target may have missed (unacknowledged
+    /// when it was dropped, or written while it was dropped): sent again
+    /// when it resumes.
+    dirty: BTreeSet<ObjectName>,
     copied_objects: u64,
 }
 
@@ -242,11 +488,15 @@ impl BackfillRun {
                     continue;
                 }
             };
-            let mark = BackfillMark {
-                through: through.clone(),
+            let mut tr = TargetRun {
+                sent_through: through.clone(),
+                durable: through.clone(),
+                ..TargetRun::default()
             };
             let start_info = PgInfo {
-                backfill: Some(mark),
+                backfill: Some(BackfillMark {
+                    through: through.clone(),
+                }),
                 ..info.clone()
             };
             let seq = run.next_seq;
@@ -262,19 +512,7 @@ impl BackfillRun {
                 through: through.clone(),
                 complete: false,
             };
-            let mut tr = TargetRun {
-                through: through.clone(),
-                inflight: None,
-                complete_sent: false,
-                done: false,
-                stalled: None,
-                restart_at: None,
-                copied_objects: 0,
-            };
-            match send(cx.shared, t.osd, &msg).await {
-                Ok(()) => tr.inflight = Some((seq, Instant::now(), 0, 0)),
-                Err(e) => tr.stalled = Some(e),
-            }
+            send_unslotted(cx.shared, t.osd, &mut tr, msg).await;
             tracing::info!(
                 "pg {}: backfilling osd.{} from {}",
                 cx.pgid,
@@ -297,8 +535,8 @@ impl BackfillRun {
         let active: Vec<&TargetRun> = self.targets.values().filter(|t| !t.done).collect();
         let slowest = active
             .iter()
-            .min_by_key(|t| t.through.as_ref().map(cursor_key))
-            .map(|t| cursor_text(&t.through));
+            .min_by_key(|t| t.durable.as_ref().map(cursor_key))
+            .map(|t| cursor_text(&t.durable));
         BackfillStat {
             targets: self
                 .targets
@@ -319,13 +557,33 @@ impl BackfillRun {
 
     /// Object copies still to make (misplaced while pg_temp serves).
     pub(crate) fn remaining_copies(&self) -> u64 {
-        self.stat()
-            .total_objects
-            .saturating_sub(self.stat().copied_objects)
+        let st = self.stat();
+        st.total_objects.saturating_sub(st.copied_objects)
     }
 
     pub(crate) fn is_finished(&self) -> bool {
         self.targets.values().all(|t| t.done)
+    }
+
+    /// A client write (version `seq`, on `oid`) goes to `replicas`: the
+    /// backfill targets among them owe an acknowledgement; targets
+    /// dropped for now will get the object again when they resume.
+    pub(crate) fn note_write(&mut self, seq: u64, oid: &ObjectName, replicas: &[i32]) {
+        let now = Instant::now();
+        for (o, t) in self.targets.iter_mut() {
+            if replicas.contains(o) {
+                t.unacked_writes.insert(seq, (now, oid.clone()));
+            } else if t.stalled.is_some() {
+                t.dirty.insert(oid.clone());
+            }
+        }
+    }
+
+    /// Backfill target `from` acknowledged the client write `seq`.
+    pub(crate) fn write_acked(&mut self, from: i32, seq: u64) {
+        if let Some(t) = self.targets.get_mut(&from) {
+            t.unacked_writes.remove(&seq);
+        }
     }
 
     /// The target acknowledged batch `seq`.
@@ -342,63 +600,64 @@ impl BackfillRun {
         let Some(t) = self.targets.get_mut(&from) else {
             return;
         };
-        let Some((s, _, objs, bytes)) = t.inflight else {
-            return;
+        let Some(b) = t
+            .inflight
+            .iter_mut()
+            .find(|b| b.seq == seq && b.ticket.is_some())
+        else {
+            return; // an older run's batch, or a duplicate
         };
-        if s != seq {
+        let ticket = b.ticket.take();
+        let (bytes, objects) = (b.bytes, b.objects);
+        if let Err(e) = result {
+            drop(ticket);
+            tracing::warn!("pg {pgid}: backfill batch {seq} failed on osd.{from}: {e}");
+            t.stalled = Some(format!("batch {seq} failed: {e}"));
             return;
         }
-        t.inflight = None;
-        if s > 1 || objs > 0 {
-            shared.recovery.batch_done();
+        if let Some(tk) = ticket {
+            tk.finish(bytes, objects);
         }
-        match result {
-            Ok(()) => {
-                shared.add_recovered(
-                    pgid,
-                    cairn_map::PgRecoveryCounts {
-                        backfill_objects: objs,
-                        ..Default::default()
-                    },
-                );
-                t.copied_objects += objs;
-                self.copied_objects += objs;
-                self.copied_bytes += bytes;
-                if t.complete_sent {
-                    t.done = true;
-                }
-                self.not_before = Instant::now() + Duration::from_secs_f64(sleep);
+        // The durable cursor moves over every batch acknowledged in order.
+        while t.inflight.front().is_some_and(|b| b.ticket.is_none()) {
+            let Some(b) = t.inflight.pop_front() else {
+                break;
+            };
+            shared.add_recovered(
+                pgid,
+                cairn_map::PgRecoveryCounts {
+                    backfill_objects: b.objects,
+                    ..Default::default()
+                },
+            );
+            t.copied_objects += b.objects;
+            self.copied_objects += b.objects;
+            self.copied_bytes += b.bytes;
+            t.durable = b.through.clone();
+            t.stalls = 0;
+            if b.complete {
+                t.done = true;
             }
-            Err(e) => {
-                tracing::warn!("backfill batch {seq} failed on osd.{from}: {e}");
-                t.stalled = Some(format!("batch {seq} failed: {e}"));
-            }
+        }
+        if sleep > 0.0 {
+            self.not_before = Instant::now() + Duration::from_secs_f64(sleep);
         }
     }
 
-    /// Sends the next batch to every target ready for one, as the flags
-    /// and throttles allow; asks to clear pg_temp once every target is
-    /// complete.
+    /// Sends the next batches to every target ready for them, as the
+    /// flags, throttles and windows allow; drops targets too slow to
+    /// acknowledge and resumes them later; asks to clear pg_temp once
+    /// every target is complete.
     pub(crate) async fn step(&mut self, mut cx: StepCtx<'_>) -> Vec<crate::pg::PgAction> {
         let shared = cx.shared;
         let me = shared.cfg.id;
         let now = Instant::now();
         let map = shared.map_rx.borrow().clone();
+        self.detect_stalls(shared, cx.pgid, now);
+        let acts = self.handle_stalls(&mut cx, now).await;
         if self.is_finished() {
             self.finish(&mut cx, &map).await;
-            return Vec::new();
-        }
-        let acts = self.handle_stalls(&mut cx, now).await;
-        let timeout = shared.cfg.peer_timeout * BATCH_ACK_TIMEOUTS;
-        for (o, t) in self.targets.iter_mut() {
-            if let Some((seq, at, _, _)) = t.inflight {
-                if now.duration_since(at) > timeout && t.stalled.is_none() {
-                    t.stalled = Some(format!(
-                        "batch {seq} not acknowledged within {timeout:?}; retried in the next interval"
-                    ));
-                    tracing::warn!("pg {}: backfill to osd.{o}: batch {seq} lost", cx.pgid);
-                }
-            }
+            return acts;
         }
         let degraded = cx
             .pg
@@ -426,28 +685,42 @@ impl BackfillRun {
         }
         let max_active = cfg_u64(&map, me, "osd_recovery_max_active", 3) as usize;
         let rate = cfg_u64(&map, me, "osd_recovery_max_bytes_per_sec", 0);
-        let ready: Vec<i32> = self
-            .targets
-            .iter()
-            .filter(|(_, t)| !t.done && t.inflight.is_none() && t.stalled.is_none())
-            .map(|(o, _)| *o)
-            .collect();
-        for osd in ready {
-            if let Err(until) = shared.recovery.start_batch(now, max_active) {
-                self.not_before = until;
-                self.set_waiting(cx.pg, Some("recovery throttle".into()));
-                return acts;
-            }
-            let sent = self.send_batch(&mut cx, osd).await;
-            match sent {
-                Ok(bytes) => shared.recovery.sent(now, bytes, rate),
-                Err(e) => {
-                    shared.recovery.batch_done();
-                    if let Some(t) = self.targets.get_mut(&osd) {
-                        if e.is_empty() {
-                            continue; // a write in flight: next tick
+        let max_bytes = inflight_bytes_max(shared);
+        let sleep = cfg_f64(&map, me, "osd_recovery_sleep") > 0.0;
+        // With a sleep between batches, one batch per target at a time.
+        let window = if sleep { 1 } else { BACKFILL_WINDOW_BATCHES };
+        let mut progressed = true;
+        while progressed {
+            progressed = false;
+            let ready: Vec<i32> = self
+                .targets
+                .iter()
+                .filter(|(_, t)| {
+                    !t.done
+                        && t.stalled.is_none()
+                        && t.inflight.len() < window
+                        && !t.inflight.back().is_some_and(|b| b.complete)
+                })
+                .map(|(o, _)| *o)
+                .collect();
+            for osd in ready {
+                if let Err(until) = shared.recovery.start_batch(now, max_active, max_bytes) {
+                    self.not_before = until;
+                    self.set_waiting(cx.pg, Some("recovery throttle".into()));
+                    return acts;
+                }
+                match self.send_batch(&mut cx, osd).await {
+                    Ok(bytes) => {
+                        shared.recovery.sent(now, bytes, rate);
+                        progressed = true;
+                    }
+                    Err(e) => {
+                        shared.recovery.batch_done(0);
+                        if let Some(t) = self.targets.get_mut(&osd) {
+                            if !e.is_empty() {
+                                t.stalled = Some(e);
+                            }
                         }
-                        t.stalled = Some(e);
                     }
                 }
             }
@@ -456,9 +729,43 @@ impl BackfillRun {
         acts
     }
 
+    /// Marks targets stalled whose oldest batch waited a peer timeout or
+    /// whose oldest client write waited [`BACKFILL_WRITE_WAIT`].
+    fn detect_stalls(&mut self, shared: &Shared, pgid: PgId, now: Instant) {
+        let batch_wait = shared.cfg.peer_timeout;
+        for (o, t) in self.targets.iter_mut() {
+            if t.stalled.is_some() {
+                continue;
+            }
+            let batch = t
+                .inflight
+                .iter()
+                .find(|b| b.ticket.is_some())
+                .filter(|b| now.duration_since(b.sent_at) > batch_wait);
+            if let Some(b) = batch {
+                t.stalled = Some(format!(
+                    "batch {} not acknowledged within {batch_wait:?}",
+                    b.seq
+                ));
+            }
+            let write = t
+                .unacked_writes
+                .iter()
+                .find(|(_, (at, _))| now.duration_since(*at) > BACKFILL_WRITE_WAIT)
+                .map(|(seq, (_, oid))| {
+                    format!("write {seq} to {oid} not acknowledged within {BACKFILL_WRITE_WAIT:?}")
+                });
+            if t.stalled.is_none() {
+                t.stalled = write;
+            }
+            if let Some(why) = &t.stalled {
+                tracing::warn!("pg {pgid}: backfill target osd.{o} is too slow: {why}");
+            }
+        }
+    }
+
     /// Stalled targets leave the PG's writes (so no write waits for
-    /// them); after `RESTART_AFTER` they start over with a fresh start
-    /// message (sent before any later sub-op, so their log stays whole).
+    /// them); after a back-off they resume from their durable cursor.
     async fn handle_stalls(
         &mut self,
         cx: &mut StepCtx<'_>,
@@ -471,24 +778,85 @@ impl BackfillRun {
                 continue;
             };
             if t.stalled.is_some() && t.restart_at.is_none() {
+                let delay = RESTART_AFTER
+                    .saturating_mul(1 << t.stalls.min(8))
+                    .min(RESTART_AFTER_MAX);
                 tracing::info!(
-                    "pg {}: backfill of osd.{osd} stalled ({}); restarting it in {RESTART_AFTER:?}",
+                    "pg {}: backfill of osd.{osd} stalled ({}); resuming it from {} in {delay:?}",
                     cx.pgid,
-                    t.stalled.as_deref().unwrap_or("")
+                    t.stalled.as_deref().unwrap_or(""),
+                    cursor_text(&t.durable)
                 );
-                if t.inflight.take().is_some() {
-                    cx.shared.recovery.batch_done();
-                }
-                t.restart_at = Some(now + RESTART_AFTER);
+                t.stalls += 1;
+                // Unacknowledged batches release their slots (tickets dropped).
+                t.inflight.clear();
+                let unacked = std::mem::take(&mut t.unacked_writes);
+                t.dirty.extend(unacked.into_values().map(|(_, oid)| oid));
+                t.done = false;
+                t.restart_at = Some(now + delay);
                 acts.extend(cx.pg.drop_backfill_target(osd));
                 continue;
             }
             if t.restart_at.is_none_or(|at| at > now) {
                 continue;
             }
-            let info = PgInfo {
-                backfill: Some(BackfillMark { through: None }),
-                ..cx.pg.info.clone()
+            // Objects written while the target was out must be read after
+            // those writes are applied here.
+            if t.dirty.iter().any(|o| cx.pg.is_busy(o)) {
+                continue;
+            }
+            self.resume_target(cx, osd).await;
+        }
+        acts
+    }
+
+    /// Resumes a stalled target from its durable cursor: the current log
+    /// and info first, then the objects it may have missed, then it joins
+    /// the PG's writes again at that cursor (all before any later sub-op).
+    async fn resume_target(&mut self, cx: &mut StepCtx<'_>, osd: i32) {
+        let Some(t) = self.targets.get_mut(&osd) else {
+            return;
+        };
+        // An erasure-coded target starts over: its objects are chunks
+        // rebuilt from k shards, not this OSD's own state.
+        let through = if cx.ec.is_some() {
+            None
+        } else {
+            t.durable.clone()
+        };
+        let dirty: Vec<ObjectName> = std::mem::take(&mut t.dirty).into_iter().collect();
+        t.stalled = None;
+        t.restart_at = None;
+        t.sent_through = through.clone();
+        let info = PgInfo {
+            backfill: Some(BackfillMark {
+                through: through.clone(),
+            }),
+            ..cx.pg.info.clone()
+        };
+        let mut first = Some((info, cx.pg.log().cloned().collect::<Vec<_>>()));
+        // Nothing durable yet: the target starts over (drops what it holds),
+        // and the dirty objects come with the normal batches.
+        let resend = if through.is_some() { dirty } else { Vec::new() };
+        let store = cx.shared.store.clone();
+        let coll = cx.coll;
+        let mut chunks: Vec<Vec<ObjectName>> = Vec::new();
+        for n in resend {
+            match chunks.last_mut() {
+                Some(c) if c.len() < BACKFILL_BATCH_OBJECTS as usize => c.push(n),
+                _ => chunks.push(vec![n]),
+            }
+        }
+        if chunks.is_empty() {
+            chunks.push(Vec::new());
+        }
+        for names in chunks {
+            let objects = match blocking_store_call(|| read_states(&store, coll, &names)) {
+                Ok(o) => o,
+                Err(e) => {
+                    t.stalled = Some(e);
+                    return;
+                }
             };
             let seq = self.next_seq;
             self.next_seq += 1;
@@ -498,29 +866,25 @@ impl BackfillRun {
                 epoch: cx.pg.epoch(),
                 interval_since: self.interval_since,
                 seq,
-                start: Some((info, cx.pg.log().cloned().collect())),
-                objects: Vec::new(),
-                through: None,
+                start: first.take(),
+                objects,
+                through: through.clone(),
                 complete: false,
             };
-            *t = TargetRun {
-                through: None,
-                inflight: None,
-                complete_sent: false,
-                done: false,
-                stalled: None,
-                restart_at: None,
-                copied_objects: t.copied_objects,
-            };
-            match send(cx.shared, osd, &msg).await {
-                Ok(()) => {
-                    t.inflight = Some((seq, Instant::now(), 0, 0));
-                    cx.pg.add_backfill_target(osd);
-                }
-                Err(e) => t.stalled = Some(e),
+            send_unslotted(cx.shared, osd, t, msg).await;
+            if t.stalled.is_some() {
+                return;
             }
         }
-        acts
+        tracing::info!(
+            "pg {}: backfill of osd.{osd} resumes from {}",
+            cx.pgid,
+            cursor_text(&through)
+        );
+        cx.pg.add_backfill_target(osd);
+        if let Some(c) = &through {
+            cx.pg.backfill_advance(osd, cursor_key(c));
+        }
     }
 
     fn set_waiting(&mut self, pg: &mut Pg, why: Option<String>) {
@@ -532,56 +896,27 @@ impl BackfillRun {
     /// Reads and sends the next batch to `osd`; Ok = bytes sent; Err("")
     /// = nothing to send now (a write in flight on the next object).
     async fn send_batch(&mut self, cx: &mut StepCtx<'_>, osd: i32) -> Result<u64, String> {
-        let store = &cx.shared.store;
         let Some(t) = self.targets.get(&osd) else {
             return Err(String::new());
         };
-        let after = t.through.clone();
-        let (names, next) =
-            exec::list_objects(store, cx.coll, after.as_ref(), BACKFILL_BATCH_OBJECTS)
-                .map_err(|e| format!("listing: {e}"))?;
+        let after = t.sent_through.clone();
+        let fence = cx
+            .pg
+            .first_busy_after(after.as_ref().map(cursor_key).as_ref());
         let limit = cx
             .shared
             .cfg
             .recovery_batch_bytes
             .min(BACKFILL_BATCH_BYTES_MAX);
-        let mut objects: Vec<(u32, ObjectName, Option<ObjectState>)> = Vec::new();
-        let mut bytes = 0u64;
-        let mut stopped_early = false;
-        let fence = cx
-            .pg
-            .first_busy_after(after.as_ref().map(cursor_key).as_ref());
-        // EC: the target's shard position and the acting shards to
-        // rebuild its chunks from.
-        let ec_plan = cx.ec.map(|ec| {
-            let sources: Vec<usize> = (0..ec.shards.len())
-                .filter(|&s| ec.shards[s] != SHARD_HOLE)
-                .collect();
-            (ec, ec.up_shard_of(osd), sources)
-        });
-        for (h, n) in &names {
-            let at_fence = fence.as_ref().is_some_and(|f| obj_key(n) >= *f);
-            if at_fence || bytes >= limit {
-                stopped_early = true;
-                break;
-            }
-            let st = match &ec_plan {
-                None => exec::get_object_state(store, cx.coll, n)
-                    .map_err(|e| format!("reading {n}: {e}"))?,
-                Some((ec, shard, sources)) => {
-                    let shard = shard.ok_or_else(|| {
-                        format!("osd.{osd} holds no shard of the up set any more")
-                    })?;
-                    let epoch = cx.pg.epoch();
-                    rebuild_chunk(cx.shared, cx.pgid, epoch, ec, n, shard, sources).await?
-                }
-            };
-            bytes += st.as_ref().map(|s| s.bytes()).unwrap_or(0);
-            objects.push((*h, n.clone(), st));
-        }
-        // Complete only when nothing is left to list and no write in flight
-        // lies beyond the position (it may create an object not listed yet).
-        let complete = !stopped_early && next.is_none() && fence.is_none();
+        let store = cx.shared.store.clone();
+        let coll = cx.coll;
+        let (objects, bytes, complete) = match cx.ec {
+            // Off the async workers: listing and reading verify checksums.
+            None => blocking_store_call(|| {
+                read_batch(&store, coll, after.as_ref(), fence.as_ref(), limit)
+            })?,
+            Some(ec) => read_ec_batch(cx, ec, osd, after.as_ref(), fence.as_ref(), limit).await?,
+        };
         if objects.is_empty() && !complete {
             return Err(String::new());
         }
@@ -615,11 +950,22 @@ impl BackfillRun {
         if complete {
             cx.pg.backfill_complete(osd);
         }
-        send(cx.shared, osd, &msg).await?;
+        let ticket = CopyTicket::new(cx.shared, Some(bytes));
+        if let Err(e) = send(cx.shared, osd, &msg).await {
+            drop(ticket);
+            return Err(e);
+        }
         if let Some(t) = self.targets.get_mut(&osd) {
-            t.through = through;
-            t.complete_sent = complete;
-            t.inflight = Some((seq, Instant::now(), n_objects, bytes));
+            t.sent_through = through.clone();
+            t.inflight.push_back(Batch {
+                seq,
+                sent_at: Instant::now(),
+                objects: n_objects,
+                bytes,
+                through,
+                complete,
+                ticket: Some(ticket),
+            });
         }
         Ok(bytes)
     }
@@ -647,6 +993,100 @@ impl BackfillRun {
                 })
                 .await;
         }
+    }
+}
+
+/// A batch read from the store: the objects after `after` up to (not
+/// including) `fence`, closed at `limit_bytes` or [`BACKFILL_BATCH_OBJECTS`];
+/// with their bytes, and whether it ends the copy (nothing left to list
+/// and no write in flight beyond the position, which may create an object
+/// not listed yet).
+type ReadBatch = (Vec<(u32, ObjectName, Option<ObjectState>)>, u64, bool);
+
+fn read_batch(
+    store: &Store,
+    coll: CollectionId,
+    after: Option<&ListCursor>,
+    fence: Option<&crate::pg::ObjKey>,
+    limit_bytes: u64,
+) -> Result<ReadBatch, String> {
+    let (names, next) = exec::list_objects(store, coll, after, BACKFILL_BATCH_OBJECTS)
+        .map_err(|e| format!("listing: {e}"))?;
+    let mut objects = Vec::new();
+    let mut bytes = 0u64;
+    let mut stopped_early = false;
+    for (h, n) in &names {
+        let at_fence = fence.is_some_and(|f| obj_key(n) >= *f);
+        if at_fence || bytes >= limit_bytes {
+            stopped_early = true;
+            break;
+        }
+        let st = exec::get_object_state(store, coll, n).map_err(|e| format!("reading {n}: {e}"))?;
+        bytes += st.as_ref().map(|s| s.bytes()).unwrap_or(0);
+        objects.push((*h, n.clone(), st));
+    }
+    let complete = !stopped_early && next.is_none() && fence.is_none();
+    Ok((objects, bytes, complete))
+}
+
+/// Like [`read_batch`] for an erasure-coded PG: each object's chunk for
+/// `osd`'s shard position, rebuilt from k acting shards.
+async fn read_ec_batch(
+    cx: &StepCtx<'_>,
+    ec: &EcPg,
+    osd: i32,
+    after: Option<&ListCursor>,
+    fence: Option<&crate::pg::ObjKey>,
+    limit_bytes: u64,
+) -> Result<ReadBatch, String> {
+    let (names, next) =
+        exec::list_objects(&cx.shared.store, cx.coll, after, BACKFILL_BATCH_OBJECTS)
+            .map_err(|e| format!("listing: {e}"))?;
+    let sources: Vec<usize> = (0..ec.shards.len())
+        .filter(|&s| ec.shards[s] != SHARD_HOLE)
+        .collect();
+    let shard = ec
+        .up_shard_of(osd)
+        .ok_or_else(|| format!("osd.{osd} holds no shard of the up set any more"))?;
+    let epoch = cx.pg.epoch();
+    let mut objects = Vec::new();
+    let mut bytes = 0u64;
+    let mut stopped_early = false;
+    for (h, n) in &names {
+        let at_fence = fence.is_some_and(|f| obj_key(n) >= *f);
+        if at_fence || bytes >= limit_bytes {
+            stopped_early = true;
+            break;
+        }
+        let st = rebuild_chunk(cx.shared, cx.pgid, epoch, ec, n, shard, &sources).await?;
+        bytes += st.as_ref().map(|s| s.bytes()).unwrap_or(0);
+        objects.push((*h, n.clone(), st));
+    }
+    let complete = !stopped_early && next.is_none() && fence.is_none();
+    Ok((objects, bytes, complete))
+}
+
+/// Sends a start or resend message (no throttle slot) and records it in
+/// flight; a failure stalls the target.
+async fn send_unslotted(shared: &Arc<Shared>, osd: i32, t: &mut TargetRun, msg: PgBackfill) {
+    let bytes: u64 = msg
+        .objects
+        .iter()
+        .map(|(_, _, s)| s.as_ref().map(|s| s.bytes()).unwrap_or(0))
+        .sum();
+    let objects = msg.objects.len() as u64;
+    let ticket = CopyTicket::new(shared, None);
+    match send(shared, osd, &msg).await {
+        Ok(()) => t.inflight.push_back(Batch {
+            seq: msg.seq,
+            sent_at: Instant::now(),
+            objects,
+            bytes,
+            through: msg.through.clone(),
+            complete: false,
+            ticket: Some(ticket),
+        }),
+        Err(e) => t.stalled = Some(e),
     }
 }
 

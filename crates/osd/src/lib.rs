@@ -8,7 +8,10 @@
 //!   push) before a PG serves I/O.
 //! - `backfill`: background backfill of new up members while `pg_temp`
 //!   keeps complete copies serving (EC: positional `pg_temp`, chunks
-//!   rebuilt from k shards), its throttles and flags, and stray removal.
+//!   rebuilt from k shards; a pipeline of batches per target; slow targets
+//!   dropped and resumed from their durable cursor), its throttles and
+//!   flags, the copy meter shared with recovery pushes, and stray removal
+//!   once a PG is clean.
 //! - `auth`: who may connect (keys from the map's auth table, or tickets
 //!   sealed with the OSD service secret) and what they may do (osd caps).
 //! - `peering_sm`: replicated activation as a pure state machine (the
@@ -42,6 +45,7 @@ pub mod pg;
 mod runtime;
 mod scrub;
 
+pub use backfill::CopyWindow;
 pub use budget::MemoryBudget;
 pub use ec_io::{ec_encode_totals, EcEncodeTotals};
 pub use pg::{PgLimits, PgState, Role};

@@ -5,8 +5,11 @@
 //! store and peer connections. Also the member side of query, pull and
 //! push, and the store helpers the EC activation shares.
 
+use crate::backfill::CopyTicket;
 use crate::exec;
-use crate::peering_sm::{Peering, PeeringInput, PeeringOutput, PeeringParams, BACKFILL_LIST_PAGE};
+use crate::peering_sm::{
+    ObjectCopy, Peering, PeeringInput, PeeringOutput, PeeringParams, BACKFILL_LIST_PAGE,
+};
 use crate::pg::PastInterval;
 use crate::runtime::{Shared, META_INFO};
 use cairn_ops::{
@@ -81,6 +84,15 @@ pub(crate) fn list_all(
     }
 }
 
+/// Bytes and count of objects being copied (recovery meter).
+pub(crate) fn copy_size(objects: &[ObjectCopy]) -> (u64, u64) {
+    let bytes = objects
+        .iter()
+        .map(|(_, _, s)| s.as_ref().map(|s| s.bytes()).unwrap_or(0))
+        .sum();
+    (bytes, objects.len() as u64)
+}
+
 /// Installs objects in one transaction (replacing whole state).
 pub(crate) fn install_objects(
     store: &Store,
@@ -111,12 +123,12 @@ pub(crate) fn replace_log(
     txn.meta_set(coll, META_INFO, encode(info));
 }
 
-/// Member side of a push.
-pub(crate) async fn install_push(
-    store: &Arc<Store>,
+/// Member side of a push: the store transaction that installs it.
+pub(crate) fn push_txn(
+    store: &Store,
     coll: CollectionId,
     push: &PgPush,
-) -> Result<(), String> {
+) -> Result<Transaction, String> {
     let mut txn = Transaction::new();
     install_objects(store, coll, &mut txn, &push.objects)?;
     if let Some(keep) = &push.keep_only {
@@ -130,11 +142,7 @@ pub(crate) async fn install_push(
     if let Some((info, log)) = &push.finish {
         replace_log(&mut txn, coll, info, log);
     }
-    store
-        .submit(txn)
-        .map_err(|e| e.to_string())?
-        .await
-        .map_err(|e| e.to_string())
+    Ok(txn)
 }
 
 /// One activation run of a primary: the I/O around the pure
@@ -250,7 +258,9 @@ impl PeeringJob {
     /// Runs `sm` to its end (see `run`).
     async fn drive(&self, sm: &mut Peering) -> Result<(PgInfo, Vec<LogEntry>), String> {
         let mut todo: VecDeque<PeeringOutput> = sm.start().into();
-        let mut calls: JoinSet<PeeringInput> = JoinSet::new();
+        let mut calls: JoinSet<(PeeringInput, Option<(CopyTicket, u64, u64)>)> = JoinSet::new();
+        // A pull counts as copied once its objects are installed here.
+        let mut pulled: Option<(CopyTicket, u64, u64)> = None;
         loop {
             while let Some(out) = todo.pop_front() {
                 match out {
@@ -276,10 +286,27 @@ impl PeeringJob {
                     | PeeringOutput::PullList { .. }
                     | PeeringOutput::PullObjects { .. }
                     | PeeringOutput::Push { .. } => {
-                        calls.spawn(remote(self.shared.clone(), self.pgid, self.epoch, out));
+                        let copy = match &out {
+                            PeeringOutput::Push { push, .. } => {
+                                let (bytes, n) = copy_size(&push.objects);
+                                Some((CopyTicket::new(&self.shared, None), bytes, n))
+                            }
+                            PeeringOutput::PullObjects { .. } => {
+                                Some((CopyTicket::new(&self.shared, None), 0, 0))
+                            }
+                            _ => None,
+                        };
+                        let (shared, pgid, epoch) = (self.shared.clone(), self.pgid, self.epoch);
+                        calls.spawn(async move { (remote(shared, pgid, epoch, out).await, copy) });
                     }
                     local => {
                         let input = self.local(local).await;
+                        if let Some((ticket, bytes, objects)) = pulled.take() {
+                            match input {
+                                PeeringInput::LocalCommitted => ticket.finish(bytes, objects),
+                                _ => ticket.finish(0, 0),
+                            }
+                        }
                         todo.extend(sm.handle(input));
                     }
                 }
@@ -290,7 +317,17 @@ impl PeeringJob {
                     sm.waiting_for()
                 ));
             };
-            let input = joined.map_err(|e| format!("activation call failed: {e}"))?;
+            let (input, ticket) = joined.map_err(|e| format!("activation call failed: {e}"))?;
+            if let Some((ticket, bytes, n)) = ticket {
+                match &input {
+                    PeeringInput::Pulled { objects, .. } => {
+                        let (bytes, n) = copy_size(objects);
+                        pulled = Some((ticket, bytes, n));
+                    }
+                    PeeringInput::PushAcked { result: Ok(()), .. } => ticket.finish(bytes, n),
+                    _ => ticket.finish(0, 0),
+                }
+            }
             todo.extend(sm.handle(input));
         }
     }

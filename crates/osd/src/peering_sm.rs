@@ -24,6 +24,11 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 pub const RECOVERY_BATCH_OBJECTS: usize = 64;
 /// Objects per backfill listing page.
 pub const BACKFILL_LIST_PAGE: u32 = 512;
+/// Recovery pushes in flight to one member at once (the next batch is
+/// read while earlier ones travel and commit). The push that carries the
+/// new info and log goes only once every earlier one is acknowledged, so
+/// a member never adopts the log without the objects.
+pub const RECOVERY_PUSH_WINDOW: usize = 4;
 
 /// An object with its whole state (None: it does not exist).
 pub type ObjectCopy = (u32, ObjectName, Option<ObjectState>);
@@ -205,6 +210,8 @@ struct PushTarget {
     keep_only: Option<Vec<(u32, ObjectName)>>,
     /// Read batches ready to push.
     ready: VecDeque<Vec<ObjectCopy>>,
+    /// Pushes sent and not yet acknowledged.
+    outstanding: usize,
     /// The push carrying the new info and log went out.
     final_sent: bool,
 }
@@ -343,11 +350,20 @@ impl Peering {
                 self.split_batches(objects);
                 self.push_next()
             }
-            (Wait::Push, I::PushAcked { to, result }) if self.is_target(to) => match result {
-                Ok(()) => self.push_next(),
+            (_, I::PushAcked { to, result }) if self.pushes_to(to) => match result {
+                Ok(()) => {
+                    if let Some(t) = self.target.as_mut() {
+                        t.outstanding -= 1;
+                    }
+                    if matches!(self.wait, Wait::Push) {
+                        self.push_next()
+                    } else {
+                        Vec::new()
+                    }
+                }
                 Err(e) => self.fail(format!("osd.{to} failed to install a recovery push: {e}")),
             },
-            (Wait::Push, I::PeerFailed { osd, why }) if self.is_target(osd) => self.fail(why),
+            (_, I::PeerFailed { osd, why }) if self.pushes_to(osd) => self.fail(why),
             (Wait::FinalLog, I::LocalCommitted) => {
                 let r = self.final_result();
                 let mut out = self.activated();
@@ -376,8 +392,11 @@ impl Peering {
         self.auth.as_ref().is_some_and(|(a, _, _)| *a == osd)
     }
 
-    fn is_target(&self, osd: i32) -> bool {
-        self.target.as_ref().is_some_and(|t| t.osd == osd)
+    /// `osd` is the member being brought up to date, with pushes in flight.
+    fn pushes_to(&self, osd: i32) -> bool {
+        self.target
+            .as_ref()
+            .is_some_and(|t| t.osd == osd && t.outstanding > 0)
     }
 
     /// The entry this activation must add to the PG's recorded history
@@ -694,6 +713,7 @@ impl Peering {
             names: VecDeque::new(),
             keep_only: None,
             ready: VecDeque::new(),
+            outstanding: 0,
             final_sent: false,
         };
         match plan {
@@ -733,44 +753,72 @@ impl Peering {
         }
     }
 
-    /// The next step for the current member: after its final push was
-    /// acknowledged, the next member; else a ready batch, else a read of
-    /// the next names, else the final (possibly empty) push with the new
-    /// info and log.
+    /// The next steps for the current member: after its final push was
+    /// acknowledged, the next member; else ready batches while the window
+    /// has room, then a read of the next names; once everything is pushed
+    /// and acknowledged, the final (possibly empty) push with the new info
+    /// and log (the last batch rides with it when nothing else is in flight).
     fn push_next(&mut self) -> Vec<PeeringOutput> {
         let (pgid, from, epoch) = (self.p.pgid, self.me(), self.p.epoch);
         let finish = match self.final_result() {
             Ok(f) => f,
             Err(e) => return self.fail(e),
         };
-        let Some(t) = self.target.as_mut() else {
-            return self.next_member();
-        };
-        if t.final_sent {
-            return self.next_member();
-        }
-        let objects = match t.ready.pop_front() {
-            Some(batch) => batch,
-            None if !t.names.is_empty() => {
-                let n = t.names.len().min(RECOVERY_BATCH_OBJECTS);
-                let names: Vec<(u32, ObjectName)> = t.names.drain(..n).collect();
-                self.wait = Wait::Read;
-                return vec![PeeringOutput::ReadLocal { names }];
+        let mut out = Vec::new();
+        loop {
+            let Some(t) = self.target.as_mut() else {
+                out.extend(self.next_member());
+                return out;
+            };
+            if t.final_sent {
+                if t.outstanding == 0 {
+                    out.extend(self.next_member());
+                } else {
+                    self.wait = Wait::Push;
+                }
+                return out;
             }
-            None => Vec::new(),
-        };
-        let last = t.names.is_empty() && t.ready.is_empty();
-        t.final_sent = last;
-        let push = PgPush {
-            pgid,
-            from,
-            epoch,
-            objects,
-            keep_only: if last { t.keep_only.take() } else { None },
-            finish: last.then_some(finish),
-        };
-        self.wait = Wait::Push;
-        vec![PeeringOutput::Push { to: t.osd, push }]
+            if t.outstanding >= RECOVERY_PUSH_WINDOW {
+                self.wait = Wait::Push;
+                return out;
+            }
+            let last_batch = t.names.is_empty() && t.ready.len() <= 1;
+            let objects = match t.ready.pop_front() {
+                // The last batch waits to carry the final info and log
+                // while earlier pushes are still in flight.
+                Some(batch) if !(last_batch && t.outstanding > 0) => batch,
+                Some(batch) => {
+                    t.ready.push_front(batch);
+                    self.wait = Wait::Push;
+                    return out;
+                }
+                None if !t.names.is_empty() => {
+                    let n = t.names.len().min(RECOVERY_BATCH_OBJECTS);
+                    let names: Vec<(u32, ObjectName)> = t.names.drain(..n).collect();
+                    self.wait = Wait::Read;
+                    out.push(PeeringOutput::ReadLocal { names });
+                    return out;
+                }
+                None if t.outstanding > 0 => {
+                    self.wait = Wait::Push;
+                    return out;
+                }
+                None => Vec::new(),
+            };
+            let last = t.names.is_empty() && t.ready.is_empty() && t.outstanding == 0;
+            t.final_sent = last;
+            t.outstanding += 1;
+            let push = PgPush {
+                pgid,
+                from,
+                epoch,
+                objects,
+                keep_only: if last { t.keep_only.take() } else { None },
+                finish: last.then(|| finish.clone()),
+            };
+            self.wait = Wait::Push;
+            out.push(PeeringOutput::Push { to: t.osd, push });
+        }
     }
 
     /// How `osd`'s copy relates to the authoritative one (a copy still

@@ -1206,6 +1206,11 @@ impl Pg {
         &self.backfill
     }
 
+    /// `oid` has a write in flight or queued.
+    pub fn is_busy(&self, oid: &ObjectName) -> bool {
+        self.busy.contains_key(oid)
+    }
+
     /// The first object (store order) after `after` with a write in
     /// flight or queued: a backfill batch must not reach it (the write
     /// went to the target without data, and the object may not even be

@@ -269,6 +269,8 @@ pub(crate) struct Shared {
     throttle_units: u32,
     /// Backfill slots, batches in flight and the bandwidth cap.
     pub(crate) recovery: crate::backfill::RecoveryThrottle,
+    /// Times what this OSD copies for recovery and backfill.
+    pub(crate) copy_meter: crate::backfill::CopyMeter,
     tasks: Tasks,
     next_token: AtomicU64,
     addr: SocketAddr,
@@ -380,6 +382,7 @@ impl Osd {
             throttle: Arc::new(Semaphore::new(units as usize)),
             throttle_units: units,
             recovery: Default::default(),
+            copy_meter: Default::default(),
             cfg,
             store: Arc::new(store),
             map_rx: map,
@@ -426,6 +429,12 @@ impl Osd {
     /// The address the listener is bound to (register this in the map).
     pub fn addr(&self) -> SocketAddr {
         self.shared.addr
+    }
+
+    /// What this OSD copied as a recovery or backfill sender since it
+    /// started: first copy sent, last one durable, bytes and objects.
+    pub fn copy_window(&self) -> Option<crate::backfill::CopyWindow> {
+        self.shared.copy_meter.total()
     }
 
     /// PG states on this OSD.
@@ -1052,6 +1061,9 @@ impl PgActor {
                     return;
                 }
                 let seq = ack.version.seq;
+                if let Some(run) = self.backfill.as_mut() {
+                    run.write_acked(ack.from, seq);
+                }
                 if let Some(w) = self.repops.get_mut(&seq) {
                     w.remove(&ack.from);
                     if w.is_empty() {
@@ -1193,14 +1205,41 @@ impl PgActor {
             }
             PgMsg::Push { conn, msg, push } => {
                 self.pg.adopt_primary_interval_start(push.from, push.epoch);
-                let result = if push.epoch < self.pg.info.same_interval_since {
+                let built = if push.epoch < self.pg.info.same_interval_since {
                     Err(format!(
                         "push from osd.{} for epoch {} is older than this OSD's interval (since {})",
                         push.from, push.epoch.0, self.pg.info.same_interval_since.0
                     ))
                 } else {
-                    peering::install_push(&self.shared.store, self.coll, &push).await
+                    peering::push_txn(&self.shared.store, self.coll, &push)
                 };
+                let (pgid, me) = (self.pgid, self.me());
+                let reply = move |result| PgPushReply {
+                    pgid,
+                    from: me,
+                    result,
+                };
+                let committed = built
+                    .and_then(|txn| submit_txn(&self.shared.store, txn).map_err(|e| e.to_string()));
+                let h = match committed {
+                    Ok(h) => h,
+                    Err(e) => {
+                        let r = reply(Err(e));
+                        let _ = conn.reply(&msg, msg_type::PG_PUSH_REPLY, encode(&r)).await;
+                        return;
+                    }
+                };
+                if push.finish.is_none() {
+                    // A data push: acknowledged once durable, while this
+                    // actor takes the next one (the primary pipelines them;
+                    // the store keeps their order).
+                    self.shared.tasks.spawn(async move {
+                        let r = reply(h.await.map_err(|e| e.to_string()));
+                        let _ = conn.reply(&msg, msg_type::PG_PUSH_REPLY, encode(&r)).await;
+                    });
+                    return;
+                }
+                let result = h.await.map_err(|e| e.to_string());
                 if result.is_ok() {
                     if let Some((info, log)) = push.finish {
                         self.pg.reload(info, log);
@@ -1209,11 +1248,7 @@ impl PgActor {
                         }
                     }
                 }
-                let r = PgPushReply {
-                    pgid: self.pgid,
-                    from: self.me(),
-                    result,
-                };
+                let r = reply(result);
                 let _ = conn.reply(&msg, msg_type::PG_PUSH_REPLY, encode(&r)).await;
             }
         }
@@ -1308,6 +1343,7 @@ impl PgActor {
         }
         self.scrub_tick().await;
         self.backfill_step().await;
+        self.shared.copy_meter.tick(self.me());
     }
 
     async fn resend_all(&mut self, r: i32, gen: u64, conn: &Connection, below: u64) {
@@ -1592,6 +1628,9 @@ impl PgActor {
         };
         if !replicas.is_empty() {
             self.repops.insert(version.seq, per_replica.clone());
+        }
+        if let Some(run) = self.backfill.as_mut() {
+            run.note_write(version.seq, &req.oid, &replicas);
         }
         for (r, bytes) in per_replica {
             self.send_repop(r, version.seq, bytes).await;
@@ -2165,7 +2204,9 @@ impl PgActor {
             Some((info, log)) => self.pg.reload(info, log),
             None => self.pg.info.backfill = info.backfill.clone(),
         }
-        let h = self.shared.store.submit(txn);
+        // One store transaction per batch; batches pipelined from the
+        // primary group-commit in the store.
+        let h = submit_txn(&self.shared.store, txn);
         let a = ack(Ok(()));
         self.shared.tasks.spawn(async move {
             let r = match h {

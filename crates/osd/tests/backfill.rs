@@ -267,6 +267,87 @@ async fn nobackfill_holds_backfill_until_unset() {
     );
 }
 
+/// A backfill target that stops answering while the monitors still show
+/// it up (`nodown`) holds client writes for at most about
+/// `BACKFILL_WRITE_WAIT` (2 s, plus a tick): it is then dropped from the
+/// PG's writes (it is not an acting member, so no acknowledged write loses
+/// a durable copy). Back again, it resumes and the PG goes clean with
+/// every acknowledged write in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_backfill_target_does_not_stall_writes() {
+    let mut c = Cluster::start_with(4, 1, 4, 512 << 20, vec![], true).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    preload(&io).await;
+    // Backfill held, so nothing but client writes goes to the targets.
+    for flag in [OsdFlag::NoBackfill, OsdFlag::NoDown] {
+        c.apply(MonCommand::OsdSetFlag { flag });
+    }
+    c.apply(MonCommand::OsdOut { ids: vec![0] });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // A target and the PGs it is a backfill target of (it may be an
+    // acting member of others: those wait for it, rightly, and get no
+    // writes here).
+    let (target, pgs) = loop {
+        let map = c.current();
+        let waiting = states(&c).iter().any(|s| s.contains("backfill_wait"));
+        let mut targets: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
+        for (pgid, acting) in &map.pg_temp {
+            let up = map.pg_to_up(pgid.pool.0, pgid.seed).expect("up").up;
+            for o in up.into_iter().filter(|o| !acting.contains(o)) {
+                targets.entry(o).or_default().push(pgid.seed);
+            }
+        }
+        if let (true, Some((t, pgs))) = (waiting, targets.into_iter().next()) {
+            break (t, pgs);
+        }
+        assert!(Instant::now() < deadline, "no backfill target appeared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let pg_num = c.current().pools[&1].pg_num;
+    let names: Vec<String> = (0..)
+        .map(|i| format!("silent-{i}"))
+        .filter(|n| {
+            let h = cairn_ops::ObjectName::new("", n).hash();
+            let seed = cairn_map::stable_mod(h, pg_num, pg_num.next_power_of_two() - 1);
+            pgs.contains(&seed)
+        })
+        .take(20)
+        .collect();
+    c.crash(target);
+    // Writes to those PGs: each must finish well before the old bound
+    // (three peer timeouts, 30 s).
+    let mut slowest = Duration::ZERO;
+    let mut acked = BTreeMap::new();
+    for (i, name) in (0u64..).zip(names) {
+        let t0 = Instant::now();
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            io.write_full(&name, pattern(i + 77, OBJ_BYTES)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name}: write held for 20 s by silent osd.{target}"))
+        .expect("write");
+        slowest = slowest.max(t0.elapsed());
+        acked.insert(name, i + 77);
+    }
+    eprintln!("slowest write with osd.{target} silent: {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(8),
+        "a write waited {slowest:?} for silent backfill target osd.{target}"
+    );
+    c.restart(target).await;
+    c.apply(MonCommand::OsdUnsetFlag {
+        flag: OsdFlag::NoBackfill,
+    });
+    c.wait_clean(Duration::from_secs(60)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.current().pg_temp.is_empty() {
+        assert!(Instant::now() < deadline, "pg_temp never cleared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    verify(&io, &acked).await;
+}
+
 /// Backfill throughput with the throttles lifted (ignored: a measurement,
 /// run with `cargo test -p cairn-osd --test backfill -- --ignored
 /// --nocapture backfill_throughput`; compare with `fio` on the same
@@ -325,9 +406,70 @@ async fn backfill_throughput() {
         .flat_map(|o| o.pg_stats())
         .map(|s| s.recovered_bytes)
         .sum();
+    // The copy itself: first batch sent to last batch durable, any OSD.
+    let windows: Vec<cairn_osd::CopyWindow> = c
+        .osds
+        .values()
+        .flatten()
+        .filter_map(|o| o.copy_window())
+        .collect();
+    let first = windows
+        .iter()
+        .map(|w| w.first_sent)
+        .min()
+        .expect("nothing copied");
+    let last = windows
+        .iter()
+        .map(|w| w.last_durable)
+        .max()
+        .expect("nothing copied");
+    let copied: u64 = windows.iter().map(|w| w.bytes).sum();
+    let copy_secs = last.duration_since(first).as_secs_f64();
+    let mb = |b: u64| b as f64 / 1e6;
     eprintln!(
-        "backfill: {:.1} MiB moved in {secs:.2} s = {:.1} MiB/s (out of osd.{victim})",
-        moved as f64 / (1 << 20) as f64,
-        moved as f64 / (1 << 20) as f64 / secs
+        "backfill (out of osd.{victim}): {:.1} MB moved in {secs:.2} s from out to clean = {:.1} MB/s; copy phase {:.1} MB in {copy_secs:.2} s = {:.1} MB/s",
+        mb(moved),
+        mb(moved) / secs,
+        mb(copied),
+        mb(copied) / copy_secs
     );
+    match fio_write_bandwidth(c.dir.path()) {
+        Ok(raw) => eprintln!(
+            "fio on the same filesystem: {:.1} MB/s; copy phase = {:.2}x, out to clean = {:.2}x",
+            raw / 1e6,
+            mb(copied) * 1e6 / copy_secs / raw,
+            mb(moved) * 1e6 / secs / raw
+        ),
+        Err(e) => eprintln!("no fio baseline: {e}"),
+    }
+}
+
+/// fio's sequential write bandwidth (bytes/s) in `dir`: 4 MiB direct
+/// writes of 1 GiB, iodepth 8, a final fsync (as bench/recovery.sh).
+fn fio_write_bandwidth(dir: &std::path::Path) -> Result<f64, String> {
+    let file = dir.join("fio.dat");
+    let out = std::process::Command::new("fio")
+        .args([
+            "--name=raw-write",
+            "--rw=write",
+            "--bs=4M",
+            "--size=1G",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=8",
+            "--end_fsync=1",
+            "--output-format=json",
+        ])
+        .arg(format!("--filename={}", file.display()))
+        .output()
+        .map_err(|e| format!("running fio: {e}"))?;
+    let _ = std::fs::remove_file(&file);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("fio output: {e}"))?;
+    v["jobs"][0]["write"]["bw_bytes"]
+        .as_f64()
+        .ok_or_else(|| "fio output has no write bandwidth".to_string())
 }

@@ -353,6 +353,7 @@ struct Batch {
     /// The target holds every object up to here once this batch is durable.
     through: Option<ListCursor>,
     complete: bool,
+    acked: bool,
     /// Counts the batch in the meter (and its throttle slot) until acked.
     ticket: Option<CopyTicket>,
 }
@@ -603,10 +604,11 @@ impl BackfillRun {
         let Some(b) = t
             .inflight
             .iter_mut()
-            .find(|b| b.seq == seq && b.ticket.is_some())
+            .find(|b| b.seq == seq && !b.acked)
         else {
             return; // an older run's batch, or a duplicate
         };
+        b.acked = true;
         let ticket = b.ticket.take();
         let (bytes, objects) = (b.bytes, b.objects);
         if let Err(e) = result {
@@ -619,7 +621,7 @@ impl BackfillRun {
             tk.finish(bytes, objects);
         }
         // The durable cursor moves over every batch acknowledged in order.
-        while t.inflight.front().is_some_and(|b| b.ticket.is_none()) {
+        while t.inflight.front().is_some_and(|b| b.acked) {
             let Some(b) = t.inflight.pop_front() else {
                 break;
             };
@@ -740,7 +742,7 @@ impl BackfillRun {
             let batch = t
                 .inflight
                 .iter()
-                .find(|b| b.ticket.is_some())
+                .find(|b| !b.acked)
                 .filter(|b| now.duration_since(b.sent_at) > batch_wait);
             if let Some(b) = batch {
                 t.stalled = Some(format!(
@@ -964,6 +966,7 @@ impl BackfillRun {
                 bytes,
                 through,
                 complete,
+                acked: false,
                 ticket: Some(ticket),
             });
         }
@@ -1075,7 +1078,8 @@ async fn send_unslotted(shared: &Arc<Shared>, osd: i32, t: &mut TargetRun, msg: 
         .map(|(_, _, s)| s.as_ref().map(|s| s.bytes()).unwrap_or(0))
         .sum();
     let objects = msg.objects.len() as u64;
-    let ticket = CopyTicket::new(shared, None);
+    // A bare start message moves nothing: only object-carrying ones count.
+    let ticket = (objects > 0).then(|| CopyTicket::new(shared, None));
     match send(shared, osd, &msg).await {
         Ok(()) => t.inflight.push_back(Batch {
             seq: msg.seq,
@@ -1084,7 +1088,8 @@ async fn send_unslotted(shared: &Arc<Shared>, osd: i32, t: &mut TargetRun, msg: 
             bytes,
             through: msg.through.clone(),
             complete: false,
-            ticket: Some(ticket),
+            acked: false,
+            ticket,
         }),
         Err(e) => t.stalled = Some(e),
     }

@@ -287,7 +287,8 @@ impl PeeringJob {
                     | PeeringOutput::PullObjects { .. }
                     | PeeringOutput::Push { .. } => {
                         let copy = match &out {
-                            PeeringOutput::Push { push, .. } => {
+                            // Only pushes that carry objects count as copying.
+                            PeeringOutput::Push { push, .. } if !push.objects.is_empty() => {
                                 let (bytes, n) = copy_size(&push.objects);
                                 Some((CopyTicket::new(&self.shared, None), bytes, n))
                             }

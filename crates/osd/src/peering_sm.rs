@@ -22,6 +22,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 /// Objects per pull or push batch, at most (bytes are bounded too).
 pub const RECOVERY_BATCH_OBJECTS: usize = 64;
+/// Objects in a member's first local read for pushes (later reads are
+/// sized from the objects' weight to about `batch_bytes`).
+pub const RECOVERY_FIRST_READ_OBJECTS: usize = 8;
 /// Objects per backfill listing page.
 pub const BACKFILL_LIST_PAGE: u32 = 512;
 /// Recovery pushes in flight to one member at once (the next batch is
@@ -212,6 +215,8 @@ struct PushTarget {
     ready: VecDeque<Vec<ObjectCopy>>,
     /// Pushes sent and not yet acknowledged.
     outstanding: usize,
+    /// Objects per local read (sized from the objects read so far).
+    read_objects: usize,
     /// The push carrying the new info and log went out.
     final_sent: bool,
 }
@@ -714,6 +719,7 @@ impl Peering {
             keep_only: None,
             ready: VecDeque::new(),
             outstanding: 0,
+            read_objects: RECOVERY_FIRST_READ_OBJECTS,
             final_sent: false,
         };
         match plan {
@@ -732,12 +738,21 @@ impl Peering {
         self.push_next()
     }
 
-    /// Splits read objects into push batches closed at `batch_bytes`.
+    /// Splits read objects into push batches closed at `batch_bytes` /
+    /// [`RECOVERY_PUSH_WINDOW`] (so a full window holds about `batch_bytes`),
+    /// and sizes the next read to about `batch_bytes` from what these
+    /// objects weighed.
     fn split_batches(&mut self, objects: Vec<ObjectCopy>) {
-        let limit = self.p.batch_bytes;
+        let limit = (self.p.batch_bytes / RECOVERY_PUSH_WINDOW as u64).max(1);
         let Some(t) = self.target.as_mut() else {
             return;
         };
+        let total: u64 = objects
+            .iter()
+            .map(|o| o.2.as_ref().map(|s| s.bytes()).unwrap_or(0))
+            .sum();
+        let avg = (total / objects.len().max(1) as u64).max(1);
+        t.read_objects = (self.p.batch_bytes / avg).clamp(1, RECOVERY_BATCH_OBJECTS as u64) as usize;
         let mut batch = Vec::new();
         let mut bytes = 0u64;
         for o in objects {
@@ -793,7 +808,7 @@ impl Peering {
                     return out;
                 }
                 None if !t.names.is_empty() => {
-                    let n = t.names.len().min(RECOVERY_BATCH_OBJECTS);
+                    let n = t.names.len().min(t.read_objects);
                     let names: Vec<(u32, ObjectName)> = t.names.drain(..n).collect();
                     self.wait = Wait::Read;
                     out.push(PeeringOutput::ReadLocal { names });

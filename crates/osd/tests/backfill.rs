@@ -392,6 +392,7 @@ async fn backfill_throughput() {
     // Enough small writes that the logs no longer cover the big objects.
     preload(&io).await;
     let victim = c.current().pg_to_up(1, 0).unwrap().up[1];
+    let cpu0 = process_cpu_secs();
     let t0 = Instant::now();
     c.apply(MonCommand::OsdOut { ids: vec![victim] });
     c.wait_clean(Duration::from_secs(600)).await;
@@ -399,6 +400,7 @@ async fn backfill_throughput() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let secs = t0.elapsed().as_secs_f64();
+    let cpu = process_cpu_secs() - cpu0;
     let moved: u64 = c
         .osds
         .values()
@@ -433,6 +435,10 @@ async fn backfill_throughput() {
         mb(copied),
         mb(copied) / copy_secs
     );
+    eprintln!(
+        "CPU (every OSD of this process, out to clean): {cpu:.2} s = {:.2} CPU-s per GB moved",
+        cpu / (mb(moved) / 1e3)
+    );
     match fio_write_bandwidth(c.dir.path()) {
         Ok(raw) => eprintln!(
             "fio on the same filesystem: {:.1} MB/s; copy phase = {:.2}x, out to clean = {:.2}x",
@@ -442,6 +448,19 @@ async fn backfill_throughput() {
         ),
         Err(e) => eprintln!("no fio baseline: {e}"),
     }
+}
+
+/// CPU seconds (user + system) this process has used so far.
+fn process_cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are
+    // the 12th and 13th of them, in clock ticks (100 per second).
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
 }
 
 /// fio's sequential write bandwidth (bytes/s) in `dir`: 4 MiB direct

@@ -84,6 +84,9 @@ pub(crate) fn list_all(
     }
 }
 
+/// A push or pull being metered: its ticket, bytes and objects.
+type MeteredCopy = (CopyTicket, u64, u64);
+
 /// Bytes and count of objects being copied (recovery meter).
 pub(crate) fn copy_size(objects: &[ObjectCopy]) -> (u64, u64) {
     let bytes = objects
@@ -258,7 +261,7 @@ impl PeeringJob {
     /// Runs `sm` to its end (see `run`).
     async fn drive(&self, sm: &mut Peering) -> Result<(PgInfo, Vec<LogEntry>), String> {
         let mut todo: VecDeque<PeeringOutput> = sm.start().into();
-        let mut calls: JoinSet<(PeeringInput, Option<(CopyTicket, u64, u64)>)> = JoinSet::new();
+        let mut calls: JoinSet<(PeeringInput, Option<MeteredCopy>)> = JoinSet::new();
         // A pull counts as copied once its objects are installed here.
         let mut pulled: Option<(CopyTicket, u64, u64)> = None;
         loop {

@@ -601,11 +601,7 @@ impl BackfillRun {
         let Some(t) = self.targets.get_mut(&from) else {
             return;
         };
-        let Some(b) = t
-            .inflight
-            .iter_mut()
-            .find(|b| b.seq == seq && !b.acked)
-        else {
+        let Some(b) = t.inflight.iter_mut().find(|b| b.seq == seq && !b.acked) else {
             return; // an older run's batch, or a duplicate
         };
         b.acked = true;

@@ -752,7 +752,8 @@ impl Peering {
             .map(|o| o.2.as_ref().map(|s| s.bytes()).unwrap_or(0))
             .sum();
         let avg = (total / objects.len().max(1) as u64).max(1);
-        t.read_objects = (self.p.batch_bytes / avg).clamp(1, RECOVERY_BATCH_OBJECTS as u64) as usize;
+        t.read_objects =
+            (self.p.batch_bytes / avg).clamp(1, RECOVERY_BATCH_OBJECTS as u64) as usize;
         let mut batch = Vec::new();
         let mut bytes = 0u64;
         for o in objects {

@@ -449,7 +449,7 @@ async fn bench(io: &IoCtx, o: &Opts, secs: Duration, mode: Mode) -> Result<()> {
                         io.write_full(&oid, payload.clone()).await.map(|_| ())
                     }
                     Mode::Write => io.write(&oid, off, payload.clone()).await.map(|_| ()),
-                    _ => io.read(&oid, off, op_bytes).await.map(|_| ()),
+                    _ => io.read_bytes(&oid, off, op_bytes).await.map(|_| ()),
                 };
                 let us = t0.elapsed().as_micros() as u64;
                 match r {

@@ -204,8 +204,14 @@ impl IoCtx {
 
     /// Reads `len` bytes at `offset` (`len` 0 = to the end).
     pub async fn read(&self, oid: &str, offset: u64, len: u64) -> Result<Vec<u8>, ClientError> {
+        Ok(self.read_bytes(oid, offset, len).await?.to_vec())
+    }
+
+    /// [`IoCtx::read`] without the copy: the data as a slice of the
+    /// received reply.
+    pub async fn read_bytes(&self, oid: &str, offset: u64, len: u64) -> Result<Bytes, ClientError> {
         match self.one(oid, SubOp::Read { offset, len }).await?.0 {
-            SubOpOutput::Data(d) => Ok(d.to_vec()),
+            SubOpOutput::Data(d) => Ok(d),
             o => Err(ClientError::Protocol(format!("read answered with {o:?}"))),
         }
     }

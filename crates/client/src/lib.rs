@@ -49,7 +49,7 @@ pub use striper::{Extent, Striper};
 
 use cairn_map::ClusterMap;
 use cairn_msg::{connect, Connection, Credentials, MsgConfig};
-use cairn_ops::{decode_shared, encode, msg_type, OpReply, OpRequest, OpStatus, ReqId};
+use cairn_ops::{decode_shared, encode_parts, msg_type, OpReply, OpRequest, OpStatus, ReqId};
 use cairn_types::{EntityName, PgId};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -266,7 +266,7 @@ impl Rados {
                 }
             };
             let left = deadline.saturating_duration_since(Instant::now());
-            let call = conn.call(msg_type::OP, encode(&req), left);
+            let call = conn.call_parts(msg_type::OP, encode_parts(&req), left);
             // A new map that moves the PG's primary abandons the call and
             // resends (same reqid: applied once).
             let moved = async {

@@ -262,6 +262,20 @@ impl FrameKey {
         out
     }
 
+    /// [`FrameKey::sign`] of a payload held as consecutive segments (the
+    /// MAC is the same as over their concatenation).
+    pub fn sign_parts(&self, header: &[u8], parts: &[bytes::Bytes]) -> [u8; FRAME_MAC_LEN] {
+        let mut h = blake3::Hasher::new_keyed(&self.key);
+        h.update(header);
+        for p in parts {
+            h.update(p);
+        }
+        let full = h.finalize();
+        let mut out = [0u8; FRAME_MAC_LEN];
+        out.copy_from_slice(&full.as_bytes()[..FRAME_MAC_LEN]);
+        out
+    }
+
     pub fn verify(&self, header: &[u8], payload: &[u8], mac: &[u8]) -> bool {
         mac_eq(&self.sign(header, payload), mac)
     }

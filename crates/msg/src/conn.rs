@@ -63,7 +63,8 @@ pub struct Message {
 
 struct OutFrame {
     header: FrameHeader,
-    payload: Bytes,
+    /// The payload as consecutive segments (one frame on the wire).
+    payload: Vec<Bytes>,
     _permit: Option<OwnedSemaphorePermit>,
 }
 
@@ -134,26 +135,27 @@ impl Shared {
     async fn enqueue(
         &self,
         header: FrameHeader,
-        payload: Bytes,
+        payload: Vec<Bytes>,
         deadline: Instant,
         after: Duration,
     ) -> Result<(), MsgError> {
         if let Some(e) = self.dead_error() {
             return Err(e);
         }
-        if payload.len() > self.cfg.max_message_bytes {
+        let len = parts_len(&payload);
+        if len > self.cfg.max_message_bytes {
             return Err(MsgError::TooLarge {
                 peer: self.label.clone(),
                 direction: "to",
-                len: payload.len() as u64,
+                len: len as u64,
                 limit: self.cfg.max_message_bytes,
             });
         }
-        let cost = (HEADER_LEN + payload.len()).min(self.cfg.max_inflight_bytes) as u32;
+        let cost = (HEADER_LEN + len).min(self.cfg.max_inflight_bytes) as u32;
         let what = || {
             format!(
                 "room to send a {}-byte message (max_inflight_bytes {} in use: the peer reads too slowly)",
-                payload.len(),
+                len,
                 self.cfg.max_inflight_bytes
             )
         };
@@ -266,8 +268,15 @@ impl Connection {
     /// One-way message. Waits (up to `send_timeout`) while the in-flight
     /// bound is used up.
     pub async fn send(&self, msg_type: u16, payload: Bytes) -> Result<(), MsgError> {
+        self.send_parts(msg_type, vec![payload]).await
+    }
+
+    /// [`Connection::send`] of a payload given as consecutive segments: they
+    /// go out back to back with one vectored write and one MAC, and the
+    /// receiver sees one contiguous payload (no copy to join them here).
+    pub async fn send_parts(&self, msg_type: u16, payload: Vec<Bytes>) -> Result<(), MsgError> {
         let after = self.handle.shared.cfg.send_timeout;
-        let h = self.header(msg_type, self.next_id(), None, payload.len());
+        let h = self.header(msg_type, self.next_id(), None, parts_len(&payload));
         self.handle
             .shared
             .enqueue(h, payload, Instant::now() + after, after)
@@ -279,6 +288,17 @@ impl Connection {
         &self,
         msg_type: u16,
         payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Message, MsgError> {
+        self.call_parts(msg_type, vec![payload], timeout).await
+    }
+
+    /// [`Connection::call`] with the request given as consecutive segments
+    /// (see [`Connection::send_parts`]).
+    pub async fn call_parts(
+        &self,
+        msg_type: u16,
+        payload: Vec<Bytes>,
         timeout: Duration,
     ) -> Result<Message, MsgError> {
         let sh = &self.handle.shared;
@@ -297,7 +317,7 @@ impl Connection {
             }
             pending.insert(id, tx);
         }
-        let h = self.header(msg_type, id, None, payload.len());
+        let h = self.header(msg_type, id, None, parts_len(&payload));
         let result = async {
             sh.enqueue(h, payload, deadline, timeout).await?;
             match timeout_at(deadline, rx).await {
@@ -322,8 +342,19 @@ impl Connection {
 
     /// Answers `to` (a message received with `recv`).
     pub async fn reply(&self, to: &Message, msg_type: u16, payload: Bytes) -> Result<(), MsgError> {
+        self.reply_parts(to, msg_type, vec![payload]).await
+    }
+
+    /// [`Connection::reply`] with the answer given as consecutive segments
+    /// (see [`Connection::send_parts`]).
+    pub async fn reply_parts(
+        &self,
+        to: &Message,
+        msg_type: u16,
+        payload: Vec<Bytes>,
+    ) -> Result<(), MsgError> {
         let after = self.handle.shared.cfg.send_timeout;
-        let h = self.header(msg_type, self.next_id(), Some(to.id), payload.len());
+        let h = self.header(msg_type, self.next_id(), Some(to.id), parts_len(&payload));
         self.handle
             .shared
             .enqueue(h, payload, Instant::now() + after, after)
@@ -581,13 +612,15 @@ async fn seal_frame(
     frame: &mut OutFrame,
 ) -> Result<[u8; HEADER_LEN], MsgError> {
     let mut raw = signer.prepare(&mut frame.header);
-    let mac = if frame.payload.len() >= OFFLOAD_MAC_BYTES {
+    let mac = if parts_len(&frame.payload) >= OFFLOAD_MAC_BYTES {
         let (key, payload) = (signer.key().clone(), frame.payload.clone());
-        tokio::task::spawn_blocking(move || key.sign(&raw[..SIGNED_HEADER_LEN], &payload))
+        tokio::task::spawn_blocking(move || key.sign_parts(&raw[..SIGNED_HEADER_LEN], &payload))
             .await
             .map_err(|e| MsgError::protocol(&sh.label, format!("MAC task failed: {e}")))?
     } else {
-        signer.key().sign(&raw[..SIGNED_HEADER_LEN], &frame.payload)
+        signer
+            .key()
+            .sign_parts(&raw[..SIGNED_HEADER_LEN], &frame.payload)
     };
     raw[SIGNED_HEADER_LEN..].copy_from_slice(&mac);
     Ok(raw)
@@ -608,17 +641,17 @@ async fn writer_loop(
             Ok(None) => return Ok(()),
             Err(_) => OutFrame {
                 header: FrameHeader::new(FrameKind::Keepalive, 0, 0),
-                payload: Bytes::new(),
+                payload: Vec::new(),
                 _permit: None,
             },
         };
         // Small frames that are already queued go out in one vectored write.
-        let mut batch_bytes = first.payload.len();
+        let mut batch_bytes = parts_len(&first.payload);
         batch.push(first);
         while batch.len() < WRITE_BATCH_FRAMES && batch_bytes < WRITE_BATCH_BYTES {
             match out_rx.try_recv() {
                 Ok(f) => {
-                    batch_bytes += f.payload.len();
+                    batch_bytes += parts_len(&f.payload);
                     batch.push(f);
                 }
                 Err(_) => break,
@@ -627,10 +660,10 @@ async fn writer_loop(
         for f in batch.iter_mut() {
             headers.push(seal_frame(sh, signer, f).await?);
         }
-        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 3);
         for (h, f) in headers.iter().zip(batch.iter()) {
             slices.push(IoSlice::new(h));
-            slices.push(IoSlice::new(&f.payload));
+            slices.extend(f.payload.iter().map(|p| IoSlice::new(p)));
         }
         *mid_frame = true;
         write_all_slices(wr, &mut slices)
@@ -642,6 +675,11 @@ async fn writer_loop(
         // The frames' in-flight permits are released here.
         batch.clear();
     }
+}
+
+/// Total length of a payload held as segments.
+fn parts_len(parts: &[Bytes]) -> usize {
+    parts.iter().map(Bytes::len).sum()
 }
 
 /// Connects to `addr`, authenticates both ways and returns the connection.

@@ -35,7 +35,10 @@ pub struct EcChunkData {
     /// Stored attributes (only when asked for).
     pub attrs: Vec<(String, Bytes)>,
     /// One buffer per requested range, zero-padded to the requested length.
-    #[serde(deserialize_with = "crate::shared::bytes_vec")]
+    #[serde(
+        serialize_with = "crate::shared::ser_bytes_vec",
+        deserialize_with = "crate::shared::bytes_vec"
+    )]
     pub data: Vec<Bytes>,
 }
 

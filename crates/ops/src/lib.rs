@@ -16,7 +16,7 @@ pub use ec::*;
 pub use msgs::*;
 pub use op::*;
 pub use scrub::*;
-pub use shared::decode_shared;
+pub use shared::{decode_shared, encode_parts};
 
 /// Message type numbers on a `cairn-msg` connection (0x05xx = OSD family).
 pub mod msg_type {

@@ -18,7 +18,10 @@ pub enum Mutation {
     Remove,
     Write {
         offset: u64,
-        #[serde(deserialize_with = "crate::shared::bytes")]
+        #[serde(
+        serialize_with = "crate::shared::ser_bytes",
+        deserialize_with = "crate::shared::bytes"
+    )]
         data: Bytes,
     },
     Truncate {
@@ -225,7 +228,10 @@ pub struct PgPull {
 /// Everything one object holds. `None` in a pull/push = the object does not exist.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectState {
-    #[serde(deserialize_with = "crate::shared::bytes")]
+    #[serde(
+        serialize_with = "crate::shared::ser_bytes",
+        deserialize_with = "crate::shared::bytes"
+    )]
     pub data: Bytes,
     pub attrs: Vec<(String, Bytes)>,
     pub omap: Vec<(Bytes, Bytes)>,

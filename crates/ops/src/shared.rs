@@ -4,6 +4,11 @@
 //! slices of that buffer (reference-counted, no copy) instead of fresh
 //! copies. Everything else decodes as with [`crate::decode`]; the wire
 //! format is the same.
+//!
+//! The sending side mirrors it: [`encode_parts`] encodes a message as a list
+//! of segments in which the marked data fields (at least
+//! [`MIN_PART_BYTES`] long) are the caller's own buffers, not copies; the
+//! messenger sends the segments back to back as one payload.
 
 use bytes::Bytes;
 use serde::de::{Deserializer, SeqAccess, Visitor};
@@ -49,6 +54,115 @@ fn inside(src: &[u8], v: &[u8]) -> bool {
     let (s, e) = (src.as_ptr() as usize, src.as_ptr() as usize + src.len());
     let (a, b) = (v.as_ptr() as usize, v.as_ptr() as usize + v.len());
     !v.is_empty() && s <= a && b <= e
+}
+
+thread_local! {
+    /// Data fields [`ser_bytes`] met during an [`encode_parts`] on this
+    /// thread and not yet taken by its output.
+    static SINK: RefCell<Option<Vec<Bytes>>> = const { RefCell::new(None) };
+}
+
+/// Data fields at least this long travel as their own segment; shorter
+/// ones are copied into the surrounding segment (a copy is cheaper than
+/// one more I/O vector).
+pub const MIN_PART_BYTES: usize = 16 << 10;
+
+/// Ends an [`encode_parts`] on this thread (also on panic).
+struct SinkGuard(Option<Vec<Bytes>>);
+
+impl Drop for SinkGuard {
+    fn drop(&mut self) {
+        let prev = self.0.take();
+        SINK.with(|s| *s.borrow_mut() = prev);
+    }
+}
+
+/// Encodes a message like [`crate::encode`], as consecutive segments whose
+/// concatenation is exactly `crate::encode(v)`: marked data fields of at
+/// least [`MIN_PART_BYTES`] are shared with `v` (reference-counted), the
+/// bytes around them are copied into small segments.
+pub fn encode_parts<T: serde::Serialize>(v: &T) -> Vec<Bytes> {
+    let prev = SINK.with(|s| s.borrow_mut().replace(Vec::new()));
+    let _guard = SinkGuard(prev);
+    let flavor = Parts {
+        parts: Vec::new(),
+        cur: vec![crate::OPS_WIRE_VERSION],
+    };
+    // postcard only fails on serializer errors that our plain data types never raise.
+    postcard::serialize_with_flavor(v, flavor).expect("postcard encoding of plain data cannot fail")
+}
+
+/// A postcard output that keeps registered data fields as their own segments.
+struct Parts {
+    parts: Vec<Bytes>,
+    cur: Vec<u8>,
+}
+
+impl postcard::ser_flavors::Flavor for Parts {
+    type Output = Vec<Bytes>;
+
+    fn try_push(&mut self, b: u8) -> postcard::Result<()> {
+        self.cur.push(b);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        if data.len() >= MIN_PART_BYTES {
+            if let Some(field) = take_registered(data) {
+                if !self.cur.is_empty() {
+                    self.parts.push(Bytes::from(std::mem::take(&mut self.cur)));
+                }
+                self.parts.push(field);
+                return Ok(());
+            }
+        }
+        self.cur.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn finalize(mut self) -> postcard::Result<Vec<Bytes>> {
+        if !self.cur.is_empty() || self.parts.is_empty() {
+            self.parts.push(Bytes::from(self.cur));
+        }
+        Ok(self.parts)
+    }
+}
+
+/// The registered field that is exactly `data` (same memory), removed.
+fn take_registered(data: &[u8]) -> Option<Bytes> {
+    SINK.with(|s| {
+        let mut s = s.borrow_mut();
+        let fields = s.as_mut()?;
+        let i = fields
+            .iter()
+            .rposition(|f| f.as_ptr() == data.as_ptr() && f.len() == data.len())?;
+        Some(fields.swap_remove(i))
+    })
+}
+
+/// `serialize_with` for a `Bytes` data field: serialized as usual (the same
+/// bytes on the wire); inside [`encode_parts`] a big one is registered so
+/// that the output shares it instead of copying it.
+pub fn ser_bytes<S: serde::Serializer>(b: &Bytes, s: S) -> Result<S::Ok, S::Error> {
+    if b.len() >= MIN_PART_BYTES {
+        SINK.with(|k| {
+            if let Some(fields) = k.borrow_mut().as_mut() {
+                fields.push(b.clone());
+            }
+        });
+    }
+    s.serialize_bytes(b)
+}
+
+/// `serialize_with` for a `Vec<Bytes>` of data buffers (see [`ser_bytes`]).
+pub fn ser_bytes_vec<S: serde::Serializer>(v: &[Bytes], s: S) -> Result<S::Ok, S::Error> {
+    struct One<'a>(&'a Bytes);
+    impl serde::Serialize for One<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            ser_bytes(self.0, s)
+        }
+    }
+    s.collect_seq(v.iter().map(One))
 }
 
 struct BytesVisitor;
@@ -150,5 +264,50 @@ mod tests {
         };
         let back: Mutation = decode_shared("mutation", &encode(&m)).unwrap();
         assert_eq!(back, m);
+    }
+
+    #[test]
+    fn parts_concatenate_to_the_plain_encoding_and_share_big_fields() {
+        let big = Bytes::from(vec![9u8; MIN_PART_BYTES + 5]);
+        let reply = crate::OpReply {
+            reqid: ReqId {
+                client: EntityName::client("t"),
+                incarnation: 1,
+                tid: 2,
+            },
+            status: crate::OpStatus::Done(Ok(vec![
+                crate::SubOpOutput::Data(Bytes::from_static(b"small")),
+                crate::SubOpOutput::Data(big.clone()),
+                crate::SubOpOutput::None,
+            ])),
+            version: Default::default(),
+            epoch: Epoch(4),
+        };
+        let parts = encode_parts(&reply);
+        assert_eq!(parts.concat(), encode(&reply).to_vec());
+        assert!(
+            parts.iter().any(|p| p.as_ptr() == big.as_ptr()),
+            "the big field was copied"
+        );
+        assert!(SINK.with(|s| s.borrow().is_none()));
+        // A message without big fields is one segment.
+        let m = Mutation::Write {
+            offset: 5,
+            data: Bytes::from_static(b"abc"),
+        };
+        assert_eq!(encode_parts(&m), vec![encode(&m)]);
+        // EC chunk lists share every big buffer.
+        let chunks = vec![big.clone(), Bytes::from_static(b"x"), big.clone()];
+        let r = crate::EcReadReply {
+            result: Ok(crate::EcChunkData {
+                version: Default::default(),
+                attrs: vec![],
+                data: chunks,
+            }),
+        };
+        let parts = encode_parts(&r);
+        assert_eq!(parts.concat(), encode(&r).to_vec());
+        let shared = parts.iter().filter(|p| p.as_ptr() == big.as_ptr()).count();
+        assert_eq!(shared, 2);
     }
 }

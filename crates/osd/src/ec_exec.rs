@@ -146,9 +146,15 @@ fn read_chunk(store: &Store, req: &EcRead) -> Result<EcChunkData, EcReadFail> {
         } else {
             len
         };
-        let mut b = store.read(&coll, &o, off, len).map_err(fail)?;
-        b.resize(len as usize, 0);
-        data.push(Bytes::from(b));
+        let b = store.read_bytes(&coll, &o, off, len).map_err(fail)?;
+        if b.len() as u64 == len {
+            data.push(b);
+        } else {
+            // Short past the end of the chunk: zero-padded to the request.
+            let mut v = b.to_vec();
+            v.resize(len as usize, 0);
+            data.push(Bytes::from(v));
+        }
     }
     let attrs = if req.with_attrs {
         store

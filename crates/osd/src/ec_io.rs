@@ -8,7 +8,7 @@
 use crate::ec_exec::{self, load_meta, run_meta_op, EcWritePlan, ShardMeta};
 use crate::ec_pool::{EcPg, SHARD_HOLE};
 use crate::exec;
-use crate::runtime::Shared;
+use crate::runtime::{blocking_store_call, Shared};
 use bytes::Bytes;
 use cairn_ec::{ChunkRead, ShardWrite};
 use cairn_ops::{
@@ -364,7 +364,8 @@ pub(crate) async fn call_read(
         return Err(EcReadFail::Other(format!("shard {} has no OSD", req.shard)));
     }
     if osd == shared.cfg.id {
-        return ec_exec::serve_read(&shared.store, req).result;
+        // This shard's own chunk: a store read that may block on the disk.
+        return blocking_store_call(|| ec_exec::serve_read(&shared.store, req)).result;
     }
     let (_, conn) = shared
         .peer(osd)

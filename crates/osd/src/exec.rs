@@ -256,7 +256,7 @@ impl<'a> View<'a> {
             .map_err(map_store_err)
     }
 
-    fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, OpError> {
+    fn read(&self, offset: u64, len: u64) -> Result<Bytes, OpError> {
         self.need()?;
         let len = if len == 0 {
             self.size.saturating_sub(offset)
@@ -264,7 +264,7 @@ impl<'a> View<'a> {
             len
         };
         self.store
-            .read(&self.coll, &self.oid, offset, len)
+            .read_bytes(&self.coll, &self.oid, offset, len)
             .map_err(map_store_err)
     }
 
@@ -293,7 +293,7 @@ impl<'a> View<'a> {
             }
             SubOp::CmpExt { offset, expected } => {
                 let mut have = if self.exists {
-                    self.read(*offset, expected.len() as u64)?
+                    self.read(*offset, expected.len() as u64)?.to_vec()
                 } else {
                     Vec::new()
                 };
@@ -305,7 +305,7 @@ impl<'a> View<'a> {
                 }
                 SubOpOutput::None
             }
-            SubOp::Read { offset, len } => SubOpOutput::Data(self.read(*offset, *len)?.into()),
+            SubOp::Read { offset, len } => SubOpOutput::Data(self.read(*offset, *len)?),
             SubOp::Stat => {
                 self.need()?;
                 SubOpOutput::Stat(ObjStat {

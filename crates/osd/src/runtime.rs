@@ -16,7 +16,7 @@ use bytes::Bytes;
 use cairn_map::{ClusterMap, PgRecoveryCounts, PoolKind};
 use cairn_msg::{connect, Connection, Credentials, Listener, Message, MsgConfig, MsgError, Secret};
 use cairn_ops::{
-    decode, decode_shared, encode, msg_type, EcRead, EcRollback, EcRollbackReply, LogEntry, LogOp,
+    decode, decode_shared, encode, encode_parts, msg_type, EcRead, EcRollback, EcRollbackReply, LogEntry, LogOp,
     Mutation, OpError, OpReply, OpRequest, OpStatus, PgBackfill, PgBackfillAck, PgInfo, PgNotify,
     PgPull, PgPush, PgPushReply, PgQuery, PgRemove, PullReply, RepOp, RepOpAck, SubOp, SubOpOutput,
     Version,
@@ -653,7 +653,7 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
             let r: EcRead = decode("ec read", &msg.payload).map_err(de)?;
             let reply = blocking_store_call(|| ec_exec::serve_read(&shared.store, &r));
             let _ = conn
-                .reply(&msg, msg_type::EC_READ_REPLY, encode(&reply))
+                .reply_parts(&msg, msg_type::EC_READ_REPLY, encode_parts(&reply))
                 .await;
             return Ok(());
         }
@@ -783,7 +783,9 @@ async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Res
     };
     let msg_ref = &msg;
     let send = |r: OpReply| async move {
-        let _ = conn.reply(msg_ref, msg_type::OP_REPLY, encode(&r)).await;
+        let _ = conn
+            .reply_parts(msg_ref, msg_type::OP_REPLY, encode_parts(&r))
+            .await;
     };
     let mut map = shared.map_rx.borrow().clone();
     if req.epoch > map.epoch {
@@ -944,7 +946,9 @@ struct PgActor {
     pending: HashMap<Token, (Connection, Message, Option<OwnedSemaphorePermit>)>,
     /// Replication sub-ops in flight: seq -> replica not yet acked -> its
     /// encoded RepOp (EC shards each get their own chunk).
-    repops: BTreeMap<u64, BTreeMap<i32, Bytes>>,
+    /// In-flight replication sub-ops by version, per replica, encoded as
+    /// segments ([`encode_parts`]: the write's data is shared, not copied).
+    repops: BTreeMap<u64, BTreeMap<i32, Vec<Bytes>>>,
     /// Peer connection generation each replica was last sent to on.
     sent_gen: HashMap<i32, u64>,
     /// RepOps from a newer epoch than our map, held until the map arrives.
@@ -1348,19 +1352,19 @@ impl PgActor {
 
     async fn resend_all(&mut self, r: i32, gen: u64, conn: &Connection, below: u64) {
         self.sent_gen.insert(r, gen);
-        let msgs: Vec<Bytes> = self
+        let msgs: Vec<Vec<Bytes>> = self
             .repops
             .range(..below)
             .filter_map(|(_, w)| w.get(&r).cloned())
             .collect();
         for b in msgs {
-            if conn.send(msg_type::REPOP, b).await.is_err() {
+            if conn.send_parts(msg_type::REPOP, b).await.is_err() {
                 return;
             }
         }
     }
 
-    async fn send_repop(&mut self, r: i32, seq: u64, bytes: Bytes) {
+    async fn send_repop(&mut self, r: i32, seq: u64, bytes: Vec<Bytes>) {
         let (gen, conn) = match self.shared.peer(r).await {
             Ok(x) => x,
             Err(e) => {
@@ -1371,7 +1375,7 @@ impl PgActor {
         if self.sent_gen.get(&r) != Some(&gen) {
             self.resend_all(r, gen, &conn, seq).await;
         }
-        if let Err(e) = conn.send(msg_type::REPOP, bytes).await {
+        if let Err(e) = conn.send_parts(msg_type::REPOP, bytes).await {
             tracing::warn!("pg {}: sending {seq} to osd.{r}: {e}", self.pgid);
         }
     }
@@ -1387,7 +1391,9 @@ impl PgActor {
                         if let Some((conn, msg, permit)) = self.pending.remove(&token) {
                             self.shared.tasks.spawn(async move {
                                 let reply = target.client_read(&req).await;
-                                let _ = conn.reply(&msg, msg_type::OP_REPLY, encode(&reply)).await;
+                                let _ = conn
+                                    .reply_parts(&msg, msg_type::OP_REPLY, encode_parts(&reply))
+                                    .await;
                                 drop(permit);
                             });
                         }
@@ -1427,7 +1433,9 @@ impl PgActor {
     fn reply(&mut self, token: Token, reply: OpReply) {
         if let Some((conn, msg, permit)) = self.pending.remove(&token) {
             self.shared.tasks.spawn(async move {
-                let _ = conn.reply(&msg, msg_type::OP_REPLY, encode(&reply)).await;
+                let _ = conn
+                    .reply_parts(&msg, msg_type::OP_REPLY, encode_parts(&reply))
+                    .await;
                 drop(permit);
             });
         }
@@ -1589,7 +1597,7 @@ impl PgActor {
             hash: req.oid.hash(),
             roll_forward_to,
         };
-        let per_replica: BTreeMap<i32, Bytes> = if ec.is_some() {
+        let per_replica: BTreeMap<i32, Vec<Bytes>> = if ec.is_some() {
             replicas
                 .iter()
                 .map(|&r| {
@@ -1600,16 +1608,16 @@ impl PgActor {
                     } else {
                         muts
                     };
-                    (r, encode(&rep))
+                    (r, encode_parts(&rep))
                 })
                 .collect()
         } else {
-            let bytes = encode(&rep);
+            let bytes = encode_parts(&rep);
             let entry_only = if log_only.is_empty() {
                 bytes.clone()
             } else {
                 // Backfill targets not yet at this object: the entry alone.
-                encode(&RepOp {
+                encode_parts(&RepOp {
                     mutations: Vec::new(),
                     ..rep.clone()
                 })

@@ -24,6 +24,12 @@ pub trait StoreFile: Send + Sync + 'static {
     fn write_at_direct(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.write_at(buf, offset)
     }
+    /// Like [`StoreFile::read_at`] but may bypass the page cache (O_DIRECT)
+    /// when `offset`, `buf.len()` and `buf`'s address are multiples of
+    /// 4096; otherwise (or where O_DIRECT is unavailable) a plain read.
+    fn read_at_direct(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.read_at(buf, offset)
+    }
     /// Makes every completed write durable (fdatasync).
     fn sync_data(&self) -> io::Result<()>;
     fn len(&self) -> io::Result<u64>;
@@ -65,7 +71,7 @@ pub struct OsFile {
 }
 
 /// Alignment O_DIRECT needs for buffers, offsets and lengths.
-const DIRECT_ALIGN: usize = 4096;
+pub(crate) const DIRECT_ALIGN: usize = 4096;
 /// Largest bounce buffer one direct write uses.
 const DIRECT_CHUNK_BYTES: usize = 4 << 20;
 
@@ -187,6 +193,18 @@ impl StoreFile for OsFile {
             d.write_all_at(b, offset + (i * DIRECT_CHUNK_BYTES) as u64)?;
         }
         Ok(())
+    }
+    fn read_at_direct(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        match &self.direct {
+            Some(d)
+                if (offset as usize).is_multiple_of(DIRECT_ALIGN)
+                    && buf.len().is_multiple_of(DIRECT_ALIGN)
+                    && (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN) =>
+            {
+                d.read_exact_at(buf, offset)
+            }
+            _ => self.file.read_exact_at(buf, offset),
+        }
     }
     fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()

@@ -862,6 +862,24 @@ impl Store {
         })
     }
 
+    /// [`Store::read`] as shared bytes: a big read lands with O_DIRECT in
+    /// an aligned buffer that is returned without another copy (the page
+    /// cache neither serves nor keeps it; small reads still use it).
+    pub fn read_bytes(
+        &self,
+        c: &CollectionId,
+        o: &ObjectId,
+        offset: u64,
+        len: u64,
+    ) -> Result<bytes::Bytes> {
+        self.with_read(|r| {
+            let on = Self::onode_in(r, c, o)?;
+            let len = len.min(on.size.saturating_sub(offset));
+            let ext = r.open_table(T_EXTENTS)?;
+            apply::read_range_bytes(&self.inner, &ext, c, o, &on, offset, len)
+        })
+    }
+
     pub fn exists(&self, c: &CollectionId, o: &ObjectId) -> Result<bool> {
         match self.stat(c, o) {
             Ok(_) => Ok(true),

@@ -294,3 +294,39 @@ fn store_without_its_wal_is_refused_clearly() {
     let e = Store::open(cfg(dir.path())).err().expect("open must fail");
     assert!(e.to_string().contains("write-ahead log"), "{e}");
 }
+
+#[test]
+fn read_bytes_matches_read_for_big_unaligned_and_sparse_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::create(cfg(dir.path())).unwrap();
+    let c = CollectionId::pg(1, 0);
+    let o = ObjectId::new(1, "big");
+    let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i * 7 + i / 4093) as u8).collect();
+    let mut t = Transaction::new();
+    t.create_collection(c);
+    // 3 MiB of data, a 1 MiB hole, then 300 KiB at an unaligned offset.
+    t.write(c, o.clone(), 0, Bytes::from(data.clone()));
+    t.write(c, o.clone(), (4 << 20) + 123, Bytes::from(data[..300 << 10].to_vec()));
+    s.commit(t).unwrap();
+    let size = (4u64 << 20) + 123 + (300 << 10);
+    for (off, len) in [
+        (0u64, 3u64 << 20),
+        (0, 4 << 20),
+        (4096, 1 << 20),
+        (1, (1 << 20) + 5),
+        (4095, 200 << 10),
+        ((3 << 20) - 100, 2 << 20),
+        ((4 << 20) + 100, 1 << 20),
+        (0, size),
+        (0, size + 4096),
+        (size - 10, 64 << 10),
+        (size + 1, 128 << 10),
+        (10, 100),
+    ] {
+        let plain = s.read(&c, &o, off, len).unwrap();
+        let shared = s.read_bytes(&c, &o, off, len).unwrap();
+        assert_eq!(plain.len(), shared.len(), "length at {off}+{len}");
+        assert!(plain == shared[..], "content at {off}+{len}");
+    }
+    assert_eq!(&s.read_bytes(&c, &o, 0, 3 << 20).unwrap()[..], &data[..]);
+}

@@ -16,7 +16,9 @@
 #
 # Knobs: BENCH_SECS (default 30, as Ceph's script), CEPH_PEER (path to
 # run.sh), SKIP_CEPH=1 (reuse OUT_DIR/ceph from an earlier run in the same
-# sitting), CAIRN (path to a release `cairn` binary; built if absent).
+# sitting), CAIRN (path to a release `cairn` binary; built if absent),
+# CAIRN_OSD_SIZE (`dev up --osd-size`, e.g. 4G when the disk is short; the
+# default 10G preallocates 30 GB).
 # Every process started here is stopped by PID on exit.
 set -euo pipefail
 
@@ -53,7 +55,7 @@ trap cleanup EXIT
 echo setup >"$T/phase"
 log "cairn dev up (timed to all PGs active+clean)"
 t0=$(date +%s.%N)
-"$CAIRN" dev up --dir "$T/dev" --detach 2>&1 | tee "$RAW/dev_up.txt"
+"$CAIRN" dev up --dir "$T/dev" --detach ${CAIRN_OSD_SIZE:+--osd-size "$CAIRN_OSD_SIZE"} 2>&1 | tee "$RAW/dev_up.txt"
 t1=$(date +%s.%N)
 echo "dev_up_active_clean $(echo "$t1 - $t0" | bc)" >"$RAW/timings.txt"
 export CAIRN_CONF=$T/dev/cairn.conf

@@ -19,9 +19,9 @@ pub enum Mutation {
     Write {
         offset: u64,
         #[serde(
-        serialize_with = "crate::shared::ser_bytes",
-        deserialize_with = "crate::shared::bytes"
-    )]
+            serialize_with = "crate::shared::ser_bytes",
+            deserialize_with = "crate::shared::bytes"
+        )]
         data: Bytes,
     },
     Truncate {

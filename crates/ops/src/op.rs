@@ -113,26 +113,26 @@ pub enum SubOp {
     /// Replaces the whole data (size becomes `data.len()`); creates the object.
     WriteFull {
         #[serde(
-        serialize_with = "crate::shared::ser_bytes",
-        deserialize_with = "crate::shared::bytes"
-    )]
+            serialize_with = "crate::shared::ser_bytes",
+            deserialize_with = "crate::shared::bytes"
+        )]
         data: Bytes,
     },
     /// Writes at `offset`; creates the object; grows the size if needed.
     Write {
         offset: u64,
         #[serde(
-        serialize_with = "crate::shared::ser_bytes",
-        deserialize_with = "crate::shared::bytes"
-    )]
+            serialize_with = "crate::shared::ser_bytes",
+            deserialize_with = "crate::shared::bytes"
+        )]
         data: Bytes,
     },
     /// Writes at the current end of the object.
     Append {
         #[serde(
-        serialize_with = "crate::shared::ser_bytes",
-        deserialize_with = "crate::shared::bytes"
-    )]
+            serialize_with = "crate::shared::ser_bytes",
+            deserialize_with = "crate::shared::bytes"
+        )]
         data: Bytes,
     },
     /// Sets the size (shrinks or extends with zeros); creates the object.
@@ -274,10 +274,13 @@ pub struct ObjStat {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SubOpOutput {
     None,
-    Data(#[serde(
-        serialize_with = "crate::shared::ser_bytes",
-        deserialize_with = "crate::shared::bytes"
-    )] Bytes),
+    Data(
+        #[serde(
+            serialize_with = "crate::shared::ser_bytes",
+            deserialize_with = "crate::shared::bytes"
+        )]
+        Bytes,
+    ),
     Stat(ObjStat),
     Xattrs(Vec<(String, Bytes)>),
     /// Omap entries (values empty when keys only were asked) and whether

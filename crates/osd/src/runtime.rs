@@ -16,10 +16,10 @@ use bytes::Bytes;
 use cairn_map::{ClusterMap, PgRecoveryCounts, PoolKind};
 use cairn_msg::{connect, Connection, Credentials, Listener, Message, MsgConfig, MsgError, Secret};
 use cairn_ops::{
-    decode, decode_shared, encode, encode_parts, msg_type, EcRead, EcRollback, EcRollbackReply, LogEntry, LogOp,
-    Mutation, OpError, OpReply, OpRequest, OpStatus, PgBackfill, PgBackfillAck, PgInfo, PgNotify,
-    PgPull, PgPush, PgPushReply, PgQuery, PgRemove, PullReply, RepOp, RepOpAck, SubOp, SubOpOutput,
-    Version,
+    decode, decode_shared, encode, encode_parts, msg_type, EcRead, EcRollback, EcRollbackReply,
+    LogEntry, LogOp, Mutation, OpError, OpReply, OpRequest, OpStatus, PgBackfill, PgBackfillAck,
+    PgInfo, PgNotify, PgPull, PgPush, PgPushReply, PgQuery, PgRemove, PullReply, RepOp, RepOpAck,
+    SubOp, SubOpOutput, Version,
 };
 use cairn_store::{CollectionId, Store, StoreError, Transaction};
 use cairn_types::{EntityName, Epoch, PgId, PoolId};

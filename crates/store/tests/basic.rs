@@ -301,12 +301,19 @@ fn read_bytes_matches_read_for_big_unaligned_and_sparse_ranges() {
     let s = Store::create(cfg(dir.path())).unwrap();
     let c = CollectionId::pg(1, 0);
     let o = ObjectId::new(1, "big");
-    let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i * 7 + i / 4093) as u8).collect();
+    let data: Vec<u8> = (0..(3u32 << 20))
+        .map(|i| (i * 7 + i / 4093) as u8)
+        .collect();
     let mut t = Transaction::new();
     t.create_collection(c);
     // 3 MiB of data, a 1 MiB hole, then 300 KiB at an unaligned offset.
     t.write(c, o.clone(), 0, Bytes::from(data.clone()));
-    t.write(c, o.clone(), (4 << 20) + 123, Bytes::from(data[..300 << 10].to_vec()));
+    t.write(
+        c,
+        o.clone(),
+        (4 << 20) + 123,
+        Bytes::from(data[..300 << 10].to_vec()),
+    );
     s.commit(t).unwrap();
     let size = (4u64 << 20) + 123 + (300 << 10);
     for (off, len) in [

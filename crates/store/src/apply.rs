@@ -970,7 +970,7 @@ pub(crate) fn read_range(
     len: u64,
 ) -> Result<Vec<u8>> {
     let mut out = vec![0u8; len as usize];
-    read_range_into(inner, t, c, o, on, off, &mut out)?;
+    read_range_into(inner, kv, c, o, on, off, &mut out)?;
     Ok(out)
 }
 
@@ -981,9 +981,9 @@ pub(crate) const DIRECT_READ_MIN_BYTES: u64 = 64 << 10;
 /// [`read_range`] into a buffer whose whole blocks can be read with O_DIRECT
 /// (the result starts on a 4096-byte boundary in memory), returned as a
 /// slice of it: one DMA from the disk, no kernel copy, no page-cache pages.
-pub(crate) fn read_range_bytes<T: ReadableTable<&'static [u8], &'static [u8]>>(
+pub(crate) fn read_range_bytes(
     inner: &Inner,
-    t: &T,
+    kv: &dyn KvRead,
     c: &CollectionId,
     o: &ObjectId,
     on: &Onode,
@@ -991,13 +991,13 @@ pub(crate) fn read_range_bytes<T: ReadableTable<&'static [u8], &'static [u8]>>(
     len: u64,
 ) -> Result<bytes::Bytes> {
     if len < DIRECT_READ_MIN_BYTES {
-        return read_range(inner, t, c, o, on, off, len).map(bytes::Bytes::from);
+        return read_range(inner, kv, c, o, on, off, len).map(bytes::Bytes::from);
     }
     let align = crate::device::DIRECT_ALIGN;
     let mut buf = vec![0u8; len as usize + align];
     let pad = buf.as_ptr().align_offset(align);
     let range = pad..pad + len as usize;
-    read_range_into(inner, t, c, o, on, off, &mut buf[range.clone()])?;
+    read_range_into(inner, kv, c, o, on, off, &mut buf[range.clone()])?;
     Ok(bytes::Bytes::from(buf).slice(range))
 }
 
@@ -1005,9 +1005,9 @@ pub(crate) fn read_range_bytes<T: ReadableTable<&'static [u8], &'static [u8]>>(
 /// object's data, verifying every block's checksum. Whole blocks are read
 /// in place (with O_DIRECT when big and aligned); a partial first or last
 /// block is read aside.
-fn read_range_into<T: ReadableTable<&'static [u8], &'static [u8]>>(
+fn read_range_into(
     inner: &Inner,
-    t: &T,
+    kv: &dyn KvRead,
     c: &CollectionId,
     o: &ObjectId,
     on: &Onode,

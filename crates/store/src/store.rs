@@ -875,8 +875,7 @@ impl Store {
         self.with_read(|r| {
             let on = Self::onode_in(r, c, o)?;
             let len = len.min(on.size.saturating_sub(offset));
-            let ext = r.open_table(T_EXTENTS)?;
-            apply::read_range_bytes(&self.inner, &ext, c, o, &on, offset, len)
+            apply::read_range_bytes(&self.inner, r, c, o, &on, offset, len)
         })
     }
 

@@ -207,15 +207,6 @@ impl IoCtx {
         Ok(self.read_bytes(oid, offset, len).await?.to_vec())
     }
 
-    /// [`IoCtx::read`] without the copy: the data as a slice of the
-    /// received reply.
-    pub async fn read_bytes(&self, oid: &str, offset: u64, len: u64) -> Result<Bytes, ClientError> {
-        match self.one(oid, SubOp::Read { offset, len }).await?.0 {
-            SubOpOutput::Data(d) => Ok(d),
-            o => Err(ClientError::Protocol(format!("read answered with {o:?}"))),
-        }
-    }
-
     /// [`IoCtx::read`] without the copy into a `Vec`: the bytes as they
     /// arrived from the OSD (block images hand them straight to NBD).
     pub async fn read_bytes(&self, oid: &str, offset: u64, len: u64) -> Result<Bytes, ClientError> {

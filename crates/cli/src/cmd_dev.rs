@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 const DEV_PG_NUM: u32 = 32;
 /// How long `dev up` waits for every PG to be active+clean.
 const CLEAN_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often `dev up` asks the monitors for PG states while it waits.
+const CLEAN_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, clap::Args)]
 pub struct DevArgs {
@@ -216,7 +218,11 @@ async fn probe_pool(io: &cairn_client::IoCtx, pg_num: u32, pool_id: u64) -> Vec<
     stuck
 }
 
-async fn create_osds_and_pools(conf: &Path, dir: &Path, osds: u32, size: u64) -> Result<()> {
+/// Registers the OSDs and creates their stores one after the other (so
+/// `osd-N.img` holds osd.N) without waiting for each to boot (the daemon
+/// starts each as soon as its record appears), then waits until all are up.
+async fn create_osds(conf: &Path, dir: &Path, osds: u32, size: u64) -> Result<()> {
+    let mut ids = Vec::new();
     for i in 0..osds {
         let opts = AddOpts {
             path: dir.join(format!("osd-{i}.img")),
@@ -226,9 +232,15 @@ async fn create_osds_and_pools(conf: &Path, dir: &Path, osds: u32, size: u64) ->
             host: cmd_disk::hostname(),
             file: true,
         };
-        let rec = cmd_disk::add(conf, dir, opts, true).await?;
+        let rec = cmd_disk::add(conf, dir, opts, false).await?;
         println!("  osd.{} on {}", rec.id, rec.device.display());
+        ids.push(rec.id);
     }
+    cmd_disk::wait_all_up(&admin(conf)?, &ids).await
+}
+
+async fn create_osds_and_pools(conf: &Path, dir: &Path, osds: u32, size: u64) -> Result<()> {
+    create_osds(conf, dir, osds, size).await?;
     let mon = admin(conf)?;
     let size_n = osds.min(3);
     // Set the defaults before creating the pool: changing size right after
@@ -333,7 +345,7 @@ async fn wait_clean(conf: &Path, timeout: Duration) -> Result<usize> {
         if start.elapsed() > timeout {
             bail!("after {timeout:?}: {last}");
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(CLEAN_POLL).await;
     }
 }
 

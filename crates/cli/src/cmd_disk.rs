@@ -422,24 +422,38 @@ pub fn daemon_running(node: &Path) -> bool {
 }
 
 async fn wait_up(mon: &MonClient, id: i32) -> Result<()> {
+    wait_all_up(mon, &[id]).await
+}
+
+/// How often [`wait_all_up`] asks the monitors.
+const UP_POLL: Duration = Duration::from_millis(100);
+
+/// Waits (up to `UP_WAIT`) until every OSD of `ids` is up in the map.
+pub async fn wait_all_up(mon: &MonClient, ids: &[i32]) -> Result<()> {
     let start = Instant::now();
     loop {
+        let mut down: Vec<i32> = ids.to_vec();
         if let Ok(r) = mon.command(&MonCommand::OsdDump).await {
-            let up = r.json["osds"]
-                .as_array()
-                .and_then(|a| a.iter().find(|o| o["id"].as_i64() == Some(id as i64)))
-                .map(|o| o["up"].as_i64() == Some(1) || o["up"].as_bool() == Some(true))
-                .unwrap_or(false);
-            if up {
+            let is_up = |id: i32| {
+                r.json["osds"]
+                    .as_array()
+                    .and_then(|a| a.iter().find(|o| o["id"].as_i64() == Some(id as i64)))
+                    .map(|o| o["up"].as_i64() == Some(1) || o["up"].as_bool() == Some(true))
+                    .unwrap_or(false)
+            };
+            down.retain(|&id| !is_up(id));
+            if down.is_empty() {
                 return Ok(());
             }
         }
         if start.elapsed() > UP_WAIT {
+            let names: Vec<String> = down.iter().map(|id| format!("osd.{id}")).collect();
             bail!(
-                "osd.{id} was created but is not up after {UP_WAIT:?}; see the node's daemon.log"
+                "{} created but not up after {UP_WAIT:?}; see the node's daemon.log",
+                names.join(", ")
             );
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(UP_POLL).await;
     }
 }
 

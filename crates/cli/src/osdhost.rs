@@ -24,8 +24,9 @@ use tokio::sync::watch;
 
 /// Directory of a node's OSD records.
 pub const OSDS_DIR: &str = "osds";
-/// How often the daemon looks for new or removed disks.
-const SCAN_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the daemon looks for new or removed disks (reading a few
+/// small records; short so that `disk add` and `dev up` wait little).
+const SCAN_INTERVAL: Duration = Duration::from_millis(200);
 /// Backoff after an OSD failed to start, doubling up to the max.
 const RESTART_BACKOFF_MIN: Duration = Duration::from_secs(2);
 const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(60);

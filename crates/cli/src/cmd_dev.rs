@@ -102,6 +102,7 @@ fn up(dir: &Path, osds: u32, osd_size: &str, detach: bool) -> Result<()> {
         if !(1..=64).contains(&osds) {
             bail!("--osds {osds}: use 1..64");
         }
+        check_free_space(&dir, osds, size)?;
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
         cmd_daemon::create_cluster(&dir, "a", addr, "osd")?;
     }
@@ -221,6 +222,40 @@ async fn probe_pool(io: &cairn_client::IoCtx, pg_num: u32, pool_id: u64) -> Vec<
 /// Registers the OSDs and creates their stores one after the other (so
 /// `osd-N.img` holds osd.N) without waiting for each to boot (the daemon
 /// starts each as soon as its record appears), then waits until all are up.
+/// Each OSD file reserves its whole size up front (so a full disk shows up
+/// as a clean "pool full" error, not as failed writes), so a fresh dev
+/// cluster needs `osds × size` free bytes: say so before creating anything.
+fn check_free_space(dir: &Path, osds: u32, size: u64) -> Result<()> {
+    let need = u64::from(osds) * size;
+    let free = free_bytes(dir)?;
+    if free < need {
+        bail!(
+            "{} has {} free but {osds} OSDs of {} need {} (each OSD file reserves its size); \
+             pass a smaller --osd-size (e.g. --osd-size {}G) or another --dir",
+            dir.display(),
+            cmd_disk::human_bytes(free),
+            cmd_disk::human_bytes(size),
+            cmd_disk::human_bytes(need),
+            (free / u64::from(osds) / 2 >> 30).max(1),
+        );
+    }
+    Ok(())
+}
+
+/// Bytes an unprivileged writer may still use on the filesystem of `dir`.
+fn free_bytes(dir: &Path) -> Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .with_context(|| format!("{} contains a NUL byte", dir.display()))?;
+    // SAFETY: statvfs writes into a zeroed struct we own; the path is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("statvfs {}", dir.display()));
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 async fn create_osds(conf: &Path, dir: &Path, osds: u32, size: u64) -> Result<()> {
     let mut ids = Vec::new();
     for i in 0..osds {

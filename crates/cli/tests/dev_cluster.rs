@@ -165,3 +165,20 @@ fn dev_up_rados_bench_down_restart() {
     wait_gone(pid);
     assert!(!alive(pid));
 }
+
+/// A dev cluster whose OSD files cannot fit on the disk is refused before
+/// anything starts, with the sizes and a smaller `--osd-size` to try.
+#[test]
+fn dev_up_refuses_osd_files_larger_than_the_free_space() {
+    let dev = Dev {
+        tmp: tempfile::tempdir().unwrap(),
+    };
+    let r = dev.cairn(&["dev", "up", "--osd-size", "900T", "--detach"]);
+    assert!(!r.ok, "{r:?}");
+    assert!(
+        r.stderr.contains("free but 3 OSDs of") && r.stderr.contains("--osd-size"),
+        "{r:?}"
+    );
+    assert!(dev.pid().is_none(), "no daemon may be left running");
+    assert!(!dev.dir().join("cairn.conf").exists(), "nothing created");
+}

@@ -236,7 +236,7 @@ fn check_free_space(dir: &Path, osds: u32, size: u64) -> Result<()> {
             cmd_disk::human_bytes(free),
             cmd_disk::human_bytes(size),
             cmd_disk::human_bytes(need),
-            (free / u64::from(osds) / 2 >> 30).max(1),
+            ((free / u64::from(osds) / 2) >> 30).max(1),
         );
     }
     Ok(())

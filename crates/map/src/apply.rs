@@ -41,8 +41,10 @@ pub const CRUSH_RULES_MAX: usize = 256;
 pub const OSD_ADDRS_MAX: usize = 8;
 /// Longest state string an OSD may report.
 pub const OSD_STATE_MAX_LEN: usize = 256;
-/// Version byte of the encoded cluster map.
-pub const MAP_FORMAT_VERSION: u8 = 2;
+/// Version byte of the encoded cluster map. 3: each PG's activation
+/// history (`pg_history`); maps of version 2 are refused with a clear error
+/// (a dev cluster made before it must be recreated).
+pub const MAP_FORMAT_VERSION: u8 = 3;
 /// Largest encoded cluster map we decode.
 pub const MAP_MAX_BYTES: usize = 256 * 1024 * 1024;
 

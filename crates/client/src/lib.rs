@@ -86,10 +86,18 @@ impl ClientConfig {
 
 type Slot = Arc<tokio::sync::Mutex<Option<Connection>>>;
 
+/// A cached connection's key: the OSD and the tokio runtime of the callers
+/// that use it. A connection's I/O runs on the runtime that opened it, so
+/// a handle used from several runtimes (say a short-lived current-thread
+/// one and the application's) keeps one connection per OSD for each: a
+/// connection opened by a runtime that is no longer driven would stall
+/// every other caller.
+type ConnKey = (i32, tokio::runtime::Id);
+
 struct Inner {
     cfg: ClientConfig,
     map: watch::Receiver<Arc<ClusterMap>>,
-    conns: Mutex<HashMap<i32, Slot>>,
+    conns: Mutex<HashMap<ConnKey, Slot>>,
     incarnation: u64,
     next_tid: AtomicU64,
 }
@@ -152,9 +160,18 @@ impl Rados {
     }
 
     async fn conn(&self, osd: i32, map: &ClusterMap) -> Result<Connection, String> {
+        let key = (osd, tokio::runtime::Handle::current().id());
         let slot = {
             let mut g = self.inner.conns.lock().unwrap_or_else(|p| p.into_inner());
-            g.entry(osd).or_default().clone()
+            if !g.contains_key(&key) {
+                // Slots of runtimes that shut down hold closed connections.
+                g.retain(|_, s| {
+                    s.try_lock()
+                        .map(|c| c.as_ref().is_some_and(|c| !c.is_closed()))
+                        .unwrap_or(true)
+                });
+            }
+            g.entry(key).or_default().clone()
         };
         let mut g = slot.lock().await;
         if let Some(c) = g.as_ref() {
@@ -181,11 +198,12 @@ impl Rados {
     }
 
     fn drop_conn(&self, osd: i32) {
+        let key = (osd, tokio::runtime::Handle::current().id());
         self.inner
             .conns
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&osd);
+            .remove(&key);
     }
 
     /// Waits (until `deadline`) for a map newer than `epoch`; false on timeout.

@@ -224,6 +224,9 @@ pub(crate) fn mac_eq(a: &[u8], b: &[u8]) -> bool {
 /// key (BLAKE3 key derivation), so the MAC key is never the raw session
 /// secret the handshake PRF also uses.
 const FRAME_KEY_CONTEXT: &str = "cairn frame mac v2 2026-11-22";
+/// Context string of the header MAC key (wire version 3): a key of its own,
+/// so a header tag is never also valid as a frame tag.
+const HEADER_KEY_CONTEXT: &str = "cairn frame header mac v3 2026-11-22";
 
 /// A frame MAC key (one per direction): keyed BLAKE3 under a key derived
 /// from the direction's session secret.
@@ -238,16 +241,36 @@ const FRAME_KEY_CONTEXT: &str = "cairn frame mac v2 2026-11-22";
 /// every payload byte. A MAC over the header and the payload's crc32c
 /// instead was rejected: crc32c is linear and unkeyed, so an on-path
 /// attacker could change a payload while keeping its checksum.
+///
+/// Since wire version 3 the header also carries a MAC of its own (under a
+/// second derived key) so that a receiver checks the payload length, the
+/// sequence number and the rest of the header before it reads or
+/// allocates the payload.
 #[derive(Clone)]
 pub struct FrameKey {
     key: [u8; 32],
+    header_key: [u8; 32],
 }
 
 impl FrameKey {
     pub fn new(key: &Secret) -> FrameKey {
         FrameKey {
             key: blake3::derive_key(FRAME_KEY_CONTEXT, key.as_bytes()),
+            header_key: blake3::derive_key(HEADER_KEY_CONTEXT, key.as_bytes()),
         }
+    }
+
+    /// Keyed BLAKE3 (header key) over the signed header bytes, truncated
+    /// to 16 bytes.
+    pub fn sign_header(&self, header: &[u8]) -> [u8; FRAME_MAC_LEN] {
+        let full = blake3::keyed_hash(&self.header_key, header);
+        let mut out = [0u8; FRAME_MAC_LEN];
+        out.copy_from_slice(&full.as_bytes()[..FRAME_MAC_LEN]);
+        out
+    }
+
+    pub fn verify_header(&self, header: &[u8], mac: &[u8]) -> bool {
+        mac_eq(&self.sign_header(header), mac)
     }
 
     /// Keyed BLAKE3 over `header || payload`, truncated to 16 bytes. The
@@ -284,6 +307,7 @@ impl FrameKey {
 impl Drop for FrameKey {
     fn drop(&mut self) {
         zeroize::Zeroize::zeroize(&mut self.key);
+        zeroize::Zeroize::zeroize(&mut self.header_key);
     }
 }
 
@@ -339,5 +363,10 @@ mod tests {
         assert!(!k.verify(b"head", b"bodz", &m));
         assert!(!k.verify(b"heae", b"body", &m));
         assert!(!FrameKey::new(&Secret::generate()).verify(b"head", b"body", &m));
+        let hm = k.sign_header(b"head");
+        assert!(k.verify_header(b"head", &hm));
+        assert!(!k.verify_header(b"heae", &hm));
+        // The header key is not the frame key.
+        assert_ne!(hm, k.sign(b"head", b""));
     }
 }

@@ -2,11 +2,18 @@
 //! halves of the socket; `Connection` handles talk to them through bounded
 //! queues. Owns dispatch (replies vs. requests), keepalives, backpressure
 //! and shutdown; not the handshake (see `handshake`).
+//!
+//! The two tasks run on the tokio runtime that opened (or accepted) the
+//! connection. If that runtime shuts down, the tasks are dropped and the
+//! connection closes at once ("the tokio runtime that ran its I/O shut
+//! down"); a current-thread runtime that is alive but not being driven
+//! runs nothing, so handles used from another runtime must check
+//! [`Connection::is_driven_here`].
 
 use crate::auth::{Credentials, KeyServer};
 use crate::config::MsgConfig;
 use crate::frame::{
-    FrameHeader, FrameKind, FrameSigner, FrameVerifier, CLOSE_MAX_BYTES, HEADER_LEN,
+    FrameHeader, FrameKind, FrameSigner, FrameVerifier, CLOSE_MAX_BYTES, FRAME_MAC_AT, HEADER_LEN,
     SIGNED_HEADER_LEN,
 };
 use crate::handshake::{self, Established};
@@ -86,6 +93,8 @@ struct Shared {
     inbox: tokio::sync::Mutex<mpsc::UnboundedReceiver<Inbound>>,
     dead: Mutex<Option<(MsgError, bool)>>,
     dead_tx: watch::Sender<bool>,
+    /// The runtime the connection's tasks run on, and its flavour.
+    runtime: (tokio::runtime::Id, tokio::runtime::RuntimeFlavor),
 }
 
 impl Shared {
@@ -248,6 +257,18 @@ impl Connection {
 
     pub fn is_closed(&self) -> bool {
         self.closed_reason().is_some()
+    }
+
+    /// True when the connection's I/O makes progress while the caller
+    /// waits: the caller runs on the runtime that runs the connection's
+    /// tasks, or that runtime is a multi-thread one (its workers drive it
+    /// on their own). A current-thread runtime runs its tasks only while
+    /// someone drives it, so a connection it opened can stall a caller on
+    /// another runtime.
+    pub fn is_driven_here(&self) -> bool {
+        let (id, flavor) = &self.handle.shared.runtime;
+        *flavor == tokio::runtime::RuntimeFlavor::MultiThread
+            || tokio::runtime::Handle::try_current().is_ok_and(|h| h.id() == *id)
     }
 
     fn next_id(&self) -> u64 {
@@ -417,6 +438,7 @@ pub(crate) fn start(
     let (out_tx, out_rx) = mpsc::channel(OUT_QUEUE_FRAMES);
     let (in_tx, in_rx) = mpsc::unbounded_channel();
     let (dead_tx, _) = watch::channel(false);
+    let rt = tokio::runtime::Handle::current();
     let shared = Arc::new(Shared {
         peer: est.peer,
         addr,
@@ -430,6 +452,7 @@ pub(crate) fn start(
         inbox: tokio::sync::Mutex::new(in_rx),
         dead: Mutex::new(None),
         dead_tx,
+        runtime: (rt.id(), rt.runtime_flavor()),
     });
     let (rd, wr) = stream.into_split();
     tokio::spawn(reader_task(shared.clone(), rd, est.verifier, in_tx));
@@ -439,12 +462,32 @@ pub(crate) fn start(
     }
 }
 
+/// Held by each of a connection's tasks: when the task ends, or is dropped
+/// unfinished because its runtime shut down, the connection is dead (a
+/// no-op when a cause of death is already recorded).
+struct TaskGuard {
+    sh: Arc<Shared>,
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.sh.fail(
+            MsgError::Closed {
+                peer: self.sh.label.clone(),
+                reason: "the tokio runtime that ran its I/O shut down".into(),
+            },
+            false,
+        );
+    }
+}
+
 async fn reader_task(
     sh: Arc<Shared>,
     rd: OwnedReadHalf,
     verifier: FrameVerifier,
     in_tx: mpsc::UnboundedSender<Inbound>,
 ) {
+    let _guard = TaskGuard { sh: sh.clone() };
     let recv_window = Arc::new(Semaphore::new(sh.cfg.max_inflight_bytes));
     let r = tokio::select! {
         r = reader_loop(&sh, rd, verifier, &in_tx, &recv_window) => r,
@@ -464,19 +507,26 @@ async fn reader_loop(
 ) -> Result<(), MsgError> {
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     loop {
+        // The header is authenticated (kind, MAC, sequence) before its
+        // payload is read: an unauthenticated length allocates nothing.
         let f = read_frame(
             &mut rd,
             &sh.label,
             sh.cfg.max_message_bytes,
             sh.cfg.keepalive_timeout,
+            |raw, hdr| {
+                if !hdr.kind.is_signed() || hdr.kind == FrameKind::AuthOk {
+                    return Err(MsgError::protocol(
+                        &sh.label,
+                        format!("unexpected {:?} frame after the handshake", hdr.kind),
+                    ));
+                }
+                verifier
+                    .check_header(raw, hdr)
+                    .map_err(|e| frame_error(&sh.label, e))
+            },
         )
         .await?;
-        if !f.header.kind.is_signed() || f.header.kind == FrameKind::AuthOk {
-            return Err(MsgError::protocol(
-                &sh.label,
-                format!("unexpected {:?} frame after the handshake", f.header.kind),
-            ));
-        }
         let mac_ok = if f.payload.len() >= OFFLOAD_MAC_BYTES {
             let (key, raw, hdr_mac, payload) = (
                 verifier.key().clone(),
@@ -496,9 +546,7 @@ async fn reader_loop(
                 &f.header.mac,
             )
         };
-        verifier
-            .accept(&f.header, mac_ok)
-            .map_err(|e| frame_error(&sh.label, e))?;
+        FrameVerifier::accept_payload(&f.header, mac_ok).map_err(|e| frame_error(&sh.label, e))?;
         match f.header.kind {
             FrameKind::Keepalive => {}
             FrameKind::Close => {
@@ -568,6 +616,7 @@ async fn writer_task(
     mut signer: FrameSigner,
     mut out_rx: mpsc::Receiver<OutFrame>,
 ) {
+    let _guard = TaskGuard { sh: sh.clone() };
     // Set while a frame is partly written: a Close frame must not follow
     // half a frame.
     let mut mid_frame = false;
@@ -622,7 +671,7 @@ async fn seal_frame(
             .key()
             .sign_parts(&raw[..SIGNED_HEADER_LEN], &frame.payload)
     };
-    raw[SIGNED_HEADER_LEN..].copy_from_slice(&mac);
+    raw[FRAME_MAC_AT..].copy_from_slice(&mac);
     Ok(raw)
 }
 

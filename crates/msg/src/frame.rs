@@ -1,21 +1,27 @@
-//! The wire frame: a fixed 56-byte header (magic, version, kind, lengths,
-//! sequence, ids, MAC) followed by the payload. Owns encoding, pure decoding
-//! and the per-direction signing/verification state; not socket I/O.
+//! The wire frame: a fixed 72-byte header (magic, version, kind, lengths,
+//! sequence, ids, a header MAC and a frame MAC) followed by the payload.
+//! Owns encoding, pure decoding and the per-direction signing/verification
+//! state; not socket I/O.
 //!
 //! Every decoder here is total: garbage yields a [`FrameError`], never a
 //! panic, and a length is checked against its limit before anything is
-//! allocated for it.
+//! allocated for it; on signed frames the header MAC (which covers the
+//! length) is checked before the payload is read.
 
 use crate::auth::{FrameKey, FRAME_MAC_LEN};
 
 /// First bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"CAIR";
 /// Wire format version carried in every frame header.
-pub const WIRE_VERSION: u8 = 2;
+pub const WIRE_VERSION: u8 = 3;
 /// Size of the fixed frame header.
-pub const HEADER_LEN: usize = 56;
-/// Bytes of the header covered by the MAC (everything before the MAC).
-pub const SIGNED_HEADER_LEN: usize = HEADER_LEN - FRAME_MAC_LEN;
+pub const HEADER_LEN: usize = 72;
+/// Bytes of the header covered by both MACs (everything before them).
+pub const SIGNED_HEADER_LEN: usize = 40;
+/// Offset of the header MAC: over the signed header bytes only.
+pub const HEADER_MAC_AT: usize = SIGNED_HEADER_LEN;
+/// Offset of the frame MAC: over the signed header bytes and the payload.
+pub const FRAME_MAC_AT: usize = HEADER_MAC_AT + FRAME_MAC_LEN;
 /// Largest handshake payload (names, nonces, a ticket).
 pub const HANDSHAKE_MAX_BYTES: usize = 16 << 10;
 /// Largest close-frame payload (a reason text).
@@ -102,6 +108,8 @@ pub enum FrameError {
     Truncated { have: usize, need: usize },
     #[error("frame {seq} failed its MAC check (tampered or corrupted in transit)")]
     BadMac { seq: u64 },
+    #[error("frame header (sequence number {seq} as sent) failed its MAC check: not from the authenticated peer, or tampered or corrupted in transit; its payload was not read")]
+    BadHeaderMac { seq: u64 },
     #[error("frame has sequence number {got}, expected {expected} (replayed, reordered or dropped frame)")]
     BadSequence { got: u64, expected: u64 },
 }
@@ -115,6 +123,10 @@ pub struct FrameHeader {
     pub seq: u64,
     pub id: u64,
     pub reply_to: Option<u64>,
+    /// MAC of the signed header bytes (zero in unsigned frames).
+    pub header_mac: [u8; FRAME_MAC_LEN],
+    /// MAC of the signed header bytes and the payload (zero in unsigned
+    /// frames).
     pub mac: [u8; FRAME_MAC_LEN],
 }
 
@@ -128,6 +140,7 @@ impl FrameHeader {
             seq: 0,
             id: 0,
             reply_to: None,
+            header_mac: [0; FRAME_MAC_LEN],
             mac: [0; FRAME_MAC_LEN],
         }
     }
@@ -147,7 +160,8 @@ impl FrameHeader {
         b[16..24].copy_from_slice(&self.seq.to_le_bytes());
         b[24..32].copy_from_slice(&self.id.to_le_bytes());
         b[32..40].copy_from_slice(&self.reply_to.unwrap_or(0).to_le_bytes());
-        b[40..56].copy_from_slice(&self.mac);
+        b[HEADER_MAC_AT..FRAME_MAC_AT].copy_from_slice(&self.header_mac);
+        b[FRAME_MAC_AT..HEADER_LEN].copy_from_slice(&self.mac);
         b
     }
 
@@ -193,8 +207,10 @@ impl FrameHeader {
         } else {
             None
         };
+        let mut header_mac = [0u8; FRAME_MAC_LEN];
+        header_mac.copy_from_slice(&b[HEADER_MAC_AT..FRAME_MAC_AT]);
         let mut mac = [0u8; FRAME_MAC_LEN];
-        mac.copy_from_slice(&b[40..56]);
+        mac.copy_from_slice(&b[FRAME_MAC_AT..HEADER_LEN]);
         Ok(FrameHeader {
             kind,
             msg_type: u16::from_le_bytes([b[8], b[9]]),
@@ -202,6 +218,7 @@ impl FrameHeader {
             seq: u64_at(16),
             id: u64_at(24),
             reply_to,
+            header_mac,
             mac,
         })
     }
@@ -218,24 +235,28 @@ impl FrameSigner {
         FrameSigner { key, next_seq: 0 }
     }
 
-    /// Fills in `seq` and `mac` and returns the encoded header.
+    /// Fills in `seq` and both MACs and returns the encoded header.
     pub fn seal(&mut self, hdr: &mut FrameHeader, payload: &[u8]) -> [u8; HEADER_LEN] {
         debug_assert_eq!(hdr.payload_len as usize, payload.len());
         let mut bytes = self.prepare(hdr);
         hdr.mac = self.key.sign(&bytes[..SIGNED_HEADER_LEN], payload);
-        bytes[SIGNED_HEADER_LEN..].copy_from_slice(&hdr.mac);
+        bytes[FRAME_MAC_AT..].copy_from_slice(&hdr.mac);
         bytes
     }
 
-    /// Assigns the next sequence number and returns the header bytes with
-    /// a zero MAC; the caller fills bytes `SIGNED_HEADER_LEN..` with
-    /// `key().sign(&bytes[..SIGNED_HEADER_LEN], payload)` (possibly on
-    /// another thread for big payloads).
+    /// Assigns the next sequence number, signs the header and returns the
+    /// header bytes with a zero frame MAC; the caller fills bytes
+    /// `FRAME_MAC_AT..` with `key().sign(&bytes[..SIGNED_HEADER_LEN],
+    /// payload)` (possibly on another thread for big payloads).
     pub fn prepare(&mut self, hdr: &mut FrameHeader) -> [u8; HEADER_LEN] {
         hdr.seq = self.next_seq;
         self.next_seq += 1;
+        hdr.header_mac = [0; FRAME_MAC_LEN];
         hdr.mac = [0; FRAME_MAC_LEN];
-        hdr.encode()
+        let mut bytes = hdr.encode();
+        hdr.header_mac = self.key.sign_header(&bytes[..SIGNED_HEADER_LEN]);
+        bytes[HEADER_MAC_AT..FRAME_MAC_AT].copy_from_slice(&hdr.header_mac);
+        bytes
     }
 
     pub fn key(&self) -> &FrameKey {
@@ -243,8 +264,10 @@ impl FrameSigner {
     }
 }
 
-/// Verifies incoming signed frames of one direction: MAC first (tamper),
-/// then the exact next sequence number (replay, reorder, drop).
+/// Verifies incoming signed frames of one direction in two steps: the
+/// header (its MAC, then the exact next sequence number: replay, reorder,
+/// drop) before the payload is read, then the frame MAC over header and
+/// payload (tamper).
 pub struct FrameVerifier {
     key: FrameKey,
     next_seq: u64,
@@ -255,27 +278,36 @@ impl FrameVerifier {
         FrameVerifier { key, next_seq: 0 }
     }
 
+    /// Both steps on a whole frame.
     pub fn verify(
         &mut self,
         raw_header: &[u8; HEADER_LEN],
         hdr: &FrameHeader,
         payload: &[u8],
     ) -> Result<(), FrameError> {
+        self.check_header(raw_header, hdr)?;
         let mac_ok = self
             .key
             .verify(&raw_header[..SIGNED_HEADER_LEN], payload, &hdr.mac);
-        self.accept(hdr, mac_ok)
+        Self::accept_payload(hdr, mac_ok)
     }
 
     pub fn key(&self) -> &FrameKey {
         &self.key
     }
 
-    /// Second half of [`FrameVerifier::verify`] when the MAC was checked
-    /// elsewhere (`mac_ok`): refuses a bad MAC, then checks the sequence.
-    pub fn accept(&mut self, hdr: &FrameHeader, mac_ok: bool) -> Result<(), FrameError> {
-        if !mac_ok {
-            return Err(FrameError::BadMac { seq: hdr.seq });
+    /// First step, before the payload is read or allocated: the header MAC
+    /// (so `payload_len` comes from the peer), then the sequence number.
+    pub fn check_header(
+        &mut self,
+        raw_header: &[u8; HEADER_LEN],
+        hdr: &FrameHeader,
+    ) -> Result<(), FrameError> {
+        if !self
+            .key
+            .verify_header(&raw_header[..SIGNED_HEADER_LEN], &hdr.header_mac)
+        {
+            return Err(FrameError::BadHeaderMac { seq: hdr.seq });
         }
         if hdr.seq != self.next_seq {
             return Err(FrameError::BadSequence {
@@ -285,6 +317,15 @@ impl FrameVerifier {
         }
         self.next_seq += 1;
         Ok(())
+    }
+
+    /// Second step when the frame MAC was checked elsewhere (`mac_ok`).
+    pub fn accept_payload(hdr: &FrameHeader, mac_ok: bool) -> Result<(), FrameError> {
+        if mac_ok {
+            Ok(())
+        } else {
+            Err(FrameError::BadMac { seq: hdr.seq })
+        }
     }
 }
 
@@ -380,6 +421,7 @@ mod tests {
         h.seq = 3;
         h.id = 4;
         h.reply_to = Some(0);
+        h.header_mac = [2; 16];
         h.mac = [1; 16];
         let b = h.encode();
         assert_eq!(FrameHeader::decode(&b, 10).unwrap(), h);
@@ -433,6 +475,9 @@ mod tests {
         assert_eq!((n, e), (1, Some(FrameError::BadMac { seq: 1 })));
         let mut t = f0.clone();
         t[8] ^= 1; // msg_type
+        assert!(matches!(check(t).1, Some(FrameError::BadHeaderMac { .. })));
+        let mut t = f0.clone();
+        t[FRAME_MAC_AT] ^= 1; // the frame MAC itself
         assert!(matches!(check(t).1, Some(FrameError::BadMac { .. })));
     }
 
@@ -458,9 +503,10 @@ mod tests {
             seq in any::<u64>(),
             id in any::<u64>(),
             reply_to in proptest::option::of(any::<u64>()),
+            header_mac in any::<[u8; 16]>(),
             mac in any::<[u8; 16]>(),
         ) {
-            let h = FrameHeader { kind, msg_type, payload_len: len, seq, id, reply_to, mac };
+            let h = FrameHeader { kind, msg_type, payload_len: len, seq, id, reply_to, header_mac, mac };
             match FrameHeader::decode(&h.encode(), 4096) {
                 Ok(back) => prop_assert_eq!(back, h),
                 Err(FrameError::TooLarge { .. }) => {

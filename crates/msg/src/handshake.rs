@@ -121,7 +121,7 @@ async fn read_handshake<R: AsyncRead + Unpin>(
     peer: &str,
     idle: Duration,
 ) -> Result<(FrameKind, HandshakeMsg), MsgError> {
-    let f = read_frame(r, peer, 0, idle).await?;
+    let f = read_frame(r, peer, 0, idle, |_, _| Ok(())).await?;
     if f.header.kind.is_signed() {
         return Err(MsgError::protocol(
             peer,
@@ -225,7 +225,7 @@ pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(
     let (c2s, s2c) = t.session_keys(k);
     let mut verifier = FrameVerifier::new(FrameKey::new(&s2c));
 
-    let f = read_frame(s, &label, 0, idle).await?;
+    let f = read_frame(s, &label, 0, idle, |_, _| Ok(())).await?;
     match f.header.kind {
         FrameKind::AuthOk => {
             verifier

@@ -1,6 +1,7 @@
 //! Reading and writing whole frames on a byte stream with bounded waits.
-//! Owns the "check the length before allocating" rule and vectored writes;
-//! not signing (see `frame`) nor dispatch (see `conn`).
+//! Owns the "check the length before allocating" rule (and the hook that
+//! authenticates a signed header before its payload is read) and vectored
+//! writes; not signing (see `frame`) nor dispatch (see `conn`).
 
 use crate::frame::{FrameError, FrameHeader, HEADER_LEN};
 use crate::MsgError;
@@ -31,7 +32,9 @@ pub(crate) fn frame_error(peer: &str, e: FrameError) -> MsgError {
                 MsgError::protocol(peer, FrameError::TooLarge { kind, len, limit }.to_string())
             }
         }
-        e @ (FrameError::BadMac { .. } | FrameError::BadSequence { .. }) => MsgError::Integrity {
+        e @ (FrameError::BadMac { .. }
+        | FrameError::BadHeaderMac { .. }
+        | FrameError::BadSequence { .. }) => MsgError::Integrity {
             peer: peer.to_string(),
             reason: e.to_string(),
         },
@@ -40,12 +43,16 @@ pub(crate) fn frame_error(peer: &str, e: FrameError) -> MsgError {
 }
 
 /// Reads one frame. `idle` bounds every single read: a peer that sends
-/// nothing for that long is reported as a timeout naming it.
+/// nothing for that long is reported as a timeout naming it. `check_header`
+/// runs on the decoded header before any payload byte is read or allocated
+/// (signed frames: the header MAC and sequence number); its error ends the
+/// read.
 pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     peer: &str,
     max_message_bytes: usize,
     idle: Duration,
+    check_header: impl FnOnce(&[u8; HEADER_LEN], &FrameHeader) -> Result<(), MsgError>,
 ) -> Result<RawFrame, MsgError> {
     let mut raw_header = [0u8; HEADER_LEN];
     let mut have = 0;
@@ -76,7 +83,9 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     }
     let header =
         FrameHeader::decode(&raw_header, max_message_bytes).map_err(|e| frame_error(peer, e))?;
-    // The length is within its limit now: allocating it is allowed.
+    check_header(&raw_header, &header)?;
+    // The length is within its limit (and, on signed frames, authentic):
+    // allocating it is allowed.
     let len = header.payload_len as usize;
     let mut payload = BytesMut::with_capacity(len);
     while payload.len() < len {

@@ -1,6 +1,9 @@
 //! `Peer`: a client handle that keeps one connection to one of several
 //! addresses and reconnects with capped exponential backoff. Owns retry
-//! policy only; each attempt is a plain `connect`.
+//! policy only; each attempt is a plain `connect`. A connection that the
+//! caller's runtime cannot count on (opened from a current-thread runtime
+//! the caller is not on: see `Connection::is_driven_here`) is replaced
+//! by one of the caller's own.
 
 use crate::auth::Credentials;
 use crate::config::MsgConfig;
@@ -78,7 +81,10 @@ impl Peer {
     /// The live connection, if there is one (does not connect).
     pub async fn current(&self) -> Option<Connection> {
         let st = self.inner.state.lock().await;
-        st.conn.as_ref().filter(|c| !c.is_closed()).cloned()
+        st.conn
+            .as_ref()
+            .filter(|c| !c.is_closed() && c.is_driven_here())
+            .cloned()
     }
 
     /// Closes the current connection, if any; the next `call` reconnects.
@@ -145,7 +151,11 @@ impl Peer {
             Err(_) => return Err(self.gave_up(after)),
         };
         loop {
-            if let Some(c) = st.conn.as_ref().filter(|c| !c.is_closed()) {
+            if let Some(c) = st
+                .conn
+                .as_ref()
+                .filter(|c| !c.is_closed() && c.is_driven_here())
+            {
                 return Ok(c.clone());
             }
             st.conn = None;

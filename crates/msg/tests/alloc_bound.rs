@@ -1,6 +1,9 @@
 //! A frame whose header announces more than `max_message_bytes` is refused
-//! before any buffer is allocated for it: measured with a counting global
-//! allocator (this test binary only).
+//! before any buffer is allocated for it, and so is a frame whose length an
+//! on-path attacker changed (the header MAC fails before the payload is
+//! read): measured with a counting global allocator (this test binary
+//! only). The two tests run one after the other (`SERIAL`) so that one's
+//! big buffers do not count in the other's measurement.
 
 mod common;
 use cairn_msg::{connect, Credentials, Listener, MsgConfig, MsgError, Secret};
@@ -29,8 +32,11 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn oversize_frame_is_refused_without_allocating_it() {
+    let _serial = SERIAL.lock().await;
     let server_cfg = MsgConfig {
         max_message_bytes: 1 << 20,
         ..fast_cfg()
@@ -59,5 +65,48 @@ async fn oversize_frame_is_refused_without_allocating_it() {
     assert!(
         largest < 8 << 20,
         "largest allocation while refusing a 96 MiB frame was {largest} bytes"
+    );
+}
+
+/// An attacker on the path rewrites a header's payload length to 100 MiB
+/// (within `max_message_bytes`): the receiver refuses the header on its
+/// MAC, says so naming the peer, closes the connection and allocates
+/// nothing for the claimed payload.
+#[tokio::test]
+async fn forged_length_is_refused_before_allocation() {
+    let _serial = SERIAL.lock().await;
+    let key = Secret::generate();
+    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
+        .await
+        .unwrap();
+    let (paddr, _proxy) = proxy(l.local_addr(), Mangle::ForgeLength(1)).await;
+    let creds = Credentials::Key {
+        name: admin(),
+        secret: key,
+    };
+    let client = connect(paddr, &creds, Some(&mon_a()), &fast_cfg())
+        .await
+        .unwrap();
+    let server = l.accept().await.unwrap();
+    client.send(1, payload(64, 1)).await.unwrap();
+    let first = server.recv_timeout(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(first.payload, payload(64, 1));
+    LARGEST.store(0, Ordering::Relaxed);
+    let _ = client.send(2, payload(64, 2)).await;
+    let err = server
+        .recv_timeout(Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, MsgError::Integrity { .. }), "{text}");
+    assert!(
+        text.contains("client.admin") && text.contains("header") && text.contains("not read"),
+        "{text}"
+    );
+    assert!(server.is_closed());
+    let largest = LARGEST.load(Ordering::Relaxed);
+    assert!(
+        largest < 1 << 20,
+        "largest allocation while refusing a forged {FORGED_LEN}-byte length was {largest} bytes"
     );
 }

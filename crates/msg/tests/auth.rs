@@ -231,7 +231,8 @@ async fn garbage_client_is_dropped_and_listener_keeps_going() {
     let mut raw = tokio::net::TcpStream::connect(l.local_addr())
         .await
         .unwrap();
-    raw.write_all(&b"GET / HTTP/1.1\r\n".repeat(4))
+    // More than a frame header's worth, so the server judges it at once.
+    raw.write_all(&b"GET / HTTP/1.1\r\n".repeat(8))
         .await
         .unwrap();
     let mut buf = [0u8; 64];

@@ -137,3 +137,49 @@ async fn peer_does_not_retry_auth_failures() {
     assert!(matches!(err, MsgError::AuthFailed { .. }), "{err}");
     assert!(t.elapsed() < Duration::from_secs(2));
 }
+
+/// A `Peer` first used from a current-thread runtime that is then kept
+/// alive but no longer driven: a call from another runtime does not wait
+/// on the stalled connection; it opens one of its own and answers at once.
+#[test]
+fn peer_used_from_another_runtime_does_not_stall() {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let key = Secret::generate();
+    let addr = main.block_on(async {
+        let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
+            .await
+            .unwrap();
+        let addr = l.local_addr();
+        echo_server(l);
+        addr
+    });
+    let peer = Peer::new(
+        vec![addr],
+        Credentials::Key {
+            name: admin(),
+            secret: key,
+        },
+        Some(mon_a()),
+        fast_cfg(),
+    );
+    let temp = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = temp.block_on(peer.call(2, Bytes::from_static(b"a"), Duration::from_secs(5)));
+    assert_eq!(&r.unwrap().payload[..], b"a");
+    // `temp` stays alive, idle.
+    let t0 = std::time::Instant::now();
+    let r = main.block_on(peer.call(2, Bytes::from_static(b"b"), Duration::from_secs(20)));
+    assert_eq!(&r.unwrap().payload[..], b"b");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "the call waited {:?}",
+        t0.elapsed()
+    );
+    drop(temp);
+}

@@ -272,3 +272,68 @@ async fn segmented_payloads_arrive_as_one_and_verify() {
         .unwrap();
     assert_eq!(&r.payload[..], b"ok");
 }
+
+/// A connection opened from a short-lived current-thread runtime: while
+/// that runtime is alive but not driven, callers on another runtime are
+/// told it is not driven there (`is_driven_here`); when it shuts down the
+/// connection closes at once, naming the cause, and a call on it fails at
+/// once instead of waiting for its timeout. A connection opened from a
+/// multi-thread runtime serves callers of any runtime.
+#[test]
+fn connections_follow_the_runtime_that_runs_their_io() {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let key = Secret::generate();
+    let addr = main.block_on(async {
+        let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
+            .await
+            .unwrap();
+        let addr = l.local_addr();
+        echo_server(l);
+        addr
+    });
+    let creds = Credentials::Key {
+        name: admin(),
+        secret: key,
+    };
+    let temp = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let conn = temp
+        .block_on(connect(addr, &creds, None, &fast_cfg()))
+        .unwrap();
+    temp.block_on(async {
+        assert!(conn.is_driven_here());
+        let r = conn.call(4, payload(10, 4), Duration::from_secs(5)).await;
+        assert_eq!(r.unwrap().payload, payload(10, 4));
+    });
+    main.block_on(async { assert!(!conn.is_driven_here()) });
+    drop(temp);
+    assert!(conn.is_closed());
+    let why = conn.closed_reason().unwrap().to_string();
+    assert!(why.contains("runtime") && why.contains("shut down"), "{why}");
+    let t0 = Instant::now();
+    let err = main
+        .block_on(conn.call(4, payload(10, 4), Duration::from_secs(30)))
+        .unwrap_err();
+    assert!(matches!(err, MsgError::Closed { .. }), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+
+    // Opened on the multi-thread runtime: usable from a current-thread one.
+    let shared = main
+        .block_on(connect(addr, &creds, None, &fast_cfg()))
+        .unwrap();
+    let other = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    other.block_on(async {
+        assert!(shared.is_driven_here());
+        let r = shared.call(6, payload(10, 6), Duration::from_secs(5)).await;
+        assert_eq!(r.unwrap().payload, payload(10, 6));
+    });
+}

@@ -570,3 +570,49 @@ async fn io_waits_below_min_size_and_resumes_without_loss() {
     assert_caught_up(&c, 0);
     assert_caught_up(&c, 2);
 }
+
+/// One client handle used first from a short-lived current-thread runtime
+/// (which stays alive, idle, as in a FUSE callback thread) and then from
+/// the application's runtime: the later ops do not wait on connections the
+/// idle runtime opened (they would never move) but answer at once; after
+/// the idle runtime is gone, ops keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_used_from_an_idle_runtime_does_not_stall_others() {
+    let c = Cluster::start(3, 1, 8, 256 << 20).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    let names: Vec<String> = (0..16).map(|i| format!("rt-{i}")).collect();
+    let (io2, names2) = (io.clone(), names.clone());
+    let temp = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            for n in &names2 {
+                io2.write_full(n, b"from the temporary runtime".to_vec())
+                    .await
+                    .expect("write from the temporary runtime");
+            }
+        });
+        rt
+    })
+    .join()
+    .unwrap();
+    // `temp` is alive and idle: connections it opened do not move.
+    for n in &names {
+        let t0 = Instant::now();
+        tokio::time::timeout(Duration::from_secs(20), io.write_full(n, b"main".to_vec()))
+            .await
+            .unwrap_or_else(|_| panic!("{n}: write from the main runtime stalled"))
+            .expect("write");
+        assert!(t0.elapsed() < Duration::from_secs(10), "{n}: {:?}", t0.elapsed());
+    }
+    std::thread::spawn(move || drop(temp)).join().unwrap();
+    for n in &names {
+        let data = tokio::time::timeout(Duration::from_secs(20), io.read(n, 0, 0))
+            .await
+            .expect("read after the temporary runtime ended")
+            .expect("read");
+        assert_eq!(data, b"main");
+    }
+}

@@ -109,7 +109,15 @@ pub enum Mangle {
     Flip(usize),
     /// Forward the handshake, then swallow everything server->client.
     SilenceServer,
+    /// Rewrite the payload length in the n-th message frame's header to
+    /// `FORGED_LEN` (an on-path attacker without the key), then forward
+    /// the frame as it was.
+    ForgeLength(usize),
 }
+
+/// The payload length `Mangle::ForgeLength` claims: under the default
+/// `max_message_bytes`, so only the header MAC can refuse it.
+pub const FORGED_LEN: u32 = 100 << 20;
 
 async fn read_frame(s: &mut TcpStream) -> Option<(FrameHeader, Vec<u8>)> {
     let mut h = [0u8; HEADER_LEN];
@@ -147,6 +155,9 @@ async fn pump(mut from: TcpStream, mut to: TcpStream, mangle: Mangle, c2s: bool)
                 Mangle::Flip(n) if n == i => {
                     let last = bytes.len() - 1;
                     bytes[last] ^= 0x10;
+                }
+                Mangle::ForgeLength(n) if n == i => {
+                    bytes[10..14].copy_from_slice(&FORGED_LEN.to_le_bytes());
                 }
                 _ => {}
             }

@@ -87,6 +87,11 @@ pub struct RaftMon<S: MapState> {
     pub id: MonId,
     raft: MonRaft,
     sm: StateMachineStore<S>,
+    /// One membership change at a time on this node: Raft refuses a change
+    /// while another is half done, which would leave the group in a joint
+    /// configuration (a `mon add` and the new mon's own join request for
+    /// the same mon arrive together).
+    membership: tokio::sync::Mutex<()>,
 }
 
 impl<S: MapState> RaftMon<S> {
@@ -115,7 +120,12 @@ impl<S: MapState> RaftMon<S> {
         let raft = MonRaft::new(id, config, Network::new(transport), log, sm.clone())
             .await
             .map_err(|e| fatal(e.to_string()))?;
-        Ok(RaftMon { id, raft, sm })
+        Ok(RaftMon {
+            id,
+            raft,
+            sm,
+            membership: tokio::sync::Mutex::new(()),
+        })
     }
 
     /// The openraft handle (for serving RPCs).
@@ -299,29 +309,59 @@ impl<S: MapState> RaftMon<S> {
         }
     }
 
+    /// The voters of the newest configuration when the membership is
+    /// joint (a change was interrupted half way), else None.
+    fn unfinished_change(&self) -> Option<BTreeSet<MonId>> {
+        let m = self.raft.metrics().borrow().clone();
+        let joint = m.membership_config.membership().get_joint_config().clone();
+        if joint.len() > 1 {
+            joint.last().cloned()
+        } else {
+            None
+        }
+    }
+
+    /// Completes a membership change left joint (its second step was
+    /// refused or the leader changed in between): the group moves to the
+    /// newest configuration it had agreed on.
+    async fn finish_unfinished_change(&self) -> Result<(), ProposeError> {
+        if let Some(voters) = self.unfinished_change() {
+            tracing::info!("completing an unfinished monitor membership change to {voters:?}");
+            self.raft
+                .change_membership(ChangeMembers::ReplaceAllVoters(voters), false)
+                .await
+                .map_err(|e| self.map_write_error(e))?;
+        }
+        Ok(())
+    }
+
     /// Leader only: adds a mon as a learner, waits until it caught up, then
     /// makes it a voter. Idempotent for a mon that is already a voter.
+    /// Membership changes on this node run one at a time; one left joint
+    /// by an earlier failure is completed first.
     pub async fn add_member(
         &self,
         id: MonId,
         peer: MonPeer,
         timeout: Duration,
     ) -> Result<(), ProposeError> {
-        let view = self.view();
-        if view.voters.get(&id) == Some(&peer) {
-            return Ok(());
-        }
-        if let Some((other, p)) = view
-            .voters
-            .iter()
-            .find(|(i, p)| **i != id && p.name == peer.name)
-        {
-            return Err(ProposeError::Membership(format!(
-                "a mon named {} already exists (raft id {other}, {p}); remove it first",
-                peer.name
-            )));
-        }
         let fut = async {
+            let _one = self.membership.lock().await;
+            self.finish_unfinished_change().await?;
+            let view = self.view();
+            if view.voters.get(&id) == Some(&peer) {
+                return Ok(());
+            }
+            if let Some((other, p)) = view
+                .voters
+                .iter()
+                .find(|(i, p)| **i != id && p.name == peer.name)
+            {
+                return Err(ProposeError::Membership(format!(
+                    "a mon named {} already exists (raft id {other}, {p}); remove it first",
+                    peer.name
+                )));
+            }
             self.raft
                 .add_learner(id, peer.clone(), true)
                 .await
@@ -344,10 +384,12 @@ impl<S: MapState> RaftMon<S> {
 
     /// Leader only: removes a mon from the group (voter or learner).
     pub async fn remove_member(&self, id: MonId, timeout: Duration) -> Result<(), ProposeError> {
-        let view = self.view();
         let mut ids = BTreeSet::new();
         ids.insert(id);
         let fut = async {
+            let _one = self.membership.lock().await;
+            self.finish_unfinished_change().await?;
+            let view = self.view();
             if view.voters.contains_key(&id) {
                 if view.voters.len() == 1 {
                     return Err(ProposeError::Membership(

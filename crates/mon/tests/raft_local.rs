@@ -306,3 +306,43 @@ async fn removed_mon_leaves_and_can_be_readded() {
     let v = c.nodes[&victim.0].read_local(|s| s.map(|s| s.values.get("b").cloned()));
     assert_eq!(v, Some(Some("2".to_string())));
 }
+
+/// Two requests to add the same mon at once (the new mon's own join and
+/// the operator's `mon add`) both succeed, and the group ends in a plain
+/// (not joint) configuration with every mon a voter, so the next `mon
+/// add` keeps them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_of_one_mon_leave_no_joint_configuration() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs = (0..3).map(|i| tmp.path().join(format!("mon{i}"))).collect();
+    let mut c = Cluster {
+        router: LocalRouter::new(),
+        dirs,
+        nodes: BTreeMap::new(),
+        _tmp: tmp,
+    };
+    for i in 0..3 {
+        c.start(i).await;
+    }
+    let (a, pa) = peer(0);
+    c.nodes[&a]
+        .bootstrap(pa, b"test".to_vec(), T)
+        .await
+        .unwrap();
+    let (b, pb) = peer(1);
+    let leader = &c.nodes[&a];
+    let (r1, r2) = tokio::join!(
+        leader.add_member(b, pb.clone(), T),
+        leader.add_member(b, pb.clone(), T)
+    );
+    r1.unwrap();
+    r2.unwrap();
+    let (cid, pc) = peer(2);
+    leader.add_member(cid, pc, T).await.unwrap();
+    let view = leader.view();
+    let voters: Vec<&str> = view.voters.values().map(|p| p.name.as_str()).collect();
+    assert_eq!(voters.len(), 3, "voters {voters:?}");
+    for name in ["a", "b", "c"] {
+        assert!(voters.contains(&name), "voters {voters:?}");
+    }
+}

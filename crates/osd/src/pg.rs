@@ -1108,6 +1108,36 @@ impl Pg {
         }
     }
 
+    /// Where client ops wait in this PG, for slow-op warnings: role, state,
+    /// the oldest writes in flight and the members they wait for, and the
+    /// lengths of the queues.
+    pub fn wait_summary(&self) -> String {
+        let inflight: Vec<String> = self
+            .inflight
+            .iter()
+            .take(3)
+            .map(|(seq, f)| {
+                format!(
+                    "{seq} waits for {:?}{}",
+                    f.waiting,
+                    if f.outcome.is_some() { "" } else { " (not submitted)" }
+                )
+            })
+            .collect();
+        format!(
+            "{:?} {} since e{}; {} in flight [{}]; queued: {} behind busy objects, {} for activation{}, {} behind scrub",
+            self.role,
+            self.state,
+            self.info.same_interval_since.0,
+            self.inflight.len(),
+            inflight.join(", "),
+            self.busy.values().map(|q| q.len()).sum::<usize>(),
+            self.waiting_for_active.len(),
+            if self.waiting_pg_temp { " (waiting for pg_temp)" } else { "" },
+            self.scrub_waiting.len()
+        )
+    }
+
     /// Newest version acknowledged to a client here is in the log (debug check).
     pub fn check_invariants(&self) {
         debug_assert!(self

@@ -47,6 +47,8 @@ pub(crate) const META_INFO: &str = "info";
 pub(crate) const META_PAST: &str = "past_intervals";
 /// Messages queued to one PG actor, at most.
 const PG_QUEUE_LEN: usize = 1024;
+/// A client op waiting longer than this in a PG is reported (once).
+const SLOW_OP: Duration = Duration::from_secs(5);
 /// Replication sub-ops a replica holds while waiting for a newer map, at most.
 const MAX_HELD_REPOPS: usize = 4096;
 /// Throttle unit: permits are KiB.
@@ -533,6 +535,7 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
         rx,
         tx: tx.clone(),
         pending: HashMap::new(),
+        pending_since: HashMap::new(),
         repops: BTreeMap::new(),
         sent_gen: HashMap::new(),
         held: Vec::new(),
@@ -852,7 +855,10 @@ async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Res
     };
     let units = (req.payload_bytes() / THROTTLE_UNIT_BYTES)
         .clamp(1, u64::from(shared.throttle_units)) as u32;
+    let t0 = std::time::Instant::now();
     let permit = shared.throttle.clone().acquire_many_owned(units).await.ok();
+    let throttled = t0.elapsed();
+    let pgid = req.pgid;
     let _ = tx
         .send(PgMsg::ClientOp {
             conn: conn.clone(),
@@ -861,6 +867,15 @@ async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Res
             permit,
         })
         .await;
+    if t0.elapsed() >= SLOW_OP {
+        tracing::warn!(
+            "osd.{}: a client op for pg {pgid} from {} waited {:.1} s for the in-flight byte throttle and {:.1} s for the PG's queue",
+            shared.cfg.id,
+            conn.peer_label(),
+            throttled.as_secs_f64(),
+            (t0.elapsed() - throttled).as_secs_f64()
+        );
+    }
     Ok(())
 }
 
@@ -944,6 +959,9 @@ struct PgActor {
     rx: mpsc::Receiver<PgMsg>,
     tx: mpsc::Sender<PgMsg>,
     pending: HashMap<Token, (Connection, Message, Option<OwnedSemaphorePermit>)>,
+    /// When each pending client op arrived, and whether it was already
+    /// reported as slow.
+    pending_since: HashMap<Token, (std::time::Instant, bool)>,
     /// Replication sub-ops in flight: seq -> replica not yet acked -> its
     /// encoded RepOp (EC shards each get their own chunk).
     /// In-flight replication sub-ops by version, per replica, encoded as
@@ -1029,6 +1047,8 @@ impl PgActor {
                 }
                 let token = self.shared.next_token.fetch_add(1, Ordering::Relaxed);
                 self.pending.insert(token, (conn, msg, permit));
+                self.pending_since
+                    .insert(token, (std::time::Instant::now(), false));
                 let acts = self.pg.handle(PgEvent::ClientOp { token, req });
                 self.run_actions(acts).await;
             }
@@ -1327,7 +1347,32 @@ impl PgActor {
         }
     }
 
+    /// Warns once about each client op waiting longer than `SLOW_OP`,
+    /// saying where in the PG it waits.
+    fn report_slow_ops(&mut self) {
+        let now = std::time::Instant::now();
+        let mut slow = 0;
+        let mut oldest = Duration::ZERO;
+        for (since, reported) in self.pending_since.values_mut() {
+            let age = now.duration_since(*since);
+            if age >= SLOW_OP && !*reported {
+                *reported = true;
+                slow += 1;
+                oldest = oldest.max(age);
+            }
+        }
+        if slow > 0 {
+            tracing::warn!(
+                "pg {}: {slow} client op(s) waiting for {:.1} s or more: {}",
+                self.pgid,
+                oldest.as_secs_f64(),
+                self.pg.wait_summary()
+            );
+        }
+    }
+
     async fn on_tick(&mut self) {
+        self.report_slow_ops();
         // Resend in-flight sub-ops to replicas whose connection was replaced.
         let mut targets: BTreeSet<i32> = BTreeSet::new();
         for w in self.repops.values() {
@@ -1388,6 +1433,7 @@ impl PgActor {
                 PgAction::Read { token, req } => match self.ec_target() {
                     Some(target) => {
                         // EC reads gather chunks from other shards: off the actor.
+                        self.pending_since.remove(&token);
                         if let Some((conn, msg, permit)) = self.pending.remove(&token) {
                             self.shared.tasks.spawn(async move {
                                 let reply = target.client_read(&req).await;
@@ -1431,6 +1477,7 @@ impl PgActor {
     }
 
     fn reply(&mut self, token: Token, reply: OpReply) {
+        self.pending_since.remove(&token);
         if let Some((conn, msg, permit)) = self.pending.remove(&token) {
             self.shared.tasks.spawn(async move {
                 let _ = conn

@@ -1,72 +1,18 @@
 //! `cairn dev up --detach` from a temp dir (the CLI finds the dev cluster
 //! through `$XDG_DATA_HOME` without `CAIRN_CONF`), object ops, the bench
 //! output shape, `dev down` leaving no process, and a restart with data.
+//! Also the harness's `wait_gone`: a process whose main thread has exited
+//! while another thread still holds a file lock is not gone yet.
 
 mod common;
 
-use common::{run_cmd, wait_gone, Run, CAIRN};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-struct Dev {
-    tmp: tempfile::TempDir,
-}
-
-impl Dev {
-    fn dir(&self) -> PathBuf {
-        self.tmp.path().join("cairn").join("dev")
-    }
-    fn cairn(&self, args: &[&str]) -> Run {
-        let mut cmd = Command::new(CAIRN);
-        cmd.args(args)
-            .current_dir(self.tmp.path())
-            .env_remove("CAIRN_CONF")
-            .env("XDG_DATA_HOME", self.tmp.path());
-        run_cmd(cmd)
-    }
-    fn ok(&self, args: &[&str]) -> String {
-        let r = self.cairn(args);
-        assert!(r.ok, "cairn {args:?}: {r:?}");
-        r.stdout
-    }
-    fn pid(&self) -> Option<u32> {
-        std::fs::read_to_string(self.dir().join("cairn.pid"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(self.dir().join("daemon.log")).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            eprintln!("--- daemon.log (last 60 lines) ---");
-            for l in &lines[lines.len().saturating_sub(60)..] {
-                eprintln!("{l}");
-            }
-        }
-        if let Some(p) = self.pid() {
-            let _ = Command::new("kill").arg("-9").arg(p.to_string()).status();
-            wait_gone(p);
-        }
-    }
-}
-
-fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .unwrap_or_default()
-            .rsplit_once(')')
-            .map(|(_, r)| r.trim_start().starts_with('Z'))
-            .unwrap_or(true)
-}
+use common::dev::Dev;
+use common::{thread_group_gone, wait_gone, wait_gone_within};
+use std::time::{Duration, Instant};
 
 #[test]
 fn dev_up_rados_bench_down_restart() {
-    let dev = Dev {
-        tmp: tempfile::tempdir().unwrap(),
-    };
+    let dev = Dev::at_default_place();
     let out = dev.ok(&["dev", "up", "--osd-size", "1G", "--detach"]);
     eprintln!("{out}");
     assert!(
@@ -152,8 +98,10 @@ fn dev_up_rados_bench_down_restart() {
     assert_eq!(ls, "o1\n");
 
     dev.ok(&["dev", "down"]);
-    wait_gone(pid);
-    assert!(!alive(pid), "daemon {pid} still running after dev down");
+    assert!(
+        wait_gone(pid) && thread_group_gone(pid),
+        "daemon {pid} still running after dev down"
+    );
 
     // Restart with its data.
     let out = dev.ok(&["dev", "up", "--detach"]);
@@ -162,8 +110,82 @@ fn dev_up_rados_bench_down_restart() {
     assert!(std::fs::read(&back).unwrap() == data);
     let pid = dev.pid().expect("pid");
     dev.ok(&["dev", "down"]);
-    wait_gone(pid);
-    assert!(!alive(pid));
+    assert!(wait_gone(pid), "daemon {pid} still running after dev down");
+}
+
+/// Set in the environment of `zombie_leader_helper`: the file it locks.
+const HELPER_LOCK_ENV: &str = "CAIRN_TEST_ZOMBIE_LEADER_LOCK";
+/// How long the helper's last thread holds the lock after its main thread
+/// has exited.
+const HELPER_HOLD: Duration = Duration::from_millis(1500);
+
+extern "C" fn exit_this_thread(_: libc::c_int) {
+    // SAFETY: the exit syscall ends only the calling thread; it is
+    // async-signal-safe.
+    unsafe { libc::syscall(libc::SYS_exit, 0) };
+}
+
+/// Not a test: the process `wait_gone_waits_for_every_thread` starts. It
+/// locks the file named by `HELPER_LOCK_ENV`, makes the process's main
+/// thread exit (a signal whose handler ends that thread only, so it shows
+/// as a zombie), holds the lock for `HELPER_HOLD` and returns, which ends
+/// the last thread.
+#[test]
+#[ignore = "helper process of wait_gone_waits_for_every_thread"]
+fn zombie_leader_helper() {
+    let Ok(path) = std::env::var(HELPER_LOCK_ENV) else {
+        return;
+    };
+    let f = std::fs::File::create(&path).expect("lock file");
+    f.lock().expect("lock");
+    // SAFETY: installs a handler for SIGUSR1 and sends it to the main
+    // thread (tid == pid) only.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = exit_this_thread as *const () as libc::sighandler_t;
+        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+        let pid = libc::getpid();
+        libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
+    }
+    std::thread::sleep(HELPER_HOLD);
+    drop(f);
+}
+
+/// A process whose main thread is a zombie while another thread still
+/// runs and holds a lock (as a killed daemon's store lock) is not gone:
+/// `wait_gone` waits until the lock is free.
+#[test]
+fn wait_gone_waits_for_every_thread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = tmp.path().join("lock");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["zombie_leader_helper", "--exact", "--ignored", "--nocapture"])
+        .env(HELPER_LOCK_ENV, &lock)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start the helper");
+    let pid = child.id();
+    let stat = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let t0 = Instant::now();
+    while !stat().rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the helper's main thread did not exit: {}",
+            stat()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Main thread a zombie, the other still running with the lock.
+    assert!(!thread_group_gone(pid), "only the main thread has exited");
+    assert!(!wait_gone_within(pid, Duration::from_millis(200)));
+    let f = std::fs::File::open(&lock).unwrap();
+    assert!(f.try_lock().is_err(), "the helper holds the lock");
+    assert!(wait_gone(pid), "the helper did not end");
+    assert!(thread_group_gone(pid));
+    f.try_lock()
+        .expect("the lock is free once wait_gone returns true");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "helper: {status:?}");
 }
 
 /// A dev cluster whose OSD files cannot fit on the disk is refused before

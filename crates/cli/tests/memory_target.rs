@@ -6,9 +6,8 @@
 
 mod common;
 
-use common::{run_cmd, wait_gone, Run, CAIRN};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use common::dev::Dev;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,54 +20,6 @@ const OSDS: u64 = 2;
 const DAEMON_OVERHEAD_MIB: u64 = 96;
 /// Seconds of write load.
 const LOAD_SECS: &str = "12";
-/// Every command is bounded by this (coreutils `timeout`).
-const CMD_TIMEOUT_SECS: &str = "120";
-
-struct Dev {
-    tmp: tempfile::TempDir,
-}
-
-impl Dev {
-    fn dir(&self) -> PathBuf {
-        self.tmp.path().join("dev")
-    }
-    fn cairn(&self, args: &[&str]) -> Run {
-        let mut cmd = Command::new("timeout");
-        cmd.arg(CMD_TIMEOUT_SECS)
-            .arg(CAIRN)
-            .args(args)
-            .current_dir(self.tmp.path())
-            .env("CAIRN_CONF", self.dir().join("cairn.conf"));
-        run_cmd(cmd)
-    }
-    fn ok(&self, args: &[&str]) -> String {
-        let r = self.cairn(args);
-        assert!(r.ok, "cairn {args:?}: {r:?}");
-        r.stdout
-    }
-    fn pid(&self) -> Option<u32> {
-        std::fs::read_to_string(self.dir().join("cairn.pid"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(self.dir().join("daemon.log")).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            eprintln!("--- daemon.log (last 40 lines) ---");
-            for l in &lines[lines.len().saturating_sub(40)..] {
-                eprintln!("{l}");
-            }
-        }
-        if let Some(p) = self.pid() {
-            let _ = Command::new("kill").arg("-9").arg(p.to_string()).status();
-            wait_gone(p);
-        }
-    }
-}
 
 fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(Path::new(&format!("/proc/{pid}/status"))).ok()?;
@@ -81,9 +32,7 @@ fn rss_kib(pid: u32) -> Option<u64> {
 
 #[test]
 fn daemon_rss_stays_within_the_osd_memory_targets_under_write_load() {
-    let dev = Dev {
-        tmp: tempfile::tempdir().unwrap(),
-    };
+    let dev = Dev::in_own_dir();
     let dir = dev.dir();
     let dir_s = dir.to_str().unwrap();
     let osds = OSDS.to_string();

@@ -32,8 +32,6 @@ static NEXT_RANGE: AtomicU8 = AtomicU8::new(60);
 
 /// Mon port inside namespaces (each namespace has its own port space).
 const NETNS_MON_PORT: u16 = 6789;
-/// Bound on waiting for a killed daemon to let go of a store.
-const STORE_LOCK_WAIT: Duration = Duration::from_secs(10);
 /// Bound on waiting for a mon connection or the first map.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -360,7 +358,11 @@ impl Hosts {
         let h = &self.hosts[i];
         let pid = h.pid().expect("pid file");
         let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-        wait_gone(pid);
+        assert!(
+            wait_gone(pid),
+            "host {}'s daemon (pid {pid}) still has threads running 10 s after kill -9",
+            h.name
+        );
         let _ = std::fs::remove_file(h.dir.join("cairn.pid"));
     }
 
@@ -622,18 +624,9 @@ impl Hosts {
 /// Every head object of every collection of a store: name -> hash.
 fn store_objects(cfg: StoreConfig) -> HashMap<String, u64> {
     let path = cfg.path.display().to_string();
-    // A killed daemon's lock goes only when its last thread has exited,
-    // which can be a little after its main thread shows as a zombie.
-    let t0 = Instant::now();
-    let store = loop {
-        match Store::open(cfg.clone()) {
-            Ok(s) => break s,
-            Err(e) if e.to_string().contains("in use") && t0.elapsed() < STORE_LOCK_WAIT => {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            Err(e) => panic!("opening the store {path}: {e}"),
-        }
-    };
+    // `kill9` waited until every thread of the daemon had exited, so its
+    // lock on the store is gone.
+    let store = Store::open(cfg).unwrap_or_else(|e| panic!("opening the store {path}: {e}"));
     let mut out = HashMap::new();
     for coll in store.list_collections().expect("collections") {
         let mut start = ListStart::Beginning;

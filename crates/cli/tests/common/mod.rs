@@ -1,10 +1,13 @@
 //! Test harness: real `cairn` daemons on 127.0.0.x with free ports, in temp
 //! dirs; every daemon started is killed by PID when the cluster is dropped
-//! (also when a test fails).
+//! (also when a test fails), and waited for until every thread of it has
+//! exited (`wait_gone`). `dev` is the same for the one-machine dev cluster.
 #![allow(dead_code)]
 
+pub mod dev;
+
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -280,19 +283,82 @@ impl Cluster {
     }
 }
 
-pub fn wait_gone(pid: u32) {
+/// Bound on waiting for a killed process to be gone.
+pub const GONE_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits (up to `GONE_WAIT`) until every thread of process `pid` has
+/// exited; true when it has. A killed process's main thread can show as a
+/// zombie while its other threads are still exiting and still hold its
+/// files (a store's lock among them); the kernel releases those before the
+/// last thread's exit is reported, which is what a pidfd signals
+/// (readable once the whole thread group has exited). Without pidfds
+/// (Linux < 5.3) it polls `/proc/PID/task` instead.
+pub fn wait_gone(pid: u32) -> bool {
+    wait_gone_within(pid, GONE_WAIT)
+}
+
+/// `wait_gone` with its own bound.
+pub fn wait_gone_within(pid: u32, within: Duration) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    if fd < 0 {
+        return match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESRCH) => true,
+            _ => poll_thread_group_gone(pid, within),
+        };
+    }
+    let fd = fd as libc::c_int;
+    let deadline = Instant::now() + within;
+    let gone = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, a bounded timeout.
+        let n = unsafe { libc::poll(&mut p, 1, left.as_millis().max(1) as libc::c_int) };
+        if n > 0 {
+            break true;
+        }
+        let interrupted = n < 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
+        if !interrupted || left.is_zero() {
+            break false;
+        }
+    };
+    // SAFETY: fd is ours and closed once.
+    unsafe { libc::close(fd) };
+    gone
+}
+
+/// `wait_gone` without pidfds: gone when `/proc/PID` is, or when it is a
+/// zombie whose thread list holds nothing but itself.
+fn poll_thread_group_gone(pid: u32, within: Duration) -> bool {
     let t0 = Instant::now();
-    while Path::new(&format!("/proc/{pid}")).exists() && t0.elapsed() < Duration::from_secs(10) {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat
-            .rsplit_once(')')
-            .map(|(_, r)| r.trim_start().starts_with('Z'))
-            .unwrap_or(true)
-        {
-            return;
+    loop {
+        if thread_group_gone(pid) {
+            return true;
+        }
+        if t0.elapsed() > within {
+            return false;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// True when no thread of `pid` runs any more (see `poll_thread_group_gone`).
+pub fn thread_group_gone(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let zombie = stat
+        .rsplit_once(')')
+        .is_some_and(|(_, r)| r.trim_start().starts_with(['Z', 'X']));
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    zombie && threads <= 1
 }
 
 impl Drop for Cluster {

@@ -278,7 +278,6 @@ fn check_three_copies(c: &Hosts, acked: &[Acked], gone: i32) {
 /// hosts being the failure domain) move to it, misplaced objects go back
 /// to 0, every PG is active+clean and nothing acknowledged is lost.
 #[test]
-#[ignore = "flaky (1 of ~12 runs): after 'disk add', client writes to pg 1.4, whose primary moved from osd.4 to osd.1, went unanswered for 30 s ('timed out waiting for the reply to message type 1281'); not yet diagnosed"]
 fn new_osd_takes_its_share() {
     let c = Hosts::start(&Opts::default());
     let w = c.writer("add", 4);

@@ -159,7 +159,12 @@ fn wait_gone_waits_for_every_thread() {
     let tmp = tempfile::tempdir().unwrap();
     let lock = tmp.path().join("lock");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["zombie_leader_helper", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "zombie_leader_helper",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .env(HELPER_LOCK_ENV, &lock)
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -167,7 +172,10 @@ fn wait_gone_waits_for_every_thread() {
     let pid = child.id();
     let stat = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let t0 = Instant::now();
-    while !stat().rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')) {
+    while !stat()
+        .rsplit_once(')')
+        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+    {
         assert!(
             t0.elapsed() < Duration::from_secs(30),
             "the helper's main thread did not exit: {}",

@@ -315,7 +315,10 @@ fn connections_follow_the_runtime_that_runs_their_io() {
     drop(temp);
     assert!(conn.is_closed());
     let why = conn.closed_reason().unwrap().to_string();
-    assert!(why.contains("runtime") && why.contains("shut down"), "{why}");
+    assert!(
+        why.contains("runtime") && why.contains("shut down"),
+        "{why}"
+    );
     let t0 = Instant::now();
     let err = main
         .block_on(conn.call(4, payload(10, 4), Duration::from_secs(30)))

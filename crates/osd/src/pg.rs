@@ -1120,7 +1120,11 @@ impl Pg {
                 format!(
                     "{seq} waits for {:?}{}",
                     f.waiting,
-                    if f.outcome.is_some() { "" } else { " (not submitted)" }
+                    if f.outcome.is_some() {
+                        ""
+                    } else {
+                        " (not submitted)"
+                    }
                 )
             })
             .collect();

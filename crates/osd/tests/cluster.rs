@@ -605,7 +605,11 @@ async fn a_client_used_from_an_idle_runtime_does_not_stall_others() {
             .await
             .unwrap_or_else(|_| panic!("{n}: write from the main runtime stalled"))
             .expect("write");
-        assert!(t0.elapsed() < Duration::from_secs(10), "{n}: {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{n}: {:?}",
+            t0.elapsed()
+        );
     }
     std::thread::spawn(move || drop(temp)).join().unwrap();
     for n in &names {

@@ -321,8 +321,8 @@ pub fn wait_gone_within(pid: u32, within: Duration) -> bool {
         if n > 0 {
             break true;
         }
-        let interrupted = n < 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
+        let interrupted =
+            n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
         if !interrupted || left.is_zero() {
             break false;
         }

@@ -200,9 +200,7 @@ fn wait_gone_waits_for_every_thread() {
 /// anything starts, with the sizes and a smaller `--osd-size` to try.
 #[test]
 fn dev_up_refuses_osd_files_larger_than_the_free_space() {
-    let dev = Dev {
-        tmp: tempfile::tempdir().unwrap(),
-    };
+    let dev = Dev::at_default_place();
     let r = dev.cairn(&["dev", "up", "--osd-size", "900T", "--detach"]);
     assert!(!r.ok, "{r:?}");
     assert!(

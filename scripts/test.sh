@@ -12,10 +12,14 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --workspace --all-targets 2>&1 | tee "$log"
-cargo test --workspace --doc 2>&1 | tee -a "$log"
+# Run every test binary even when one fails, so the summary names them all.
+status=0
+cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee "$log" || status=1
+cargo test --workspace --doc --no-fail-fast 2>&1 | tee -a "$log" || status=1
 
 # One closing line for the whole run (cargo prints one per test binary).
 grep -E '^test result:' "$log" | awk '
   { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;/) p += $(i-1); if ($(i) ~ /^failed;/) f += $(i-1) } }
   END { printf "summary: %d passed, %d failed\n", p, f }'
+grep -E '^test .* FAILED$|^error: test failed' "$log" || true
+exit $status

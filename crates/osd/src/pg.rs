@@ -1361,6 +1361,18 @@ mod tests {
         }
     }
 
+    /// A PG as `whoami` first sees it: default limits, no info, log or missing objects.
+    fn fresh_pg(whoami: i32) -> Pg {
+        Pg::new(
+            pgid(),
+            whoami,
+            PgLimits::default(),
+            PgInfo::default(),
+            vec![],
+            vec![],
+        )
+    }
+
     fn placement(epoch: u64, acting: &[i32]) -> Placement {
         Placement {
             epoch: Epoch(epoch),
@@ -1395,14 +1407,7 @@ mod tests {
     }
 
     fn active_primary() -> Pg {
-        let mut pg = Pg::new(
-            pgid(),
-            0,
-            PgLimits::default(),
-            PgInfo::default(),
-            vec![],
-            vec![],
-        );
+        let mut pg = fresh_pg(0);
         let acts = pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
         assert!(acts.iter().any(|a| matches!(a, PgAction::Peer { .. })));
         let info = pg.info.clone();
@@ -1583,14 +1588,7 @@ mod tests {
     #[test]
     fn an_interval_whose_primary_never_got_up_thru_did_not_write() {
         // Seen from replica osd.1: interval 5.. with primary osd.0.
-        let mut pg = Pg::new(
-            pgid(),
-            1,
-            PgLimits::default(),
-            PgInfo::default(),
-            vec![],
-            vec![],
-        );
+        let mut pg = fresh_pg(1);
         pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
         pg.handle(PgEvent::Map(Placement {
             prev_primary_up_thru: Some(Epoch(4)),
@@ -1633,14 +1631,7 @@ mod tests {
         // osd.1 last saw e5; the next map it gets is e9, where osd.2 joined
         // (the primary saw that happen in e7). Without adopting e7, osd.1
         // refuses every write of the primary as stale.
-        let mut pg = Pg::new(
-            pgid(),
-            1,
-            PgLimits::default(),
-            PgInfo::default(),
-            vec![],
-            vec![],
-        );
+        let mut pg = fresh_pg(1);
         pg.handle(PgEvent::Map(placement(5, &[0, 1])));
         pg.handle(PgEvent::Map(placement(9, &[0, 1, 2])));
         assert_eq!(pg.info.same_interval_since, Epoch(9));
@@ -1662,14 +1653,7 @@ mod tests {
         // members saw it change in e8 and back in e10 and refuse writes
         // of the e5 interval. osd.0 cannot see that in its map; osd.2's
         // refusal names e10.
-        let mut pg = Pg::new(
-            pgid(),
-            0,
-            PgLimits::default(),
-            PgInfo::default(),
-            vec![],
-            vec![],
-        );
+        let mut pg = fresh_pg(0);
         pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
         pg.handle(PgEvent::Map(placement(12, &[0, 1, 2])));
         assert_eq!(pg.info.same_interval_since, Epoch(5));
@@ -1694,14 +1678,7 @@ mod tests {
         pg.handle(PgEvent::Map(placement(14, &[0, 1, 2])));
         assert_eq!(pg.info.same_interval_since, Epoch(14));
         // A replica never restarts its interval this way.
-        let mut r = Pg::new(
-            pgid(),
-            1,
-            PgLimits::default(),
-            PgInfo::default(),
-            vec![],
-            vec![],
-        );
+        let mut r = fresh_pg(1);
         r.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
         r.handle(PgEvent::Map(placement(12, &[0, 1, 2])));
         assert!(r.member_interval_newer(Epoch(10)).is_empty());
@@ -1712,14 +1689,7 @@ mod tests {
         // osd.0 was primary of [0, 1, 2] from e5, was partitioned while
         // [1, 2, 3] activated in e9 (recorded), and next sees e14 with
         // [0, 1, 2] again: its e5 interval is long over and its copy stale.
-        let mut pg = Pg::new(
-            pgid(),
-            0,
-            PgLimits::default(),
-            PgInfo::default(),
-            vec![],
-            vec![],
-        );
+        let mut pg = fresh_pg(0);
         pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
         let mut p = placement(14, &[0, 1, 2]);
         p.last_recorded = Some(cairn_map::PgActivation {

@@ -20,25 +20,6 @@ use std::time::{Duration, Instant};
 const PRELOAD_OBJECTS: u64 = 1400;
 const OBJ_BYTES: usize = 4096;
 
-async fn preload(io: &cairn_client::IoCtx) {
-    let mut set = tokio::task::JoinSet::new();
-    for w in 0..16u64 {
-        let io = io.clone();
-        set.spawn(async move {
-            let mut i = w;
-            while i < PRELOAD_OBJECTS {
-                io.write_full(&format!("pre-{i}"), pattern(i, OBJ_BYTES))
-                    .await
-                    .expect("preload write");
-                i += 16;
-            }
-        });
-    }
-    while let Some(r) = set.join_next().await {
-        r.expect("preload task");
-    }
-}
-
 /// Writers rewriting their own objects until stopped; records the last
 /// acknowledged seed per object.
 struct Load {
@@ -132,7 +113,7 @@ fn states(c: &Cluster) -> Vec<String> {
 async fn out_osd_backfills_in_the_background_then_strays_go() {
     let mut c = Cluster::start_with(4, 1, 4, 512 << 20, vec![], true).await;
     let io = c.client().ioctx("rbd").expect("pool");
-    preload(&io).await;
+    preload(&io, PRELOAD_OBJECTS, OBJ_BYTES).await;
     let map = c.current();
     // The OSD in the most PGs goes out.
     let mut count: BTreeMap<i32, usize> = BTreeMap::new();
@@ -226,7 +207,7 @@ async fn out_osd_backfills_in_the_background_then_strays_go() {
 async fn nobackfill_holds_backfill_until_unset() {
     let mut c = Cluster::start_with(4, 1, 4, 512 << 20, vec![], true).await;
     let io = c.client().ioctx("rbd").expect("pool");
-    preload(&io).await;
+    preload(&io, PRELOAD_OBJECTS, OBJ_BYTES).await;
     c.apply(MonCommand::OsdSetFlag {
         flag: OsdFlag::NoBackfill,
     });
@@ -277,7 +258,7 @@ async fn nobackfill_holds_backfill_until_unset() {
 async fn a_silent_backfill_target_does_not_stall_writes() {
     let mut c = Cluster::start_with(4, 1, 4, 512 << 20, vec![], true).await;
     let io = c.client().ioctx("rbd").expect("pool");
-    preload(&io).await;
+    preload(&io, PRELOAD_OBJECTS, OBJ_BYTES).await;
     // Backfill held, so nothing but client writes goes to the targets.
     for flag in [OsdFlag::NoBackfill, OsdFlag::NoDown] {
         c.apply(MonCommand::OsdSetFlag { flag });
@@ -390,7 +371,7 @@ async fn backfill_throughput() {
         r.expect("writer");
     }
     // Enough small writes that the logs no longer cover the big objects.
-    preload(&io).await;
+    preload(&io, PRELOAD_OBJECTS, OBJ_BYTES).await;
     let victim = c.current().pg_to_up(1, 0).unwrap().up[1];
     let cpu0 = process_cpu_secs();
     let t0 = Instant::now();

@@ -48,25 +48,6 @@ fn create_ec21(c: &mut Cluster) {
     assert_eq!(ec, Some(EC_POOL_ID));
 }
 
-async fn preload(io: &cairn_client::IoCtx) {
-    let mut set = tokio::task::JoinSet::new();
-    for w in 0..16u64 {
-        let io = io.clone();
-        set.spawn(async move {
-            let mut i = w;
-            while i < PRELOAD_OBJECTS {
-                io.write_full(&format!("pre-{i}"), pattern(i, OBJ_BYTES))
-                    .await
-                    .expect("preload write");
-                i += 16;
-            }
-        });
-    }
-    while let Some(r) = set.join_next().await {
-        r.expect("preload task");
-    }
-}
-
 /// Writers rewriting their own objects until stopped; records the last
 /// acknowledged seed per object.
 struct Load {
@@ -192,7 +173,7 @@ async fn ec21_out_osd_backfills_in_the_background() {
     create_ec21(&mut c);
     c.wait_active(Duration::from_secs(30)).await;
     let io = c.client().ioctx("ec").expect("pool");
-    preload(&io).await;
+    preload(&io, PRELOAD_OBJECTS, OBJ_BYTES).await;
     let map = c.current();
     // The OSD in the most EC PGs goes out.
     let mut count: BTreeMap<i32, usize> = BTreeMap::new();
@@ -308,7 +289,7 @@ async fn ec21_nobackfill_holds_the_backfill_while_the_pg_serves() {
     create_ec21(&mut c);
     c.wait_active(Duration::from_secs(30)).await;
     let io = c.client().ioctx("ec").expect("pool");
-    preload(&io).await;
+    preload(&io, PRELOAD_OBJECTS, OBJ_BYTES).await;
     c.apply(MonCommand::OsdSetFlag {
         flag: OsdFlag::NoBackfill,
     });

@@ -393,6 +393,27 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     v
 }
 
+/// Writes objects `pre-0` .. `pre-{count-1}` (`pattern(i, bytes)`) with 16
+/// concurrent writers: enough history that new members need a backfill.
+pub async fn preload(io: &cairn_client::IoCtx, count: u64, bytes: usize) {
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..16u64 {
+        let io = io.clone();
+        set.spawn(async move {
+            let mut i = w;
+            while i < count {
+                io.write_full(&format!("pre-{i}"), pattern(i, bytes))
+                    .await
+                    .expect("preload write");
+                i += 16;
+            }
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("preload task");
+    }
+}
+
 pub fn soak() -> bool {
     std::env::var("CAIRN_SOAK").is_ok_and(|v| v == "1")
 }

@@ -271,6 +271,10 @@ pub struct Pg {
     /// PG re-peers: until it is active again, writes carrying data are
     /// refused at once (deletes wait: they free space).
     full: Option<OpError>,
+    /// Writes that were in flight when a member failed to commit one: some
+    /// member may hold them durably, so until the PG is active again (and
+    /// its log answers their resends) they are never refused as full.
+    unsure: HashSet<ReqId>,
     /// The chunk a scrub is comparing: writes to its objects wait.
     scrub_block: Option<ScrubRange>,
     /// Writes waiting for the scrubbed chunk to be released.
@@ -323,6 +327,7 @@ impl Pg {
             backfill_done: BTreeSet::new(),
             waiting_pg_temp: false,
             full: None,
+            unsure: HashSet::new(),
             scrub_block: None,
             scrub_waiting: VecDeque::new(),
         };
@@ -594,11 +599,16 @@ impl Pg {
     }
 
     /// The write at `seq` could not be made durable on `from` (its store
-    /// commit failed, e.g. the store is full). Its client gets `error`;
-    /// every other op in flight or queued is told to retry (a resend of an
-    /// op that did commit is answered from the log). The PG then re-peers,
-    /// which brings every acting member back to one log instead of leaving
-    /// the op waiting forever for an ack that will not come.
+    /// commit failed, e.g. the store is full). Every op in flight or queued
+    /// is told to retry, the failed one too: other members (this one
+    /// included) may hold it durably and peering may keep it, so "failed"
+    /// would be a lie the client could see later (a write it was told did
+    /// not fit, read back). The resend gets the op's true outcome: from the
+    /// log once the PG is active again, or a refusal if it never took
+    /// effect. The PG then re-peers, which brings every acting member back
+    /// to one log instead of leaving the op waiting forever for an ack that
+    /// will not come; meanwhile new writes carrying data are refused as
+    /// full at once (`error` is NoSpace).
     pub fn commit_failed(&mut self, seq: u64, from: i32, error: OpError) -> Vec<PgAction> {
         let mut out = Vec::new();
         if self.role != Role::Primary || !self.inflight.contains_key(&seq) {
@@ -609,18 +619,14 @@ impl Pg {
         let retry = || OpStatus::NotActive {
             state: format!("re-peering: {why}"),
         };
-        for (s, f) in std::mem::take(&mut self.inflight) {
-            let status = if s >= seq {
-                OpStatus::Done(Err(error.clone()))
-            } else {
-                retry()
-            };
+        for (_, f) in std::mem::take(&mut self.inflight) {
             for t in f.tokens {
                 out.push(PgAction::Reply {
                     token: t,
-                    reply: reply(&f.reqid, status.clone(), f.version, epoch),
+                    reply: reply(&f.reqid, retry(), f.version, epoch),
                 });
             }
+            self.unsure.insert(f.reqid);
         }
         self.answer_queued(retry(), epoch, &mut out);
         if matches!(error, OpError::NoSpace(_)) {
@@ -704,7 +710,11 @@ impl Pg {
                     SubOp::WriteFull { .. } | SubOp::Write { .. } | SubOp::Append { .. }
                 )
             });
-            if let Some(e) = self.full.as_ref().filter(|_| adds_data) {
+            // A resend of a write that may have taken effect is never
+            // refused: it waits for the log to say what became of it.
+            let maybe_done =
+                self.reqids.contains_key(&req.reqid) || self.unsure.contains(&req.reqid);
+            if let Some(e) = self.full.as_ref().filter(|_| adds_data && !maybe_done) {
                 out.push(answer(OpStatus::Done(Err(e.clone()))));
                 return;
             }
@@ -1087,6 +1097,7 @@ impl Pg {
             }
             Ok((info, log)) => {
                 self.full = None;
+                self.unsure.clear();
                 self.reload(info, log);
                 self.info.same_interval_since = interval_since;
                 self.state.creating = false;
@@ -1496,6 +1507,65 @@ mod tests {
             }));
         }
         out
+    }
+
+    /// Sim `disk` seeds 2, 4 and 38: osd.2 refused write 1 for lack of
+    /// space after osd.0 (primary) and osd.1 had it durably. Its client was
+    /// told "no space" and later read the value back (peering kept the
+    /// entry the primary held). Now every in-flight op is told to retry;
+    /// the resend waits for the log, while a new write is refused as full.
+    #[test]
+    fn a_write_a_member_could_not_commit_is_retried_not_refused() {
+        let mut pg = active_primary();
+        let acts = pg.handle(PgEvent::ClientOp {
+            token: 1,
+            req: write_req(1, "a"),
+        });
+        let seqs = submit(&mut pg, &acts);
+        pg.handle(PgEvent::Committed {
+            seq: seqs[0],
+            from: 0,
+            interval_since: Epoch(5),
+        });
+        let full = OpError::NoSpace("osd.2 is full".into());
+        let out = pg.commit_failed(seqs[0], 2, full);
+        let status = |acts: &[PgAction], token: Token| {
+            acts.iter().find_map(|a| match a {
+                PgAction::Reply { token: t, reply } if *t == token => Some(reply.status.clone()),
+                _ => None,
+            })
+        };
+        assert!(
+            matches!(status(&out, 1), Some(OpStatus::NotActive { .. })),
+            "the failed write must be retried, got {:?}",
+            status(&out, 1)
+        );
+        assert!(out.iter().any(|a| matches!(a, PgAction::Peer { .. })));
+        // Its resend (same reqid) waits for peering; a new write is refused.
+        let resend = pg.handle(PgEvent::ClientOp {
+            token: 2,
+            req: write_req(1, "a"),
+        });
+        assert!(status(&resend, 2).is_none(), "resend queued: {resend:?}");
+        let new = pg.handle(PgEvent::ClientOp {
+            token: 3,
+            req: write_req(2, "b"),
+        });
+        assert!(matches!(
+            status(&new, 3),
+            Some(OpStatus::Done(Err(OpError::NoSpace(_))))
+        ));
+        // Once active the resend gets the true outcome from the log.
+        let info = pg.info.clone();
+        let log: Vec<LogEntry> = pg.log().cloned().collect();
+        let done = pg.handle(PgEvent::PeeringDone {
+            interval_since: Epoch(5),
+            result: Ok((info, log)),
+        });
+        assert!(
+            matches!(status(&done, 2), Some(OpStatus::Done(Ok(_)))),
+            "resend answered from the log: {done:?}"
+        );
     }
 
     #[test]

@@ -1719,10 +1719,23 @@ impl PgActor {
         )))
     }
 
-    /// A write's commit failed on `from`. The primary fails the op and
-    /// re-peers (see [`Pg::commit_failed`]); an OSD whose own commit failed
-    /// first drops the in-memory state that never reached the disk.
+    /// A write's commit failed on `from`. The primary tells the ops in
+    /// flight to retry and re-peers (see [`Pg::commit_failed`]); an OSD
+    /// whose own commit failed for lack of space first drops the in-memory
+    /// state that never reached the disk. Any other failure of its own
+    /// commit (EIO, a store that broke) stops this OSD (fail-stop, as Ceph's
+    /// OSD asserts): a disk that loses writes must neither acknowledge nor
+    /// serve; its peers report it down and the PGs go on without it.
     async fn on_commit_failed(&mut self, seq: u64, from: i32, error: OpError) {
+        if from == self.me() && !matches!(error, OpError::NoSpace(_)) {
+            tracing::error!(
+                "osd.{}: pg {}: the store failed to commit write {seq}: {error}; stopping this OSD (fail-stop). Check the disk (dmesg, smartctl), then restart the OSD, or replace the disk and let recovery refill it",
+                self.me(),
+                self.pgid
+            );
+            self.shared.tasks.abort_all();
+            return;
+        }
         if from == self.me() {
             if let Err(e) = self.reload_durable().await {
                 tracing::error!("pg {}: reloading after a failed commit: {e}", self.pgid);

@@ -1,6 +1,9 @@
 //! A full OSD: writes that cannot commit fail at the client with a clear
 //! "no space" error instead of hanging, deletes still go through and free
-//! space, and the PG keeps serving afterwards.
+//! space, and the PG keeps serving afterwards. A write that was in flight
+//! when a *replica* refused it for space is in doubt (the primary and other
+//! members may hold it): it is not refused but waits for room, and then
+//! ends as it really went — applied, or refused with nothing changed.
 
 mod common;
 
@@ -10,6 +13,9 @@ use std::time::Duration;
 
 /// Bound on any single client call in this test: a hang is the bug.
 const OP_LIMIT: Duration = Duration::from_secs(20);
+/// A fill write still unanswered after this is taken as in doubt (a replica
+/// refused it); it must end once deletes made room.
+const IN_DOUBT_AFTER: Duration = Duration::from_secs(8);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn full_store_fails_writes_and_accepts_deletes() {
@@ -28,23 +34,35 @@ async fn full_store_fails_writes_and_accepts_deletes() {
             for i in 0..200u64 {
                 let name = format!("fill-{w}-{i}");
                 let size = if i % 3 == 0 { 3000 } else { 192 << 10 };
-                let r = tokio::time::timeout(
-                    OP_LIMIT,
-                    io.write_full(&name, pattern(w * 1000 + i, size)),
-                )
-                .await
-                .unwrap_or_else(|_| panic!("write of {name} hung on a full OSD"));
+                let (io2, n2) = (io.clone(), name.clone());
+                let data = pattern(w * 1000 + i, size);
+                let mut write = tokio::spawn(async move { io2.write_full(&n2, data).await });
+                let r = match tokio::time::timeout(IN_DOUBT_AFTER, &mut write).await {
+                    Ok(r) => r.expect("write task"),
+                    Err(_) => return (written, Err((name, write))),
+                };
                 match r {
                     Ok(_) => written.push(name),
-                    Err(e) => return (written, e),
+                    Err(e) => return (written, Ok(e)),
                 }
             }
             panic!("writer {w}: 200 writes never filled a 24 MiB store");
         }));
     }
     let mut written = Vec::new();
+    let mut in_doubt = Vec::new();
+    let mut refused = 0;
     for t in tasks {
-        let (names, err) = t.await.expect("writer task");
+        let (names, end) = t.await.expect("writer task");
+        written.extend(names);
+        let err = match end {
+            Ok(e) => e,
+            Err(w) => {
+                in_doubt.push(w);
+                continue;
+            }
+        };
+        refused += 1;
         let msg = err.to_string();
         assert!(
             matches!(err.op_error(), Some(OpError::NoSpace(_))),
@@ -54,8 +72,8 @@ async fn full_store_fails_writes_and_accepts_deletes() {
             msg.contains("full"),
             "error should say the OSD is full: {msg}"
         );
-        written.extend(names);
     }
+    assert!(refused > 0, "no writer was refused for space");
     assert!(
         written.len() > 44,
         "only {} writes before full",
@@ -77,6 +95,35 @@ async fn full_store_fails_writes_and_accepts_deletes() {
     }
     for d in dels {
         d.await.expect("delete task");
+    }
+    // Writes in doubt end once there is room: applied (and readable) or
+    // refused with nothing changed.
+    for (name, w) in in_doubt {
+        let r = tokio::time::timeout(OP_LIMIT, w)
+            .await
+            .unwrap_or_else(|_| panic!("in-doubt write of {name} still hangs after deletes"))
+            .expect("write task");
+        match r {
+            Ok(_) => {
+                tokio::time::timeout(OP_LIMIT, io.stat(&name))
+                    .await
+                    .expect("stat hung")
+                    .unwrap_or_else(|e| panic!("{name} was acknowledged but: {e}"));
+            }
+            Err(e) => {
+                assert!(
+                    matches!(e.op_error(), Some(OpError::NoSpace(_))),
+                    "in-doubt write of {name}: {e}"
+                );
+                let st = tokio::time::timeout(OP_LIMIT, io.stat(&name))
+                    .await
+                    .expect("stat hung");
+                assert!(
+                    st.as_ref().is_err_and(|e| e.is_not_found()),
+                    "{name} was refused but exists: {st:?}"
+                );
+            }
+        }
     }
     // A small write succeeds now, including to an object on a PG that failed a write.
     for i in 0..4u64 {

@@ -3,13 +3,15 @@
 //! `durable` state (only what a sync reached). Transactions become durable
 //! in submission order (like the store's group commit); a crash throws the
 //! unsynced ones away. Owns no timing: the world decides when a sync
-//! happens. Not modelled: torn writes, checksums, space (the real store's
-//! own tests cover those).
+//! happens. Also a capacity (a full disk refuses what does not fit, as the
+//! store's `StoreFull`) and damaged objects (a read of one fails, as a
+//! checksum mismatch or a read EIO would; rewriting the object heals it).
+//! Not modelled: torn writes (the real store's own tests cover those).
 
 use cairn_ops::{LogEntry, ObjectName, ObjectState, PgInfo};
 use cairn_osd::pg::PastInterval;
 use cairn_types::PgId;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// One PG's collection.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,6 +20,8 @@ pub struct Coll {
     pub log: BTreeMap<u64, LogEntry>,
     pub info: Option<PgInfo>,
     pub past: Vec<PastInterval>,
+    /// Objects whose stored bytes are damaged: reading them fails.
+    pub damaged: BTreeSet<ObjectName>,
 }
 
 /// Every collection of a disk.
@@ -44,6 +48,7 @@ impl DiskState {
         match op {
             TxOp::Put(pg, name, st) => {
                 let c = self.colls.entry(*pg).or_default();
+                c.damaged.remove(name);
                 match st {
                     Some(s) => {
                         c.objects.insert(name.clone(), s.clone());
@@ -74,11 +79,26 @@ impl DiskState {
     }
 }
 
+impl DiskState {
+    /// Object data bytes held (what the capacity counts).
+    pub fn used_bytes(&self) -> u64 {
+        self.colls
+            .values()
+            .flat_map(|c| c.objects.values())
+            .map(|o| o.data.len() as u64)
+            .sum()
+    }
+}
+
 /// A disk with live and durable state.
 #[derive(Debug, Clone, Default)]
 pub struct SimDisk {
     pub live: DiskState,
     pub durable: DiskState,
+    /// Object data bytes the disk holds at most (None: unbounded).
+    pub capacity_bytes: Option<u64>,
+    /// The next sync fails with EIO (the OSD then stops: fail-stop).
+    pub fail_next_sync: bool,
     /// Submitted, not yet durable, oldest first.
     pending: VecDeque<(u64, Vec<TxOp>)>,
     next_txn: u64,
@@ -118,6 +138,40 @@ impl SimDisk {
         !self.pending.is_empty()
     }
 
+    /// Bytes still free (u64::MAX when unbounded).
+    pub fn available_bytes(&self) -> u64 {
+        match self.capacity_bytes {
+            None => u64::MAX,
+            Some(c) => c.saturating_sub(self.live.used_bytes()),
+        }
+    }
+
+    /// Damages the stored bytes of `name` in `pg` (a bit flip the checksum
+    /// catches, or a sector that returns EIO). Only an object with no
+    /// unsynced change (live and durable agree) is damaged; returns whether
+    /// it was.
+    pub fn damage(&mut self, pg: PgId, name: &ObjectName) -> bool {
+        let same = |d: &DiskState| d.colls.get(&pg).and_then(|c| c.objects.get(name)).cloned();
+        match (same(&self.live), same(&self.durable)) {
+            (Some(a), Some(b)) if a == b => {}
+            _ => return false,
+        }
+        for d in [&mut self.live, &mut self.durable] {
+            if let Some(c) = d.colls.get_mut(&pg) {
+                c.damaged.insert(name.clone());
+            }
+        }
+        true
+    }
+
+    /// Whether reading `name` in `pg` fails.
+    pub fn is_damaged(&self, pg: PgId, name: &ObjectName) -> bool {
+        self.live
+            .colls
+            .get(&pg)
+            .is_some_and(|c| c.damaged.contains(name))
+    }
+
     /// Power loss: unsynced transactions are gone.
     pub fn crash(&mut self) {
         self.pending.clear();
@@ -152,5 +206,37 @@ mod tests {
         d.crash();
         assert_eq!(d.live.colls[&pg].objects[&name].data.as_ref(), b"1");
         assert_eq!(d.live, d.durable);
+    }
+
+    #[test]
+    fn capacity_counts_live_data_and_damage_survives_a_crash_until_a_rewrite() {
+        let pg = PgId {
+            pool: PoolId(1),
+            seed: 0,
+        };
+        let obj = |d: &[u8]| {
+            Some(ObjectState {
+                data: bytes::Bytes::copy_from_slice(d),
+                attrs: vec![],
+                omap: vec![],
+                clones: vec![],
+            })
+        };
+        let (a, b) = (ObjectName::new("", "a"), ObjectName::new("", "b"));
+        let mut d = SimDisk::default();
+        assert_eq!(d.available_bytes(), u64::MAX);
+        let t = d.submit(vec![TxOp::Put(pg, a.clone(), obj(b"1234"))]);
+        d.capacity_bytes = Some(10);
+        assert_eq!(d.available_bytes(), 6);
+        // Unsynced objects cannot be damaged (live and durable differ).
+        assert!(!d.damage(pg, &a));
+        d.sync_through(t);
+        assert!(d.damage(pg, &a));
+        assert!(d.is_damaged(pg, &a) && !d.is_damaged(pg, &b));
+        d.crash();
+        assert!(d.is_damaged(pg, &a), "damage is on the platter");
+        d.submit(vec![TxOp::Put(pg, a.clone(), obj(b"12"))]);
+        assert!(!d.is_damaged(pg, &a), "a rewrite heals it");
+        assert_eq!(d.available_bytes(), 8);
     }
 }

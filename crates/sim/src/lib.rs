@@ -7,7 +7,8 @@
 //! disks and clocks, injects faults, and checks an oracle. See README.md.
 //!
 //! - `rng`: the seeded PRNG (the only randomness).
-//! - `disk`: a simulated disk (live vs durable state; crashes drop unsynced).
+//! - `disk`: a simulated disk (live vs durable state; crashes drop unsynced;
+//!   capacity, failing commits, damaged objects).
 //! - `world`: scheduler, network, clocks, monitor, clients + oracle, faults.
 //! - `osd`: one OSD process driving the real machines.
 

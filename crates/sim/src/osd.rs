@@ -11,8 +11,8 @@ use crate::disk::TxOp;
 use crate::world::{osd_addr, Ep, Ev, Msg, World, MS, POOL, SEC};
 use cairn_map::{ClusterMap, MonCommand};
 use cairn_ops::{
-    ListCursor, LogEntry, LogOp, ObjectState, OpError, OpReply, OpRequest, OpStatus, PgInfo,
-    PgPush, PullReply, PullWhat, SubOp, SubOpOutput, Version,
+    ListCursor, LogEntry, LogOp, ObjectName, ObjectState, OpError, OpReply, OpRequest, OpStatus,
+    PgInfo, PgPush, PullReply, PullWhat, SubOp, SubOpOutput, Version,
 };
 use cairn_osd::heartbeat::{heartbeat_peers, HbAction, HeartbeatTracker};
 use cairn_osd::peering_sm::{Peering, PeeringInput, PeeringOutput, PeeringParams};
@@ -32,6 +32,16 @@ pub struct RepOpMsg {
     pub entry: LogEntry,
     pub state: Option<ObjectState>,
     pub trim_to: Version,
+}
+
+/// A member's answer to a repair fetch (`Msg::FetchedObj`).
+struct FetchedMsg {
+    pgid: PgId,
+    oid: ObjectName,
+    from: i32,
+    interval_since: Epoch,
+    last_update: Version,
+    state: Option<ObjectState>,
 }
 
 /// A peering call waiting for its answer.
@@ -227,6 +237,18 @@ impl World {
     }
 
     pub fn disk_synced(&mut self, id: i32, txn: u64) {
+        if let Some(o) = self.osds.get_mut(&id).filter(|o| o.disk.fail_next_sync) {
+            // A commit failed with EIO: fail-stop. The OSD acknowledges
+            // nothing of it and stops; what it had not synced is lost (the
+            // runtime's `on_commit_failed` for an I/O error).
+            o.disk.fail_next_sync = false;
+            self.stats_failed_commit();
+            self.trace(|| format!("osd.{id}: commit of transaction {txn} failed (EIO); fail-stop"));
+            self.crash_osd(id);
+            let d = self.rng.range(SEC, 10 * SEC);
+            self.after(d, Ev::Restart(id));
+            return;
+        }
         if let Some(o) = self.osds.get_mut(&id) {
             o.disk.sync_through(txn);
         }
@@ -310,6 +332,50 @@ impl World {
                 });
                 self.pg_actions(id, pgid, acts);
             }
+            Msg::FetchObj {
+                pgid,
+                oid,
+                from: p,
+                interval_since,
+            } => self.serve_fetch(id, pgid, oid, p, interval_since),
+            Msg::FetchedObj {
+                pgid,
+                oid,
+                from: m,
+                interval_since,
+                last_update,
+                state,
+            } => self.fetched(
+                id,
+                FetchedMsg {
+                    pgid,
+                    oid,
+                    from: m,
+                    interval_since,
+                    last_update,
+                    state,
+                },
+            ),
+            Msg::RepFailed {
+                pgid,
+                from: r,
+                seq,
+                interval_since,
+                error,
+            } => {
+                let Some(s) = self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid)) else {
+                    return;
+                };
+                if interval_since != s.pg.info.same_interval_since {
+                    return;
+                }
+                // As the runtime's `on_commit_failed`: fail the op, re-peer.
+                s.repops.clear();
+                s.sent_gen.clear();
+                let acts = s.pg.commit_failed(seq, r, error);
+                self.trace(|| format!("osd.{id} pg {pgid}: osd.{r} refused write {seq}"));
+                self.pg_actions(id, pgid, acts);
+            }
             Msg::RepAck {
                 pgid,
                 from: r,
@@ -356,7 +422,16 @@ impl World {
                     o.disk.live.colls.get(&pgid)
                 }) {
                     None => PullReply::Refused(format!("osd.{id} has no copy of pg {pgid}")),
-                    Some(c) => serve_pull(c, &what),
+                    Some(c) => match &what {
+                        PullWhat::Objects(names)
+                            if names.iter().any(|(_, n)| c.damaged.contains(n)) =>
+                        {
+                            PullReply::Refused(format!(
+                                "osd.{id}: a requested object of pg {pgid} is damaged on this disk"
+                            ))
+                        }
+                        _ => serve_pull(c, &what),
+                    },
                 };
                 self.send(
                     Ep::Osd(id),
@@ -493,6 +568,29 @@ impl World {
                 for n in c.objects.keys().filter(|n| !keep.contains(n)) {
                     ops.push(TxOp::Put(pgid, n.clone(), None));
                 }
+            }
+        }
+        // A push that does not fit is refused whole (the store's
+        // StoreFull): the primary's activation fails and retries later.
+        if let Some(o) = self.osds.get(&id) {
+            let old = |n: &cairn_ops::ObjectName| {
+                o.disk
+                    .live
+                    .colls
+                    .get(&pgid)
+                    .and_then(|c| c.objects.get(n))
+                    .map_or(0, |st| st.data.len() as u64)
+            };
+            let grows: u64 = ops
+                .iter()
+                .map(|op| match op {
+                    TxOp::Put(_, n, Some(st)) => (st.data.len() as u64).saturating_sub(old(n)),
+                    _ => 0,
+                })
+                .sum();
+            let room = o.disk.available_bytes();
+            if grows > room {
+                return Err(no_space(id, grows, room).to_string());
             }
         }
         if let Some((info, log)) = &push.finish {
@@ -692,7 +790,15 @@ impl World {
             match a {
                 PgAction::Reply { token, reply } => self.op_reply(id, token, reply),
                 PgAction::Read { token, req } => {
-                    let reply = self.read(id, pgid, &req);
+                    let damaged = self
+                        .osds
+                        .get(&id)
+                        .is_some_and(|o| o.disk.is_damaged(pgid, &req.oid));
+                    let reply = if damaged {
+                        self.repair_from_member(id, pgid, &req)
+                    } else {
+                        self.read(id, pgid, &req)
+                    };
                     self.op_reply(id, token, reply);
                 }
                 PgAction::Write {
@@ -758,6 +864,122 @@ impl World {
         }
     }
 
+    /// A read found this primary's copy of the object damaged (checksum
+    /// mismatch or read EIO). The client is told to retry; the primary asks
+    /// every other acting member for its copy and rewrites its own from the
+    /// first good one (`fetched`), so the retry is served from good bytes.
+    fn repair_from_member(&mut self, id: i32, pgid: PgId, req: &OpRequest) -> OpReply {
+        let epoch = self.osd_epoch(id);
+        let (members, interval_since) = match self.proc_mut(id).and_then(|p| p.pgs.get(&pgid)) {
+            Some(s) => (
+                s.pg.placement()
+                    .map(|p| p.acting.clone())
+                    .unwrap_or_default(),
+                s.pg.info.same_interval_since,
+            ),
+            None => (Vec::new(), Epoch(0)),
+        };
+        self.trace(|| {
+            format!(
+                "osd.{id} pg {pgid}: {} is damaged here; repairing it from {members:?}",
+                req.oid
+            )
+        });
+        for m in members.into_iter().filter(|&m| m != id) {
+            self.send(
+                Ep::Osd(id),
+                Ep::Osd(m),
+                Msg::FetchObj {
+                    pgid,
+                    oid: req.oid.clone(),
+                    from: id,
+                    interval_since,
+                },
+            );
+        }
+        OpReply {
+            reqid: req.reqid.clone(),
+            status: OpStatus::NotActive {
+                state: format!(
+                    "object {} is damaged on osd.{id}; repairing it from another member",
+                    req.oid
+                ),
+            },
+            version: Version::default(),
+            epoch,
+        }
+    }
+
+    /// Member side of a repair fetch: its copy, once durable, unless it is
+    /// damaged too or the member is in another interval.
+    fn serve_fetch(
+        &mut self,
+        id: i32,
+        pgid: PgId,
+        oid: ObjectName,
+        to: i32,
+        interval_since: Epoch,
+    ) {
+        self.flush(id);
+        let Some(o) = self.osds.get(&id) else {
+            return;
+        };
+        let Some(s) = o.proc_.as_ref().and_then(|p| p.pgs.get(&pgid)) else {
+            return;
+        };
+        if s.pg.info.same_interval_since != interval_since || o.disk.is_damaged(pgid, &oid) {
+            return;
+        }
+        let last_update = s.pg.info.last_update;
+        let state = o
+            .disk
+            .live
+            .colls
+            .get(&pgid)
+            .and_then(|c| c.objects.get(&oid))
+            .cloned();
+        self.send(
+            Ep::Osd(id),
+            Ep::Osd(to),
+            Msg::FetchedObj {
+                pgid,
+                oid,
+                from: id,
+                interval_since,
+                last_update,
+                state,
+            },
+        );
+    }
+
+    /// A member's copy for a repair. Installed only if this copy is still
+    /// the damaged one (a write since replaced it) and the member has every
+    /// logged change of the object (its `last_update` reaches the newest
+    /// entry for it; entries trimmed from the log are on every member).
+    fn fetched(&mut self, id: i32, f: FetchedMsg) {
+        let Some(o) = self.osds.get(&id) else {
+            return;
+        };
+        if !o.disk.is_damaged(f.pgid, &f.oid) {
+            return;
+        }
+        let Some(s) = o.proc_.as_ref().and_then(|p| p.pgs.get(&f.pgid)) else {
+            return;
+        };
+        let newest =
+            s.pg.log()
+                .filter(|e| e.oid == f.oid)
+                .map(|e| e.version)
+                .max()
+                .unwrap_or_default();
+        if s.pg.info.same_interval_since != f.interval_since || f.last_update < newest {
+            return;
+        }
+        let (pgid, oid, from) = (f.pgid, f.oid.clone(), f.from);
+        self.trace(|| format!("osd.{id} pg {pgid}: {oid} repaired from osd.{from}"));
+        self.submit(id, vec![TxOp::Put(pgid, f.oid, f.state)], None);
+    }
+
     /// The replicated write path (the runtime's `write` for WriteFull).
     fn write(
         &mut self,
@@ -768,7 +990,14 @@ impl World {
         trim_to: Version,
         replicas: Vec<i32>,
     ) -> Vec<PgAction> {
+        let room = self.osds.get(&id).map(|o| o.disk.available_bytes());
         let (state, op, outcome) = match req.ops.as_slice() {
+            // As the runtime's `full_for`: refused up front, logged and
+            // replicated as a failed op, so every member agrees.
+            [SubOp::WriteFull { data }] if room.is_some_and(|r| (data.len() as u64) > r) => {
+                let e = no_space(id, data.len() as u64, room.unwrap_or(0));
+                (None, LogOp::Error(e.clone()), Err(e))
+            }
             [SubOp::WriteFull { data }] => (
                 Some(ObjectState {
                     data: data.clone(),
@@ -874,6 +1103,7 @@ impl World {
     /// Replica side of a sub-op (the runtime's `on_repop`).
     fn on_repop(&mut self, id: i32, rep: RepOpMsg) {
         let pgid = rep.pgid;
+        let room = self.osds.get(&id).map(|o| o.disk.available_bytes());
         let Some(s) = self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid)) else {
             return;
         };
@@ -916,6 +1146,28 @@ impl World {
         }
         let mut ops = Vec::new();
         if rep.entry.version > s.pg.info.last_update {
+            // No room: refuse before touching the in-memory log, so this
+            // replica stays exactly at its durable state (the runtime's
+            // `on_repop`).
+            let needed = rep.state.as_ref().map(|st| st.data.len() as u64);
+            if let (Some(n), Some(r)) = (needed, room) {
+                if n > r {
+                    let error = no_space(id, n, r);
+                    let from = rep.from;
+                    self.send(
+                        Ep::Osd(id),
+                        Ep::Osd(from),
+                        Msg::RepFailed {
+                            pgid,
+                            from: id,
+                            seq: rep.entry.version.seq,
+                            interval_since: rep.interval_since,
+                            error,
+                        },
+                    );
+                    return;
+                }
+            }
             if !s.pg.apply_replicated(&rep.entry, rep.trim_to) {
                 let last = s.pg.info.last_update;
                 self.trace(|| {
@@ -1487,4 +1739,12 @@ fn serve_pull(c: &crate::disk::Coll, what: &PullWhat) -> PullReply {
             PullReply::List { objects, next }
         }
     }
+}
+
+/// The client-facing error of a write osd.`id` has no room for (the
+/// runtime's words, so the oracle sees the same kind of refusal).
+fn no_space(id: i32, needed: u64, available: u64) -> OpError {
+    OpError::NoSpace(format!(
+        "osd.{id} is full: {needed} bytes needed, {available} available; delete data or add capacity"
+    ))
 }

@@ -68,6 +68,31 @@ pub enum Msg {
         interval_since: Epoch,
         theirs: Epoch,
     },
+    /// Primary -> member: send me your copy of `oid` (mine is damaged).
+    FetchObj {
+        pgid: PgId,
+        oid: ObjectName,
+        from: i32,
+        interval_since: Epoch,
+    },
+    /// Member -> primary: its copy of `oid` (None: it has none).
+    FetchedObj {
+        pgid: PgId,
+        oid: ObjectName,
+        from: i32,
+        interval_since: Epoch,
+        last_update: cairn_ops::Version,
+        state: Option<cairn_ops::ObjectState>,
+    },
+    /// A sub-op the member could not make durable (its disk is full):
+    /// the runtime's `RepOpAck` with an error.
+    RepFailed {
+        pgid: PgId,
+        from: i32,
+        seq: u64,
+        interval_since: Epoch,
+        error: OpError,
+    },
     Query {
         call: u64,
         pgid: PgId,
@@ -144,6 +169,9 @@ pub enum Ev {
     Restart(i32),
     HealPartition(u64),
     MarkIn(i32),
+    /// The full disk of an OSD has room again (data deleted elsewhere,
+    /// capacity added).
+    DiskRoom(i32),
     EndFaults,
     Check,
 }
@@ -162,10 +190,12 @@ pub enum FaultProfile {
     /// out/in, reweight or new OSDs, no automatic out). What CI runs.
     Basic,
     /// Basic plus placement changes: admin out/in, reweight, new OSDs,
-    /// and automatic out after 10 s down. Finds the known bug listed in
-    /// README.md (a PG moved onto OSDs that never held it activates
-    /// without its history).
+    /// and automatic out after 10 s down, and the disk faults of `Disk`.
     Full,
+    /// Basic plus disk faults: a disk that fills up (and gets room again a
+    /// few seconds later), a commit that fails with EIO (the OSD stops),
+    /// damaged objects (reads of them fail).
+    Disk,
 }
 
 impl std::str::FromStr for FaultProfile {
@@ -174,7 +204,10 @@ impl std::str::FromStr for FaultProfile {
         match s {
             "basic" => Ok(FaultProfile::Basic),
             "full" => Ok(FaultProfile::Full),
-            other => Err(format!("unknown fault profile '{other}' (basic or full)")),
+            "disk" => Ok(FaultProfile::Disk),
+            other => Err(format!(
+                "unknown fault profile '{other}' (basic, disk or full)"
+            )),
         }
     }
 }
@@ -242,6 +275,11 @@ pub struct SimOsd {
 struct ObjTrack {
     acked: u64,
     inflight: Option<u64>,
+    /// The newest value ever written (acknowledged, refused or in flight).
+    last_k: u64,
+    /// Values whose write was refused (a full disk): none may ever be read
+    /// or be found on a disk.
+    refused: BTreeSet<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -277,6 +315,11 @@ pub struct Outcome {
     pub acked_writes: u64,
     pub reads: u64,
     pub faults: u64,
+    /// Writes refused because a disk was full.
+    pub refused_writes: u64,
+    /// Objects damaged on a disk, and commits failed with EIO.
+    pub damaged_objects: u64,
+    pub failed_commits: u64,
     /// Simulated time from the end of faults to all PGs active+clean.
     pub heal_time: Option<Time>,
 }
@@ -307,6 +350,12 @@ pub struct World {
     reweighted: BTreeSet<i32>,
     pub violations: Vec<String>,
     done: bool,
+    /// Whether an object was damaged on a disk during the run.
+    damaged_any: bool,
+    /// Once healed after damage: objects still to be read back once each
+    /// (the reads that find and repair damaged primary copies); None
+    /// before that phase.
+    verify: Option<BTreeSet<u32>>,
     stats: Outcome,
 }
 
@@ -360,6 +409,8 @@ impl World {
             reweighted: BTreeSet::new(),
             violations: Vec::new(),
             done: false,
+            damaged_any: false,
+            verify: None,
             stats: Outcome {
                 seed,
                 violations: Vec::new(),
@@ -368,6 +419,9 @@ impl World {
                 acked_writes: 0,
                 reads: 0,
                 faults: 0,
+                refused_writes: 0,
+                damaged_objects: 0,
+                failed_commits: 0,
                 heal_time: None,
             },
             cfg,
@@ -407,7 +461,7 @@ impl World {
 
     fn setup(&mut self) {
         let down_out = match self.cfg.profile {
-            FaultProfile::Basic => "100000",
+            FaultProfile::Basic | FaultProfile::Disk => "100000",
             FaultProfile::Full => "10",
         };
         for (k, v) in [
@@ -601,9 +655,19 @@ impl World {
                     self.mon_apply(MonCommand::OsdIn { ids: vec![id] });
                 }
             }
+            Ev::DiskRoom(id) => {
+                if let Some(o) = self.osds.get_mut(&id) {
+                    o.disk.capacity_bytes = None;
+                    self.trace(|| format!("osd.{id}: disk has room again"));
+                }
+            }
             Ev::EndFaults => self.end_faults(),
             Ev::Check => self.check_healed(),
         }
+    }
+
+    pub fn stats_failed_commit(&mut self) {
+        self.stats.failed_commits += 1;
     }
 
     pub fn running(&self, id: i32, inc: u64) -> bool {
@@ -767,11 +831,15 @@ impl World {
             .copied()
             .filter(|i| self.osds[i].proc_.is_some())
             .collect();
-        let kinds = match self.cfg.profile {
-            FaultProfile::Basic => 65,
-            FaultProfile::Full => 100,
+        let mut roll = match self.cfg.profile {
+            FaultProfile::Basic => self.rng.range(0, 65),
+            FaultProfile::Full => self.rng.range(0, 115),
+            // Basic's kinds, then the disk faults (100..115).
+            FaultProfile::Disk => match self.rng.range(0, 85) {
+                r if r >= 65 => r + 35,
+                r => r,
+            },
         };
-        let mut roll = self.rng.range(0, kinds);
         if roll >= 65 && self.cfg.profile == FaultProfile::Basic {
             roll = 99;
         }
@@ -879,11 +947,80 @@ impl World {
                     }
                 }
             }
+            100..=114 => self.inject_disk_fault(roll, &ids, &running),
             _ => {
                 self.trace(|| "network slows down for 3 s".into());
                 self.slow_until = self.now + 3 * SEC;
             }
         }
+    }
+
+    /// A disk fault: 100..=105 a disk fills (capacity set a little above
+    /// what it holds) and gets room again 2-10 s later; 106..=109 the next
+    /// commit of a running OSD fails with EIO; 110..=114 (`disk` profile)
+    /// the primary's copy of an object is damaged (its reads fail until it
+    /// is rewritten or repaired from a member). Damage is dealt only to
+    /// primaries of a map with every OSD up, whose reads find it; a damaged replica copy is found by
+    /// scrub, which the simulator does not run (placement changes of the
+    /// `full` profile could make a damaged primary a replica, so there a
+    /// disk fills instead).
+    fn inject_disk_fault(&mut self, roll: u64, ids: &[i32], running: &[i32]) {
+        let damage = self.cfg.profile == FaultProfile::Disk;
+        match roll {
+            100..=105 => self.fill_disk(ids),
+            110..=114 if !damage => self.fill_disk(ids),
+            106..=109 => {
+                if let Some(id) = self.rng.pick(running) {
+                    self.trace(|| format!("osd.{id}: its next commit will fail (EIO)"));
+                    if let Some(o) = self.osds.get_mut(&id) {
+                        o.disk.fail_next_sync = true;
+                    }
+                }
+            }
+            _ => {
+                let obj = self.rng.range(0, u64::from(self.cfg.objects)) as u32;
+                // Only while every OSD is up: then the primary is the one
+                // the PG returns to once faults stop.
+                if !self.map.osds.values().all(|o| o.up) {
+                    return;
+                }
+                let pg = self.pg_of(obj);
+                let Some(id) = self
+                    .map
+                    .pg_to_up(POOL, pg.seed)
+                    .ok()
+                    .and_then(|m| m.acting_primary)
+                else {
+                    return;
+                };
+                let name = Self::object_name(obj);
+                if self
+                    .osds
+                    .get_mut(&id)
+                    .is_some_and(|o| o.disk.damage(pg, &name))
+                {
+                    self.damaged_any = true;
+                    self.stats.damaged_objects += 1;
+                    self.trace(|| format!("osd.{id}: obj{obj} (pg {pg}) damaged on disk"));
+                }
+            }
+        }
+    }
+
+    /// A disk that fills: its capacity becomes a little more than it
+    /// holds (a few more writes fit), until room comes back in 2-10 s.
+    fn fill_disk(&mut self, ids: &[i32]) {
+        let Some(id) = self.rng.pick(ids) else {
+            return;
+        };
+        let slack = self.rng.range(0, 120);
+        let d = self.rng.range(2 * SEC, 10 * SEC);
+        if let Some(o) = self.osds.get_mut(&id) {
+            let cap = o.disk.live.used_bytes() + slack;
+            o.disk.capacity_bytes = Some(cap);
+            self.trace(|| format!("osd.{id}: disk fills up ({cap} bytes)"));
+        }
+        self.after(d, Ev::DiskRoom(id));
     }
 
     fn heal_partition(&mut self, p: u64) {
@@ -929,6 +1066,10 @@ impl World {
         self.trace(|| "faults stop; healing".into());
         self.faults_on = false;
         self.slow_until = 0;
+        for o in self.osds.values_mut() {
+            o.disk.capacity_bytes = None;
+            o.disk.fail_next_sync = false;
+        }
         let ps: Vec<u64> = self.partitions.keys().copied().collect();
         for p in ps {
             self.heal_partition(p);
@@ -958,12 +1099,17 @@ impl World {
 
     // ---- clients and the oracle ----
 
+    /// The value of write `k` of `obj`: `objN=k|` and 0-28 bytes of
+    /// padding (from obj and k, not the PRNG), so that a rewrite may grow or
+    /// shrink what a disk holds.
     fn value(obj: u32, k: u64) -> bytes::Bytes {
-        bytes::Bytes::from(format!("obj{obj}={k}"))
+        let pad = (u64::from(obj) * 31 + k * 17) % 29;
+        bytes::Bytes::from(format!("obj{obj}={k}|{}", "x".repeat(pad as usize)))
     }
 
     fn parse_value(obj: u32, data: &[u8]) -> Option<u64> {
         let s = std::str::from_utf8(data).ok()?;
+        let (s, _pad) = s.split_once('|')?;
         let (name, k) = s.split_once('=')?;
         (name == format!("obj{obj}")).then_some(())?;
         k.parse().ok()
@@ -1008,7 +1154,8 @@ impl World {
                 if let Some(obj) = obj {
                     let track = &mut self.objects[obj as usize];
                     let (kind, ops) = if write && track.inflight.is_none() {
-                        let k = track.acked + 1;
+                        let k = track.last_k + 1;
+                        track.last_k = k;
                         track.inflight = Some(k);
                         (
                             OpKind::Write { obj, k },
@@ -1041,7 +1188,31 @@ impl World {
                     resend = true;
                 }
             }
-            None => {}
+            None => {
+                // The read-back phase: one read of each object still to verify.
+                let owned = cl.owned.clone();
+                let obj = self
+                    .verify
+                    .as_ref()
+                    .and_then(|v| owned.iter().copied().find(|o| v.contains(o)));
+                if let Some(obj) = obj {
+                    let min_k = self.objects[obj as usize].acked;
+                    let cl = self.clients.get_mut(&c).expect("client");
+                    cl.next_tid += 1;
+                    cl.op = Some(ClientOp {
+                        kind: OpKind::Read { obj, min_k },
+                        reqid: ReqId {
+                            client: EntityName::client(&format!("sim{c}")),
+                            incarnation: 1,
+                            tid: cl.next_tid,
+                        },
+                        ops: vec![SubOp::Read { offset: 0, len: 0 }],
+                        deadline: now,
+                        sent: false,
+                    });
+                    resend = true;
+                }
+            }
         }
         if resend {
             self.client_send(c);
@@ -1163,9 +1334,18 @@ impl World {
                         return;
                     }
                 };
+                if let Some(v) = self.verify.as_mut() {
+                    v.remove(&obj);
+                }
                 let t = &self.objects[obj as usize];
                 let newest = t.inflight.unwrap_or(t.acked);
                 match got {
+                    Some(k) if t.refused.contains(&k) => {
+                        let pg = self.pg_of(obj);
+                        self.violation(format!(
+                            "client {c}: read obj{obj} (pg {pg}) returned {k}, whose write was refused as not fitting"
+                        ))
+                    }
                     Some(k) if k >= min_k && k <= newest => {}
                     other => {
                         let pg = self.pg_of(obj);
@@ -1174,6 +1354,14 @@ impl World {
                         ))
                     }
                 }
+            }
+            (OpKind::Write { obj, k }, Err(OpError::NoSpace(why))) => {
+                // Refused, nothing changed: the value must never show up.
+                let t = &mut self.objects[obj as usize];
+                t.refused.insert(k);
+                t.inflight = None;
+                self.stats.refused_writes += 1;
+                self.trace(|| format!("client {c}: write obj{obj}={k} refused: {why}"));
             }
             (OpKind::Write { obj, k }, Err(e)) => {
                 self.violation(format!("client {c}: write obj{obj}={k} failed: {e}"));
@@ -1189,7 +1377,18 @@ impl World {
         };
         let busy = self.clients.values().filter(|c| c.op.is_some()).count();
         let unclean = self.unclean_pgs();
-        if busy == 0 && unclean.is_empty() && self.no_disk_work() {
+        let verified = self.verify.as_ref().is_none_or(|v| v.is_empty());
+        if busy == 0 && unclean.is_empty() && self.no_disk_work() && !verified {
+            // Reading back: not healed yet.
+        } else if busy == 0
+            && unclean.is_empty()
+            && self.no_disk_work()
+            && self.damaged_any
+            && self.verify.is_none()
+        {
+            self.trace(|| "healed; reading every object back once".into());
+            self.verify = Some((0..self.cfg.objects).collect());
+        } else if busy == 0 && unclean.is_empty() && self.no_disk_work() {
             self.stats.heal_time = Some(self.now - end);
             self.trace(|| "every PG active+clean; checking the data".into());
             self.final_check();
@@ -1264,10 +1463,16 @@ impl World {
             };
             let t = &self.objects[obj as usize];
             for o in &m.acting {
-                let got = self
+                let coll = self
                     .osds
                     .get(o)
-                    .and_then(|s| s.disk.durable.colls.get(&pgid))
+                    .and_then(|s| s.disk.durable.colls.get(&pgid));
+                if coll.is_some_and(|c| c.damaged.contains(&oid)) {
+                    problems.push(format!(
+                        "obj{obj} on osd.{o} (pg {pgid}): the copy is still damaged"
+                    ));
+                }
+                let got = coll
                     .and_then(|c| c.objects.get(&oid))
                     .map(|st| Self::parse_value(obj, &st.data));
                 let k = match got {

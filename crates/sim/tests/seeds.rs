@@ -1,7 +1,8 @@
 //! Runs the simulator over many seeds: 300 of the `basic` profile
 //! (crashes, partitions, resets, duplicates, clock faults) and 100 of the
-//! `full` profile (plus out/in, reweight, new OSDs, auto-out).
-//! `CAIRN_SOAK=1` runs 3000 and 1000.
+//! `full` profile (plus out/in, reweight, new OSDs, auto-out), and 60 of
+//! the `disk` profile (full disks, commit EIO, damaged objects).
+//! `CAIRN_SOAK=1` runs 3000, 1000 and 1000.
 
 use cairn_sim::{run_seed, FaultProfile};
 
@@ -11,7 +12,7 @@ const THREADS: u64 = 2;
 
 /// Runs `seeds` with `profile` over [`THREADS`] threads; panics with every
 /// failure and its replay command.
-fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) {
+fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) -> DiskFaults {
     let count = seeds.end - seeds.start;
     let results: Vec<(u64, Vec<String>)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
@@ -19,10 +20,14 @@ fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) {
                 let seeds = seeds.clone();
                 s.spawn(move || {
                     let mut writes = 0;
+                    let mut disk = DiskFaults::default();
                     let mut failures = Vec::new();
                     for seed in (seeds.start + t..seeds.end).step_by(THREADS as usize) {
                         let o = run_seed(seed, profile, false);
                         writes += o.acked_writes;
+                        disk.refused_writes += o.refused_writes;
+                        disk.damaged_objects += o.damaged_objects;
+                        disk.failed_commits += o.failed_commits;
                         if !o.violations.is_empty() {
                             failures.push(format!(
                                 "seed {seed}: {}\n  replay: cargo run -p cairn-sim -- --profile {name} --seed {seed} -v",
@@ -30,7 +35,7 @@ fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) {
                             ));
                         }
                     }
-                    (writes, failures)
+                    (writes, disk, failures)
                 })
             })
             .collect();
@@ -40,12 +45,26 @@ fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) {
             .collect()
     });
     let writes: u64 = results.iter().map(|r| r.0).sum();
-    let failures: Vec<String> = results.into_iter().flat_map(|r| r.1).collect();
+    let disk = DiskFaults {
+        refused_writes: results.iter().map(|r| r.1.refused_writes).sum(),
+        damaged_objects: results.iter().map(|r| r.1.damaged_objects).sum(),
+        failed_commits: results.iter().map(|r| r.1.failed_commits).sum(),
+    };
+    let failures: Vec<String> = results.into_iter().flat_map(|r| r.2).collect();
     assert!(
         writes > count,
         "the workload barely wrote: {writes} acknowledged writes"
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    disk
+}
+
+/// Disk faults the seeds of one run met, summed.
+#[derive(Debug, Default)]
+struct DiskFaults {
+    refused_writes: u64,
+    damaged_objects: u64,
+    failed_commits: u64,
 }
 
 fn soak() -> bool {
@@ -65,6 +84,19 @@ fn seeds_pass_the_oracle() {
 fn full_profile_seeds_pass_the_oracle() {
     let count: u64 = if soak() { 1000 } else { 100 };
     run_seeds(FaultProfile::Full, "full", 1000..1000 + count);
+}
+
+/// The `disk` profile (basic plus full disks that get room again, commits
+/// failing with EIO, damaged primary copies); the run must really have met
+/// each fault.
+#[test]
+fn disk_profile_seeds_pass_the_oracle() {
+    let count: u64 = if soak() { 1000 } else { 60 };
+    let d = run_seeds(FaultProfile::Disk, "disk", 0..count);
+    assert!(
+        d.refused_writes > 0 && d.damaged_objects > 0 && d.failed_commits > 0,
+        "the disk faults did not all happen: {d:?}"
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@ const THREADS: u64 = 2;
 /// failure and its replay command.
 fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) -> DiskFaults {
     let count = seeds.end - seeds.start;
-    let results: Vec<(u64, Vec<String>)> = std::thread::scope(|s| {
+    let results: Vec<(u64, DiskFaults, Vec<String>)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
             .map(|t| {
                 let seeds = seeds.clone();

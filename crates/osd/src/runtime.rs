@@ -1445,11 +1445,12 @@ impl PgActor {
                         }
                     }
                     None => {
-                        let reply = if reads_much(&req) {
+                        let mut reply = if reads_much(&req) {
                             blocking_store_call(|| self.read(&req))
                         } else {
                             self.read(&req)
                         };
+                        self.repair_after_read_error(&mut reply);
                         self.reply(token, reply);
                     }
                 },
@@ -1474,6 +1475,43 @@ impl PgActor {
                 PgAction::PersistMeta => self.persist_meta(),
             }
         }
+    }
+
+    /// A client read failed on this primary's own copy (a checksum
+    /// mismatch or a read EIO: `OpError::Io`). Queues a deep scrub with
+    /// repair of the PG, which rewrites the bad copy from a good member
+    /// (unless a repair is already queued or running, or an operator's
+    /// order waits), and says so in the error. The read itself still fails:
+    /// serving it from another member at once is not built yet.
+    fn repair_after_read_error(&mut self, reply: &mut OpReply) {
+        let OpStatus::Done(Err(OpError::Io(why))) = &reply.status else {
+            return;
+        };
+        if self.pg.role != Role::Primary {
+            return;
+        }
+        let repairing = self
+            .scrub
+            .pending
+            .is_some_and(|r| r.repair || r.order.is_some())
+            || self.scrub.running.as_ref().is_some_and(|(r, _)| r.repair);
+        if !repairing {
+            tracing::warn!(
+                "pg {}: a client read failed on this OSD's copy ({why}); queueing a deep scrub with repair",
+                self.pgid
+            );
+            self.scrub.pending = Some(crate::scrub::ScrubRequest {
+                deep: true,
+                repair: true,
+                order: None,
+            });
+        }
+        let why = format!(
+            "{why}; osd.{} queued a deep scrub with repair of pg {}: retry the read shortly",
+            self.me(),
+            self.pgid
+        );
+        reply.status = OpStatus::Done(Err(OpError::Io(why)));
     }
 
     fn reply(&mut self, token: Token, reply: OpReply) {

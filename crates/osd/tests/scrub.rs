@@ -2,7 +2,8 @@
 //! a replica's object corrupted on disk (bytes flipped in its store's data
 //! file) is found by deep-scrub, named in health, repaired and scrubs
 //! clean; an object removed from a replica is found by a shallow scrub; a
-//! corrupted chunk of an EC 2+1 object is found and rebuilt; and scrubs
+//! corrupted chunk of an EC 2+1 object is found and rebuilt; a client read
+//! that hits a damaged primary copy queues a repair; and scrubs
 //! under a concurrent write load report nothing.
 
 mod common;
@@ -205,6 +206,43 @@ async fn replicated_corruption_and_missing_objects_are_found_and_repaired() {
     let got = io.read("victim", 0, 0).await.unwrap();
     assert!(got == victim, "victim differs after repair");
     assert_eq!(io.read("ghost", 0, 0).await.unwrap(), pattern(8, 3000));
+}
+
+/// The primary's own copy damaged: a client read fails with an I/O error
+/// that says a repair is queued, the PG deep-scrubs with repair on its own,
+/// and the read then returns the right bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_error_on_the_primary_queues_a_repair() {
+    let mut c = Cluster::start_with(3, 1, 1, 256 << 20, Vec::new(), true).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    let victim = pattern(9, 64 << 10);
+    io.write_full("victim", victim.clone()).await.unwrap();
+    let primary = c.current().pg_to_up(1, 0).unwrap().up[0];
+    let needle = victim[8192..8192 + 64].to_vec();
+    with_store_offline(&mut c, primary, |_, dir| corrupt_data_file(dir, &needle)).await;
+    c.wait_clean(Duration::from_secs(60)).await;
+
+    let err = tokio::time::timeout(Duration::from_secs(20), io.read("victim", 0, 0))
+        .await
+        .expect("read hung")
+        .expect_err("a read of a damaged primary copy cannot succeed at once");
+    let msg = err.to_string();
+    assert!(msg.contains("checksum") && msg.contains("repair"), "{msg}");
+    let t0 = Instant::now();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), io.read("victim", 0, 0)).await {
+            Ok(Ok(b)) => {
+                assert!(b == victim, "the repaired bytes differ");
+                break;
+            }
+            Ok(Err(e)) => assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "still failing after 60 s: {e}"
+            ),
+            Err(_) => panic!("read hung"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -911,7 +911,7 @@ impl World {
     }
 
     /// Member side of a repair fetch: its copy, once durable, unless it is
-    /// damaged too or the member is in another interval.
+    /// damaged too or the member is in a newer interval.
     fn serve_fetch(
         &mut self,
         id: i32,
@@ -921,15 +921,29 @@ impl World {
         interval_since: Epoch,
     ) {
         self.flush(id);
+        let damaged = self
+            .osds
+            .get(&id)
+            .is_some_and(|o| o.disk.is_damaged(pgid, &oid));
+        let Some(s) = self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid)) else {
+            return;
+        };
+        // As for a sub-op: a member that skipped epochs takes the primary's
+        // interval start; one in a newer interval, or not acting under
+        // that primary, does not answer.
+        s.pg.adopt_primary_interval_start(to, interval_since);
+        let acting_under =
+            s.pg.placement()
+                .is_some_and(|p| p.primary == Some(to) && p.acting.contains(&id));
+        if !acting_under || interval_since < s.pg.info.same_interval_since || damaged {
+            return;
+        }
         let Some(o) = self.osds.get(&id) else {
             return;
         };
         let Some(s) = o.proc_.as_ref().and_then(|p| p.pgs.get(&pgid)) else {
             return;
         };
-        if s.pg.info.same_interval_since != interval_since || o.disk.is_damaged(pgid, &oid) {
-            return;
-        }
         let last_update = s.pg.info.last_update;
         let state = o
             .disk

@@ -1016,9 +1016,23 @@ fn block_of(seq: u64, blocks: u64) -> u64 {
 
 #[test]
 fn rbd_snapshots_are_consistent_points_in_time_and_clones_copy_on_write() {
+    snapshots_and_clones(None);
+}
+
+/// The same with the image's data in the dev cluster's EC 2+1 pool: the
+/// OSDs clone each shard's chunk and decode the clones on snapshot reads.
+#[test]
+fn rbd_snapshots_and_clones_with_data_on_ec_2_1() {
+    snapshots_and_clones(Some("ec21"));
+}
+
+/// Snapshots under load (a point in time), snapshot reads over NBD,
+/// protect, clone (copy-up on write), flatten, rollback and removal, with
+/// the images' data in `data_pool` (None = the image's replicated pool).
+fn snapshots_and_clones(data_pool: Option<&str>) {
     let mut dev = Dev::up("1G");
     let blocks = 256u64; // 16 MiB in 64 KiB blocks, 1 MiB objects
-    dev.ok(&[
+    let mut create = vec![
         "rbd",
         "create",
         "vm",
@@ -1026,7 +1040,17 @@ fn rbd_snapshots_are_consistent_points_in_time_and_clones_copy_on_write() {
         "16M",
         "--object-size",
         "1M",
-    ]);
+    ];
+    if let Some(p) = data_pool {
+        // Block images overwrite parts of objects.
+        dev.ok(&["osd", "pool", "set", p, "allow_ec_overwrites", "true"]);
+        create.extend(["--data-pool", p]);
+    }
+    dev.ok(&create);
+    if let Some(p) = data_pool {
+        let info = dev.ok(&["rbd", "info", "vm"]);
+        assert!(info.contains(p), "{info}");
+    }
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let s0 = dev.serve(&["vm", "--listen", &listen]);
@@ -1151,7 +1175,11 @@ fn rbd_snapshots_are_consistent_points_in_time_and_clones_copy_on_write() {
     dev.ok(&["rbd", "snap", "protect", "vm@s1"]);
     let e = dev.fails(&["rbd", "snap", "rm", "vm@s1"]);
     assert!(e.contains("protected from removal"), "{e}");
-    dev.ok(&["rbd", "clone", "vm@s1", "child"]);
+    let mut clone = vec!["rbd", "clone", "vm@s1", "child"];
+    if let Some(p) = data_pool {
+        clone.extend(["--data-pool", p]);
+    }
+    dev.ok(&clone);
     let info = dev.ok(&["rbd", "info", "child"]);
     assert!(info.contains("parent: rbd/vm@s1"), "{info}");
     let e = dev.fails(&["rbd", "snap", "unprotect", "vm@s1"]);
@@ -1188,19 +1216,6 @@ fn rbd_snapshots_are_consistent_points_in_time_and_clones_copy_on_write() {
     assert_eq!(dev.ok(&["rbd", "snap", "ls", "vm"]), "");
     dev.ok(&["rbd", "rm", "vm"]);
     dev.ok(&["rbd", "rm", "child"]);
-
-    // Images whose data is erasure-coded refuse snapshots plainly.
-    dev.ok(&[
-        "rbd",
-        "create",
-        "ecvm",
-        "--size",
-        "8M",
-        "--data-pool",
-        "ec21",
-    ]);
-    let e = dev.fails(&["rbd", "snap", "create", "ecvm@s"]);
-    assert!(e.contains("erasure-coded"), "{e}");
 }
 
 /// Issue 8's crash test on three real node daemons (mon + one OSD each,

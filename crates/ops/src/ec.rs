@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 pub const EC_READ_TO_END: u64 = u64::MAX;
 
 /// primary -> shard (call): read `ranges` (offset, len) of the chunk of
-/// `oid` held in collection `pgid` shard `shard`.
+/// `oid` held in collection `pgid` shard `shard`: of the head, or with
+/// `snap` set to a clone id, of that snapshot clone's chunk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EcRead {
     pub pgid: PgId,
@@ -25,6 +26,8 @@ pub struct EcRead {
     pub ranges: Vec<(u64, u64)>,
     /// Also return every stored attribute of the chunk (recovery).
     pub with_attrs: bool,
+    /// [`crate::SNAP_HEAD`] for the head, else the id of the clone to read.
+    pub snap: u64,
 }
 
 /// What one shard holds of an object.

@@ -5,15 +5,27 @@
 //! mutations, and the rollback records (stash objects) that let a write
 //! that reached fewer than k shards be undone at activation. Owns no
 //! network I/O (see `ec_io`) and no ordering (see `pg`).
+//!
+//! Snapshots work as on replicated pools (`exec`'s [`SnapSet`], kept on
+//! every shard's head as `_ss`): the first write carrying a newer snapshot
+//! context clones the head in the same log entry, and since chunk
+//! positions are stable each shard clones its own chunk locally (store
+//! object `snap = clone id`, with the head's `_v` and `_ec` of that time).
+//! A read at a snapshot reads and decodes the clones' chunks; clones whose
+//! snapshots are gone are removed by the next write or `SnapTrim`; a
+//! removed head with clones left stays as an empty whiteout. Rollback
+//! records also undo clones made and restore clones removed.
 
 use crate::ec_pool::EcPg;
-use crate::exec::{map_store_err, store_oid, ATTR_VERSION, USER_ATTR_PREFIX};
+use crate::exec::{
+    map_store_err, store_oid, SnapSet, ATTR_SNAPSET, ATTR_VERSION, USER_ATTR_PREFIX,
+};
 use bytes::Bytes;
 use cairn_ec::{plan_truncate, plan_write, plan_write_full, ChunkInfo, EcError, ShardWrite};
 use cairn_ec::{ErasureCode, WritePlan};
 use cairn_ops::{
     EcChunkData, EcRead, EcReadFail, EcReadReply, LogEntry, LogOp, Mutation, ObjStat, ObjectName,
-    OpError, SubOp, SubOpOutput, Version, EC_READ_TO_END,
+    OpError, SnapContext, SubOp, SubOpOutput, Version, EC_READ_TO_END, SNAP_HEAD,
 };
 use cairn_store::{CollectionId, ObjectId, Store, StoreError, Transaction};
 use serde::{Deserialize, Serialize};
@@ -35,18 +47,12 @@ pub fn stash_oid(name: &ObjectName, seq: u64) -> ObjectId {
     ))
 }
 
-/// Snapshots are not implemented for erasure-coded pools: a request that
-/// reads at a snapshot, trims, or carries snapshots to preserve is refused
-/// (a context without snapshots is harmless and accepted).
-pub fn refuse_snapshots(req: &cairn_ops::OpRequest) -> Result<(), OpError> {
-    let with_snaps = req.snapc.as_ref().is_some_and(|c| !c.snaps.is_empty());
-    if req.snap != cairn_ops::SNAP_HEAD
-        || with_snaps
-        || req.ops.iter().any(|o| matches!(o, SubOp::SnapTrim))
-    {
+/// Snapshots are read-only: a write request must address the head.
+pub fn refuse_snapshot_write(req: &cairn_ops::OpRequest) -> Result<(), OpError> {
+    if req.snap != SNAP_HEAD {
         return Err(OpError::Invalid(format!(
-            "object {}: snapshots are not supported on erasure-coded pools yet",
-            req.oid
+            "snapshot {} of {} is read-only: writes go to the head",
+            req.snap, req.oid
         )));
     }
     Ok(())
@@ -73,35 +79,61 @@ pub fn chunk_info_attr(code: &ErasureCode, shard: usize, size: u64) -> Bytes {
     )
 }
 
-/// What this shard knows of an object.
-#[derive(Debug, Clone, Default)]
+/// What this shard knows of an object (of its head, or of one clone).
+#[derive(Debug, Clone)]
 pub struct ShardMeta {
     pub exists: bool,
     /// Logical object size.
     pub size: u64,
     pub version: Version,
+    /// The store object these describe: [`SNAP_HEAD`] or a clone id.
+    pub snap: u64,
 }
 
-/// Reads the object's metadata from this shard.
-pub fn load_meta(
+impl Default for ShardMeta {
+    fn default() -> Self {
+        ShardMeta {
+            exists: false,
+            size: 0,
+            version: Version::default(),
+            snap: SNAP_HEAD,
+        }
+    }
+}
+
+impl ShardMeta {
+    /// The store object of `name` these describe.
+    pub fn oid(&self, name: &ObjectName) -> ObjectId {
+        store_oid(name).with_snap(self.snap)
+    }
+}
+
+/// Every stored attribute of `o` (None when it does not exist).
+fn attrs_of(
     store: &Store,
     coll: CollectionId,
-    name: &ObjectName,
-) -> Result<ShardMeta, OpError> {
-    let o = store_oid(name);
-    match store.stat(&coll, &o) {
-        Ok(_) => {}
-        Err(StoreError::NoSuchObject { .. }) => return Ok(ShardMeta::default()),
-        Err(e) => return Err(map_store_err(e)),
+    o: &ObjectId,
+) -> Result<Option<std::collections::BTreeMap<String, Vec<u8>>>, OpError> {
+    match store.getattrs(&coll, o) {
+        Ok(a) => Ok(Some(a)),
+        Err(StoreError::NoSuchObject { .. }) => Ok(None),
+        Err(e) => Err(map_store_err(e)),
     }
-    let version = store
-        .getattr(&coll, &o, ATTR_VERSION)
-        .map_err(map_store_err)?
-        .map(|b| crate::exec::decode_version(&b))
+}
+
+/// The metadata of a store object from its attributes.
+fn meta_from(
+    name: &ObjectName,
+    attrs: &std::collections::BTreeMap<String, Vec<u8>>,
+    snap: u64,
+) -> Result<ShardMeta, OpError> {
+    let version = attrs
+        .get(ATTR_VERSION)
+        .map(|b| crate::exec::decode_version(b))
         .unwrap_or_default();
-    let size = match store.getattr(&coll, &o, ATTR_EC).map_err(map_store_err)? {
+    let size = match attrs.get(ATTR_EC) {
         Some(b) => {
-            ChunkInfo::decode(&b)
+            ChunkInfo::decode(b)
                 .map_err(|e| OpError::Io(format!("object {name}: {e}")))?
                 .logical_size_bytes
         }
@@ -111,7 +143,73 @@ pub fn load_meta(
         exists: true,
         size,
         version,
+        snap,
     })
+}
+
+/// What a write sees of an object's head on this shard.
+struct HeadState {
+    /// The head as clients see it (a whiteout does not exist).
+    meta: ShardMeta,
+    /// The head's store object exists (maybe as a whiteout).
+    raw_exists: bool,
+    snapset: SnapSet,
+}
+
+fn load_head(store: &Store, coll: CollectionId, name: &ObjectName) -> Result<HeadState, OpError> {
+    let Some(attrs) = attrs_of(store, coll, &store_oid(name))? else {
+        return Ok(HeadState {
+            meta: ShardMeta::default(),
+            raw_exists: false,
+            snapset: SnapSet::default(),
+        });
+    };
+    let snapset = match attrs.get(ATTR_SNAPSET) {
+        Some(b) => SnapSet::decode(b)?,
+        None => SnapSet::default(),
+    };
+    let mut meta = meta_from(name, &attrs, SNAP_HEAD)?;
+    if snapset.whiteout {
+        meta.exists = false;
+        meta.size = 0;
+    }
+    Ok(HeadState {
+        meta,
+        raw_exists: true,
+        snapset,
+    })
+}
+
+/// Reads the object's head metadata from this shard (a whiteout head, kept
+/// only for its clones, does not exist).
+pub fn load_meta(
+    store: &Store,
+    coll: CollectionId,
+    name: &ObjectName,
+) -> Result<ShardMeta, OpError> {
+    Ok(load_head(store, coll, name)?.meta)
+}
+
+/// The object's metadata as seen at snapshot `snap` ([`SNAP_HEAD`] = the
+/// head): the clone covering the snapshot, the head when no write came
+/// after it, or absent when the object did not exist then.
+pub fn load_meta_at(
+    store: &Store,
+    coll: CollectionId,
+    name: &ObjectName,
+    snap: u64,
+) -> Result<ShardMeta, OpError> {
+    let head = load_head(store, coll, name)?;
+    match head.snapset.resolve(snap) {
+        Some(SNAP_HEAD) => Ok(head.meta),
+        None => Ok(ShardMeta::default()),
+        Some(clone) => match attrs_of(store, coll, &store_oid(name).with_snap(clone))? {
+            Some(attrs) => meta_from(name, &attrs, clone),
+            None => Err(OpError::Io(format!(
+                "object {name}: clone {clone} for snapshot {snap} is missing on this shard"
+            ))),
+        },
+    }
 }
 
 /// Shard side of an [`EcRead`]: straight from the store (the primary
@@ -124,7 +222,7 @@ pub fn serve_read(store: &Store, req: &EcRead) -> EcReadReply {
 
 fn read_chunk(store: &Store, req: &EcRead) -> Result<EcChunkData, EcReadFail> {
     let coll = CollectionId::new(req.pgid.pool.0, req.pgid.seed, req.shard);
-    let o = store_oid(&req.oid);
+    let o = store_oid(&req.oid).with_snap(req.snap);
     let fail = |e: StoreError| match e {
         StoreError::NoSuchObject { .. } => EcReadFail::NoEnt,
         StoreError::Checksum { .. } => EcReadFail::Checksum(e.to_string()),
@@ -231,7 +329,7 @@ pub fn run_meta_op(
             Err(OpError::NoEnt)
         }
     };
-    let o = store_oid(name);
+    let o = meta.oid(name);
     let getattr = |n: &str| -> Result<Option<Vec<u8>>, OpError> {
         if !meta.exists {
             return Ok(None);
@@ -314,6 +412,8 @@ pub struct EcWritePlan {
     pub outputs: Vec<SubOpOutput>,
     pub steps: Vec<Step>,
     pub exists_after: bool,
+    /// The head is removed but stays as an empty whiteout for its clones.
+    pub whiteout_after: bool,
     pub size_after: u64,
 }
 
@@ -329,14 +429,36 @@ impl EcWritePlan {
 
 /// Resolves a write request on an EC object. At most one sub-op per
 /// request may change data (write_full, write, append, truncate, zero).
+/// `snapc` is the writer's snapshot context: clone-on-write and trimming
+/// of clones come first, as on replicated pools (`exec::resolve_write`).
 pub fn plan_ops(
     store: &Store,
     coll: CollectionId,
     ec: &EcPg,
     name: &ObjectName,
     ops: &[SubOp],
+    snapc: Option<&SnapContext>,
 ) -> Result<EcWritePlan, OpError> {
-    let meta = load_meta(store, coll, name)?;
+    let HeadState {
+        meta,
+        raw_exists,
+        mut snapset,
+    } = load_head(store, coll, name)?;
+    let had_snapset = snapset != SnapSet::default();
+    // Each shard clones (or drops) its own chunk: the same mutation on all.
+    let mut snap_steps = Vec::new();
+    if let Some(sc) = snapc {
+        sc.validate()?;
+        let (trimmed, made) = snapset.apply_context(sc, meta.exists.then_some(meta.size));
+        snap_steps.extend(
+            trimmed
+                .into_iter()
+                .map(|clone| Step::Common(Mutation::RemoveClone { clone })),
+        );
+        if let Some(clone) = made {
+            snap_steps.push(Step::Common(Mutation::CloneHead { clone }));
+        }
+    }
     let max = store.config().max_object_size;
     let code = &ec.code;
     let (existed, mut exists, mut size) = (meta.exists, meta.exists, meta.size);
@@ -440,6 +562,12 @@ pub fn plan_ops(
                     name: format!("{USER_ATTR_PREFIX}{n}"),
                 }))
             }
+            SubOp::SnapTrim => {
+                if !raw_exists {
+                    return Err(OpError::NoEnt);
+                }
+                None
+            }
             SubOp::ListObjects { .. } => {
                 return Err(OpError::Invalid(
                     "ListObjects cannot be combined with writes".into(),
@@ -451,6 +579,7 @@ pub fn plan_ops(
                     exists,
                     size,
                     version: meta.version,
+                    snap: SNAP_HEAD,
                 };
                 match run_meta_op(store, coll, ec, name, &cur, read) {
                     Some(r) => outputs.push(r?),
@@ -477,11 +606,42 @@ pub fn plan_ops(
         steps.extend(step);
         outputs.push(SubOpOutput::None);
     }
+    // The snapshot set, and a whiteout head while clones remain.
+    let set_snapset = |steps: &mut Vec<Step>, ss: &SnapSet| {
+        steps.push(Step::Common(Mutation::SetAttr {
+            name: ATTR_SNAPSET.into(),
+            value: ss.encode(),
+        }))
+    };
+    let mut whiteout = false;
+    if exists {
+        snapset.whiteout = false;
+        if had_snapset || snapset != SnapSet::default() {
+            set_snapset(&mut steps, &snapset);
+        }
+    } else if !snapset.clones.is_empty() {
+        let removes = steps
+            .iter()
+            .any(|s| matches!(s, Step::Common(Mutation::Remove)));
+        if existed && !removes {
+            steps.push(Step::Common(Mutation::Remove));
+        }
+        steps.push(Step::Common(Mutation::Touch));
+        snapset.whiteout = true;
+        set_snapset(&mut steps, &snapset);
+        whiteout = true;
+        size = 0;
+    } else if raw_exists && !existed {
+        // A whiteout whose last clone was trimmed.
+        steps.push(Step::Common(Mutation::Remove));
+    }
+    snap_steps.append(&mut steps);
     Ok(EcWritePlan {
         prior: meta.version,
         outputs,
-        steps,
+        steps: snap_steps,
         exists_after: exists,
+        whiteout_after: whiteout,
         size_after: size,
     })
 }
@@ -516,7 +676,7 @@ pub fn shard_mutations(
             }
         }
     }
-    if plan.exists_after {
+    if plan.exists_after || plan.whiteout_after {
         out.push(Mutation::SetAttr {
             name: ATTR_VERSION.into(),
             value: crate::exec::encode_version(version),
@@ -531,20 +691,101 @@ pub fn shard_mutations(
 
 /// The log op of a resolved EC write.
 pub fn log_op(plan: &EcWritePlan) -> LogOp {
-    if plan.exists_after {
+    if plan.exists_after || plan.whiteout_after {
         LogOp::Modify
     } else {
         LogOp::Delete
     }
 }
 
+/// Version of the rollback record encoding (1 had no clone lists).
+const ROLLBACK_REC_VERSION: u8 = 2;
+/// Largest rollback record decoded.
+const ROLLBACK_REC_MAX_BYTES: usize = 1 << 20;
+
 /// What a stash records about the object before its log entry.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct RollbackRec {
     existed: bool,
     old_chunk_len: u64,
     /// Old chunk bytes kept in the stash (same offsets).
     saved: Range<u64>,
+    /// Snapshot clones the entry made (removed on rollback).
+    made_clones: Vec<u64>,
+    /// Snapshot clones the entry removed or replaced, kept as clones of
+    /// the stash object with the same ids (put back on rollback).
+    kept_clones: Vec<u64>,
+}
+
+/// Version 1 of the record (before snapshots on EC pools).
+#[derive(Debug, Clone, Deserialize)]
+struct RollbackRecV1 {
+    existed: bool,
+    old_chunk_len: u64,
+    saved: Range<u64>,
+}
+
+impl RollbackRec {
+    fn encode(&self) -> Bytes {
+        Bytes::from(cairn_types::encode_versioned(ROLLBACK_REC_VERSION, self))
+    }
+
+    fn decode(raw: &[u8]) -> Result<RollbackRec, StoreError> {
+        let corrupt = |e: cairn_types::DecodeError| StoreError::Corrupt(e.to_string());
+        if raw.first() == Some(&1) {
+            let (_, v1): (u8, RollbackRecV1) = cairn_types::decode_versioned(
+                "EC rollback record",
+                raw,
+                1,
+                1,
+                ROLLBACK_REC_MAX_BYTES,
+            )
+            .map_err(corrupt)?;
+            return Ok(RollbackRec {
+                existed: v1.existed,
+                old_chunk_len: v1.old_chunk_len,
+                saved: v1.saved,
+                ..RollbackRec::default()
+            });
+        }
+        cairn_types::decode_versioned(
+            "EC rollback record",
+            raw,
+            ROLLBACK_REC_VERSION,
+            ROLLBACK_REC_VERSION,
+            ROLLBACK_REC_MAX_BYTES,
+        )
+        .map(|(_, r)| r)
+        .map_err(corrupt)
+    }
+
+    /// The record kept in stash `s` (None when there is no stash).
+    fn load(store: &Store, coll: &CollectionId, s: &ObjectId) -> Result<Option<Self>, StoreError> {
+        match store.getattr(coll, s, ATTR_ROLLBACK) {
+            Ok(Some(raw)) => RollbackRec::decode(&raw).map(Some),
+            Ok(None) | Err(StoreError::NoSuchObject { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Adds to `txn` the removal of stash `s` and the clones it keeps.
+fn remove_stash(
+    store: &Store,
+    coll: CollectionId,
+    s: &ObjectId,
+    txn: &mut Transaction,
+) -> Result<(), StoreError> {
+    if !store.exists(&coll, s)? {
+        return Ok(());
+    }
+    if let Some(rec) = RollbackRec::load(store, &coll, s)? {
+        for c in rec.kept_clones {
+            txn.remove(coll, s.clone().with_snap(c));
+        }
+    }
+    txn.remove(coll, s.clone());
+    Ok(())
 }
 
 /// The chunk range `muts` may change of a chunk of `old_len` bytes.
@@ -591,9 +832,7 @@ pub fn stash_before(
     }
     let o = store_oid(&entry.oid);
     let s = stash_oid(&entry.oid, entry.version.seq);
-    if store.exists(&coll, &s)? {
-        txn.remove(coll, s.clone());
-    }
+    remove_stash(store, coll, &s, txn)?;
     let (existed, old_len) = match store.stat(&coll, &o) {
         Ok(st) => (true, st.size),
         Err(StoreError::NoSuchObject { .. }) => (false, 0),
@@ -601,6 +840,24 @@ pub fn stash_before(
     };
     let saved = changed_range(muts, old_len);
     txn.touch(coll, s.clone());
+    // Snapshot clones: those made go on rollback; those removed (or
+    // replaced by a clone of the same id) are kept beside the stash.
+    let (mut made_clones, mut kept_clones) = (Vec::new(), Vec::new());
+    for m in muts {
+        let (id, made) = match m {
+            Mutation::CloneHead { clone } => (*clone, true),
+            Mutation::RemoveClone { clone } => (*clone, false),
+            _ => continue,
+        };
+        if made && !made_clones.contains(&id) {
+            made_clones.push(id);
+        }
+        let c = o.clone().with_snap(id);
+        if !kept_clones.contains(&id) && store.exists(&coll, &c)? {
+            txn.clone_object(coll, c, s.clone().with_snap(id));
+            kept_clones.push(id);
+        }
+    }
     let mut attrs: Vec<(String, Bytes)> = Vec::new();
     if existed {
         if saved.start < saved.end {
@@ -624,11 +881,10 @@ pub fn stash_before(
         existed,
         old_chunk_len: old_len,
         saved,
+        made_clones,
+        kept_clones,
     };
-    attrs.push((
-        ATTR_ROLLBACK.into(),
-        Bytes::from(cairn_types::encode_versioned(1, &rec)),
-    ));
+    attrs.push((ATTR_ROLLBACK.into(), rec.encode()));
     txn.push(cairn_store::Op::SetAttrs {
         coll,
         obj: s,
@@ -650,10 +906,7 @@ pub fn drop_stashes<'a>(
         if !seen.insert(e.version.seq) {
             continue;
         }
-        let s = stash_oid(&e.oid, e.version.seq);
-        if store.exists(&coll, &s)? {
-            txn.remove(coll, s);
-        }
+        remove_stash(store, coll, &stash_oid(&e.oid, e.version.seq), txn)?;
     }
     Ok(())
 }
@@ -668,16 +921,18 @@ pub fn rollback_entry(
     let mut txn = Transaction::new();
     let o = store_oid(&entry.oid);
     let s = stash_oid(&entry.oid, entry.version.seq);
-    let Some(raw) = (match store.getattr(&coll, &s, ATTR_ROLLBACK) {
-        Ok(v) => v,
-        Err(StoreError::NoSuchObject { .. }) => None,
-        Err(e) => return Err(e),
-    }) else {
+    let Some(rec) = RollbackRec::load(store, &coll, &s)? else {
         return Ok(txn);
     };
-    let (_, rec): (u8, RollbackRec) =
-        cairn_types::decode_versioned("EC rollback record", &raw, 1, 1, 4096)
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    for &c in &rec.made_clones {
+        // Touch first: the clone may not have been made here.
+        txn.touch(coll, o.clone().with_snap(c));
+        txn.remove(coll, o.clone().with_snap(c));
+    }
+    for &c in &rec.kept_clones {
+        txn.clone_object(coll, s.clone().with_snap(c), o.clone().with_snap(c));
+        txn.remove(coll, s.clone().with_snap(c));
+    }
     let exists_now = store.exists(&coll, &o)?;
     if !rec.existed {
         if exists_now {
@@ -837,6 +1092,200 @@ mod tests {
             .list_objects(&coll, &cairn_store::ListStart::Beginning, 100)
             .unwrap();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// A 2+1 object on three shard stores, written as the primary and
+    /// the shards would (plan on shard 0, stash + apply on each).
+    struct Shards {
+        _dirs: Vec<tempfile::TempDir>,
+        stores: Vec<Store>,
+        coll: CollectionId,
+        ec: EcPg,
+        name: ObjectName,
+        seq: u64,
+    }
+
+    impl Shards {
+        fn new() -> Shards {
+            let mut dirs = Vec::new();
+            let mut stores = Vec::new();
+            let mut coll = CollectionId::new(1, 0, 0);
+            for shard in 0..3u8 {
+                let (d, st, _) = store();
+                coll = CollectionId::new(1, 0, shard);
+                if shard != 2 {
+                    // store() made shard 2's collection.
+                    let mut t = Transaction::new();
+                    t.create_collection(coll);
+                    st.commit(t).unwrap();
+                }
+                dirs.push(d);
+                stores.push(st);
+            }
+            Shards {
+                _dirs: dirs,
+                stores,
+                coll,
+                ec: EcPg {
+                    code: ErasureCode::new(2, 1, 4096).unwrap(),
+                    shards: vec![0, 1, 2],
+                    up_shards: vec![0, 1, 2],
+                    allow_overwrites: true,
+                    pool_name: "ec".into(),
+                },
+                name: ObjectName::new("", "disk.0"),
+                seq: 0,
+            }
+        }
+
+        fn coll(&self, shard: usize) -> CollectionId {
+            CollectionId::new(self.coll.pool, self.coll.seed, shard as u8)
+        }
+
+        /// Runs one write request; returns its log entry.
+        fn write(&mut self, ops: Vec<SubOp>, snapc: Option<SnapContext>) -> LogEntry {
+            self.seq += 1;
+            let version = Version {
+                epoch: 3,
+                seq: self.seq,
+            };
+            let plan = plan_ops(
+                &self.stores[0],
+                self.coll(0),
+                &self.ec,
+                &self.name,
+                &ops,
+                snapc.as_ref(),
+            )
+            .unwrap();
+            let writes = match plan.data_plan() {
+                Some((wp, data)) => wp.build(data, &[]).unwrap(),
+                None => Vec::new(),
+            };
+            let mut e = entry(self.seq, &self.name);
+            e.op = log_op(&plan);
+            for shard in 0..3 {
+                let muts = shard_mutations(&plan, &writes, &self.ec.code, shard, version);
+                let (st, c) = (&self.stores[shard], self.coll(shard));
+                let mut t = Transaction::new();
+                stash_before(st, c, &e, &muts, &mut t).unwrap();
+                apply_mutations(&mut t, c, &self.name, &muts);
+                st.commit(t).unwrap();
+            }
+            e
+        }
+
+        /// The object at `snap`, decoded from the data shards' chunks.
+        fn read_at(&self, snap: u64) -> Option<Vec<u8>> {
+            let metas: Vec<ShardMeta> = (0..3)
+                .map(|s| load_meta_at(&self.stores[s], self.coll(s), &self.name, snap).unwrap())
+                .collect();
+            for m in &metas[1..] {
+                assert_eq!(
+                    (m.exists, m.size, m.version, m.snap),
+                    (
+                        metas[0].exists,
+                        metas[0].size,
+                        metas[0].version,
+                        metas[0].snap
+                    ),
+                    "shards disagree at snap {snap}"
+                );
+            }
+            if !metas[0].exists {
+                return None;
+            }
+            let slots: Vec<Option<Bytes>> = (0..3)
+                .map(|s| {
+                    let o = metas[s].oid(&self.name);
+                    let len = self.stores[s].stat(&self.coll(s), &o).unwrap().size;
+                    Some(Bytes::from(
+                        self.stores[s].read(&self.coll(s), &o, 0, len).unwrap(),
+                    ))
+                })
+                .collect();
+            Some(self.ec.code.decode(&slots, metas[0].size).unwrap().to_vec())
+        }
+
+        fn rollback(&self, e: &LogEntry) {
+            for s in 0..3 {
+                let t = rollback_entry(&self.stores[s], self.coll(s), e).unwrap();
+                self.stores[s].commit(t).unwrap();
+            }
+        }
+
+        /// Every store object of every shard (stashes and clones too).
+        fn objects(&self) -> Vec<Vec<ObjectId>> {
+            (0..3)
+                .map(|s| {
+                    self.stores[s]
+                        .list_objects(&self.coll(s), &cairn_store::ListStart::Beginning, 1000)
+                        .unwrap()
+                })
+                .collect()
+        }
+    }
+
+    fn full(byte: u8, n: usize) -> Vec<SubOp> {
+        vec![SubOp::WriteFull {
+            data: Bytes::from(vec![byte; n]),
+        }]
+    }
+
+    fn ctx(seq: u64, snaps: &[u64]) -> Option<SnapContext> {
+        Some(SnapContext {
+            seq,
+            snaps: snaps.to_vec(),
+        })
+    }
+
+    #[test]
+    fn snapshots_clone_each_shards_chunk_and_roll_back() {
+        let mut sh = Shards::new();
+        sh.write(full(1, 10_000), ctx(0, &[]));
+        // Snapshot 1; the next write clones every shard's chunk first.
+        let w2 = sh.write(full(2, 20_000), ctx(1, &[1]));
+        assert_eq!(sh.read_at(1), Some(vec![1; 10_000]));
+        assert_eq!(sh.read_at(SNAP_HEAD), Some(vec![2; 20_000]));
+        // A later write with the same context clones nothing more.
+        sh.write(full(3, 5_000), ctx(1, &[1]));
+        assert_eq!(sh.read_at(1), Some(vec![1; 10_000]));
+        // Snapshot 2 then removal: the head becomes a whiteout.
+        let rm = sh.write(vec![SubOp::Remove], ctx(2, &[2, 1]));
+        assert_eq!(rm.op, LogOp::Modify, "a whiteout keeps the clones");
+        assert_eq!(sh.read_at(SNAP_HEAD), None);
+        assert_eq!(sh.read_at(2), Some(vec![3; 5_000]));
+        assert_eq!(sh.read_at(1), Some(vec![1; 10_000]));
+        // Snapshot 1 removed: SnapTrim drops its clone (rollback puts it back).
+        let trim = sh.write(vec![SubOp::SnapTrim], ctx(2, &[2]));
+        assert_eq!(sh.read_at(1), None);
+        assert_eq!(sh.read_at(2), Some(vec![3; 5_000]));
+        sh.rollback(&trim);
+        assert_eq!(sh.read_at(1), Some(vec![1; 10_000]), "trim undone");
+        // Undo the removal and the cloning write: back to the first object.
+        sh.rollback(&rm);
+        assert_eq!(sh.read_at(SNAP_HEAD), Some(vec![3; 5_000]));
+        sh.rollback(&entry_at(&sh, 3));
+        sh.rollback(&w2);
+        assert_eq!(sh.read_at(SNAP_HEAD), Some(vec![1; 10_000]));
+        assert_eq!(sh.read_at(1), Some(vec![1; 10_000]), "head again");
+        for objs in sh.objects() {
+            assert_eq!(objs.len(), 2, "head and the first write's stash: {objs:?}");
+        }
+        // Removing the last snapshot of a whiteout removes the whiteout.
+        sh.write(vec![SubOp::Remove], ctx(4, &[4]));
+        assert_eq!(sh.read_at(4), Some(vec![1; 10_000]));
+        sh.write(vec![SubOp::SnapTrim], ctx(5, &[]));
+        assert_eq!(sh.read_at(SNAP_HEAD), None);
+        let all: Vec<ObjectId> = sh.objects().concat();
+        assert!(
+            all.iter().all(|o| is_internal_ns(&o.namespace)),
+            "only stashes remain: {all:?}"
+        );
+    }
+
+    fn entry_at(sh: &Shards, seq: u64) -> LogEntry {
+        entry(seq, &sh.name)
     }
 
     #[test]

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use cairn_ec::{ChunkRead, ShardWrite};
 use cairn_ops::{
     decode_shared, encode, msg_type, EcRead, EcReadFail, EcReadReply, ObjectName, OpError, OpReply,
-    OpRequest, OpStatus, SubOp, SubOpOutput, Version,
+    OpRequest, OpStatus, SubOp, SubOpOutput, Version, SNAP_HEAD,
 };
 use cairn_store::CollectionId;
 use cairn_types::{Epoch, PgId};
@@ -85,9 +85,15 @@ impl EcTarget {
         self.shared.cfg.id
     }
 
-    /// Reads `reads` (grouped into one call per shard, all shards at once).
+    /// Reads `reads` of the head (`snap` = [`SNAP_HEAD`]) or of clone
+    /// `snap` (grouped into one call per shard, all shards at once).
     /// Results are in the order of `reads`.
-    pub async fn read_ranges(&self, oid: &ObjectName, reads: &[ChunkRead]) -> Vec<ShardResult> {
+    pub async fn read_ranges(
+        &self,
+        oid: &ObjectName,
+        snap: u64,
+        reads: &[ChunkRead],
+    ) -> Vec<ShardResult> {
         let mut per_shard: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (i, r) in reads.iter().enumerate() {
             per_shard.entry(r.shard).or_default().push(i);
@@ -108,6 +114,7 @@ impl EcTarget {
                     .map(|&i| (reads[i].range.start, reads[i].len()))
                     .collect(),
                 with_attrs: false,
+                snap,
             };
             let osd = self.ec.shards.get(shard).copied().unwrap_or(SHARD_HOLE);
             let shared = self.shared.clone();
@@ -135,8 +142,9 @@ impl EcTarget {
             .collect()
     }
 
-    /// Reads `[offset, offset+len)` of an object whose metadata (on this
-    /// primary's shard) is `meta`: directly from the data chunks when they
+    /// Reads `[offset, offset+len)` of an object (its head or the clone
+    /// `meta` describes) whose metadata (on this primary's shard) is
+    /// `meta`: directly from the data chunks when they
     /// are there, else decoded from any k; shards that fail (down, bad
     /// checksum, another version) are dropped and the read is replanned.
     pub async fn read_extent(
@@ -160,7 +168,7 @@ impl EcTarget {
             if plan.reads().is_empty() {
                 return Ok(Bytes::new());
             }
-            let got = self.read_ranges(oid, plan.reads()).await;
+            let got = self.read_ranges(oid, meta.snap, plan.reads()).await;
             let mut bytes = Vec::with_capacity(got.len());
             let mut retry = false;
             for (r, res) in plan.reads().iter().zip(got) {
@@ -225,9 +233,8 @@ impl EcTarget {
         req: &OpRequest,
     ) -> Result<(Vec<SubOpOutput>, Version), OpError> {
         let store = &self.shared.store;
-        ec_exec::refuse_snapshots(req)?;
         if let [SubOp::ListObjects { after, limit }] = req.ops.as_slice() {
-            let (objs, next) = exec::list_objects(store, self.coll, after.as_ref(), *limit)?;
+            let (objs, next) = exec::list_client_objects(store, self.coll, after.as_ref(), *limit)?;
             return Ok((
                 vec![SubOpOutput::Objects {
                     objects: objs.into_iter().map(|(_, n)| n).collect(),
@@ -236,7 +243,7 @@ impl EcTarget {
                 Version::default(),
             ));
         }
-        let meta = load_meta(store, self.coll, &req.oid)?;
+        let meta = ec_exec::load_meta_at(store, self.coll, &req.oid, req.snap)?;
         let mut out = Vec::with_capacity(req.ops.len());
         for op in &req.ops {
             if let Some(r) = run_meta_op(store, self.coll, &self.ec, &req.oid, &meta, op) {
@@ -282,8 +289,15 @@ impl EcTarget {
         &self,
         req: &OpRequest,
     ) -> Result<(EcWritePlan, Vec<ShardWrite>), OpError> {
-        ec_exec::refuse_snapshots(req)?;
-        let plan = ec_exec::plan_ops(&self.shared.store, self.coll, &self.ec, &req.oid, &req.ops)?;
+        ec_exec::refuse_snapshot_write(req)?;
+        let plan = ec_exec::plan_ops(
+            &self.shared.store,
+            self.coll,
+            &self.ec,
+            &req.oid,
+            &req.ops,
+            req.snapc.as_ref(),
+        )?;
         let Some((wp, data)) = plan.data_plan() else {
             return Ok((plan, Vec::new()));
         };
@@ -329,7 +343,7 @@ impl EcTarget {
                 .code
                 .plan_range_reads(wanted, &available)
                 .map_err(|e| OpError::Io(format!("object {oid}: {e}; {last}")))?;
-            let got = self.read_ranges(oid, plan.reads()).await;
+            let got = self.read_ranges(oid, SNAP_HEAD, plan.reads()).await;
             let mut bytes = Vec::with_capacity(got.len());
             let mut retry = false;
             for (r, res) in plan.reads().iter().zip(got) {

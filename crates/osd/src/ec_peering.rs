@@ -613,14 +613,47 @@ impl EcPeeringJob {
 
 /// The authoritative state of `name` for `shard`, rebuilt from the
 /// chunks of up-to-date `sources` (shard positions of the acting set;
-/// None = the object does not exist). Activation and background backfill
-/// both use it.
+/// None = the object does not exist), with the shard's chunks of the
+/// object's snapshot clones. Activation and background backfill both use
+/// it.
 pub(crate) async fn rebuild_chunk(
     shared: &Arc<Shared>,
     pgid: PgId,
     epoch: Epoch,
     ec: &EcPg,
     name: &ObjectName,
+    shard: usize,
+    sources: &[usize],
+) -> Result<Option<ObjectState>, String> {
+    let head = cairn_ops::SNAP_HEAD;
+    let Some(mut st) =
+        rebuild_store_object(shared, pgid, epoch, ec, name, head, shard, sources).await?
+    else {
+        return Ok(None);
+    };
+    let snapset = match st.attrs.iter().find(|(k, _)| k == exec::ATTR_SNAPSET) {
+        Some((_, raw)) => exec::SnapSet::decode(raw).map_err(|e| format!("object {name}: {e}"))?,
+        None => return Ok(Some(st)),
+    };
+    for c in &snapset.clones {
+        let clone = rebuild_store_object(shared, pgid, epoch, ec, name, c.id, shard, sources)
+            .await?
+            .ok_or_else(|| format!("object {name}: clone {} is on no source shard", c.id))?;
+        st.clones.push((c.id, clone));
+    }
+    Ok(Some(st))
+}
+
+/// One store object (the head, or clone `snap`) of `name` for `shard`,
+/// rebuilt from the chunks of `sources`.
+#[allow(clippy::too_many_arguments)]
+async fn rebuild_store_object(
+    shared: &Arc<Shared>,
+    pgid: PgId,
+    epoch: Epoch,
+    ec: &EcPg,
+    name: &ObjectName,
+    snap: u64,
     shard: usize,
     sources: &[usize],
 ) -> Result<Option<ObjectState>, String> {
@@ -635,6 +668,7 @@ pub(crate) async fn rebuild_chunk(
             oid: name.clone(),
             ranges: vec![(0, EC_READ_TO_END)],
             with_attrs: true,
+            snap,
         };
         let osd = ec.shards[s];
         let shared = shared.clone();

@@ -966,6 +966,7 @@ impl ScrubJob {
                 oid: name.clone(),
                 ranges: vec![(0, EC_READ_TO_END)],
                 with_attrs: false,
+                snap: cairn_ops::SNAP_HEAD,
             };
             let d = crate::ec_io::call_read(&self.shared, osd, &req)
                 .await

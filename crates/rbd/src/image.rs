@@ -745,13 +745,26 @@ impl Image {
             Err(e) => return Err(e),
         };
         let mut up = vec![SubOp::Create { exclusive: true }];
-        if !parent_data.is_empty() {
-            up.push(SubOp::Write {
-                offset: 0,
-                data: Bytes::from(parent_data),
-            });
+        match overlay(parent_data, &ops) {
+            // One data sub-op (erasure-coded pools take no more per op).
+            Ok(data) => {
+                if !data.is_empty() {
+                    up.push(SubOp::Write {
+                        offset: 0,
+                        data: Bytes::from(data),
+                    });
+                }
+            }
+            Err(parent_data) => {
+                if !parent_data.is_empty() {
+                    up.push(SubOp::Write {
+                        offset: 0,
+                        data: Bytes::from(parent_data),
+                    });
+                }
+                up.extend(ops.iter().cloned());
+            }
         }
-        up.extend(ops.iter().cloned());
         match io.operate(&oid, up).await {
             // Another write of ours copied it up meanwhile.
             Err(e) if matches!(e.op_error(), Some(OpError::Exists)) => {
@@ -1015,4 +1028,36 @@ async fn join_all(mut set: JoinSet<Result<(), ClientError>>) -> Result<(), RbdEr
         }
     }
     first_err.map_or(Ok(()), Err)
+}
+
+/// The parent's object data with `ops` (writes and zeroes) applied, for a
+/// copy-up that is a single write; `Err` gives the data back when `ops`
+/// hold anything else.
+fn overlay(mut data: Vec<u8>, ops: &[SubOp]) -> Result<Vec<u8>, Vec<u8>> {
+    let simple = ops
+        .iter()
+        .all(|o| matches!(o, SubOp::Write { .. } | SubOp::Zero { .. }));
+    if !simple {
+        return Err(data);
+    }
+    for op in ops {
+        match op {
+            SubOp::Write { offset, data: d } => {
+                let (off, end) = (*offset as usize, *offset as usize + d.len());
+                if data.len() < end {
+                    data.resize(end, 0);
+                }
+                data[off..end].copy_from_slice(d);
+            }
+            SubOp::Zero { offset, len } => {
+                let off = (*offset as usize).min(data.len());
+                let end = (*offset as usize)
+                    .saturating_add(*len as usize)
+                    .min(data.len());
+                data[off..end].fill(0);
+            }
+            _ => {}
+        }
+    }
+    Ok(data)
 }

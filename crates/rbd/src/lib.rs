@@ -12,8 +12,10 @@
 //!
 //! [`bench`] is `rbd bench`'s load generator.
 //!
-//! Not here yet: snapshots of images whose data pool is erasure-coded, and
-//! lock fencing (blocklisting a broken lock's old holder).
+//! Snapshots work the same whether the data pool is replicated or
+//! erasure-coded (the OSDs of an EC pool clone each shard's chunk).
+//!
+//! Not here yet: lock fencing (blocklisting a broken lock's old holder).
 
 mod backend;
 pub mod bench;

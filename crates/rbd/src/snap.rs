@@ -219,7 +219,6 @@ impl Rbd {
                 header.snap_seq
             )));
         }
-        self.check_snapshots_supported(name, &header)?;
         let deadline = tokio::time::Instant::now() + SNAP_REQUEST_TIMEOUT;
         loop {
             match self.read_lock(name, &id).await? {
@@ -251,23 +250,6 @@ impl Rbd {
                 }
             }
         }
-    }
-
-    /// Refuses snapshots of images whose data is in an erasure-coded pool.
-    fn check_snapshots_supported(&self, name: &str, h: &ImageHeader) -> Result<(), RbdError> {
-        let map = self.rados().map();
-        let ec = map
-            .pools
-            .values()
-            .any(|p| p.name == h.data_pool && p.kind == cairn_map::PoolKind::Erasure);
-        if ec {
-            return Err(RbdError::Unsupported(format!(
-                "image '{name}' keeps its data in erasure-coded pool '{}': snapshots (and clones) \
-                 are supported only for data in replicated pools so far",
-                h.data_pool
-            )));
-        }
-        Ok(())
     }
 
     /// Asks the lock holder for a snapshot; true once the header lists it,

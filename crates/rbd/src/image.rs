@@ -1061,3 +1061,26 @@ fn overlay(mut data: Vec<u8>, ops: &[SubOp]) -> Result<Vec<u8>, Vec<u8>> {
     }
     Ok(data)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_up_overlays_writes_and_zeroes_on_the_parent_data() {
+        let w = |offset: u64, d: &[u8]| SubOp::Write {
+            offset,
+            data: Bytes::copy_from_slice(d),
+        };
+        let got = overlay(
+            vec![1; 8],
+            &[w(2, &[7, 7]), SubOp::Zero { offset: 6, len: 9 }],
+        );
+        assert_eq!(got, Ok(vec![1, 1, 7, 7, 1, 1, 0, 0]));
+        // A write past the parent's end extends it with zeros between.
+        assert_eq!(overlay(vec![1; 2], &[w(4, &[9])]), Ok(vec![1, 1, 0, 0, 9]));
+        // Anything else keeps the multi-op form.
+        let other = [SubOp::Truncate { size: 1 }];
+        assert_eq!(overlay(vec![1; 2], &other), Err(vec![1; 2]));
+    }
+}

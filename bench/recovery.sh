@@ -17,7 +17,11 @@
 #    end to end and as its copy phase (read from the daemons' `recovery
 #    copy:` log lines), as MB/s and as a ratio of fio's bandwidth.
 #
-# Usage: bench/recovery.sh [backfill|faults]   (default: both; TMPDIR
+# 3. `mac`: how fast one core computes the frame MAC (keyed BLAKE3) over
+#    1 MiB payloads in different segment layouts, beside a memcpy
+#    (crates/msg/examples/mac_speed.rs; not part of the default run).
+#
+# Usage: bench/recovery.sh [backfill|faults|mac]   (default: the first two; TMPDIR
 # selects the disk; needs fio and ~12 GB free)
 # Env: CARGO_TARGET_DIR as usual; CAIRN_BACKFILL_OBJECTS (default 256).
 set -euo pipefail
@@ -30,5 +34,8 @@ if [ "$what" = all ] || [ "$what" = backfill ]; then
 fi
 if [ "$what" = all ] || [ "$what" = faults ]; then
   cargo test --release -p cairn-cli --test faults recovery_figures -- --ignored --nocapture --test-threads=1
+fi
+if [ "$what" = mac ]; then
+  cargo run --release -p cairn-msg --example mac_speed
 fi
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -46,8 +46,8 @@ use crate::pg::{cursor_key, obj_key, Pg};
 use crate::runtime::{blocking_store_call, Shared, META_INFO};
 use cairn_map::{ClusterMap, OsdFlag};
 use cairn_ops::{
-    encode, msg_type, BackfillMark, ListCursor, LogEntry, ObjectName, ObjectState, PgBackfill,
-    PgInfo, PgRemove,
+    encode, encode_parts, msg_type, BackfillMark, ListCursor, LogEntry, ObjectName, ObjectState,
+    PgBackfill, PgInfo, PgRemove,
 };
 use cairn_store::{CollectionId, Store, Transaction};
 use cairn_types::{Epoch, PgId};
@@ -151,6 +151,67 @@ impl RecoveryThrottle {
         let mut s = self.lock();
         s.active_batches = s.active_batches.saturating_sub(1);
         s.active_bytes = s.active_bytes.saturating_sub(bytes);
+    }
+}
+
+/// A slot of `osd_recovery_max_active` held by a log-recovery push or pull
+/// while it is in flight; given back when dropped.
+pub(crate) struct RecoverySlot {
+    shared: Arc<Shared>,
+    bytes: u64,
+}
+
+impl Drop for RecoverySlot {
+    fn drop(&mut self) {
+        self.shared.recovery.batch_done(self.bytes);
+    }
+}
+
+/// How often a copy held by `norecover` or the throttle looks again (a new
+/// map wakes it sooner).
+const RECOVERY_GATE_POLL: Duration = Duration::from_millis(100);
+
+/// Waits until log recovery (activation's pushes and pulls) may copy about
+/// `bytes` now, and takes the slot: `norecover` unset, and a slot of
+/// `osd_recovery_max_active` free within the in-flight byte bound and the
+/// bandwidth cap, which it shares with backfill batches. A single copy
+/// always gets a slot when nothing else is in flight.
+pub(crate) async fn recovery_slot(shared: &Arc<Shared>, pgid: PgId, bytes: u64) -> RecoverySlot {
+    let me = shared.cfg.id;
+    let mut said = false;
+    let mut rx = shared.map_rx.clone();
+    loop {
+        let map = rx.borrow_and_update().clone();
+        let now = Instant::now();
+        let wait_until = if map.flags.contains(&OsdFlag::NoRecover) {
+            if !said {
+                tracing::info!(
+                    "pg {pgid}: log recovery waits: norecover is set ('cairn osd unset norecover' resumes)"
+                );
+                said = true;
+            }
+            now + RECOVERY_GATE_POLL
+        } else {
+            let max_active = cfg_u64(&map, me, "osd_recovery_max_active", 3) as usize;
+            let rate = cfg_u64(&map, me, "osd_recovery_max_bytes_per_sec", 0);
+            match shared
+                .recovery
+                .start_batch(now, max_active, inflight_bytes_max(shared))
+            {
+                Ok(()) => {
+                    shared.recovery.sent(now, bytes, rate);
+                    return RecoverySlot {
+                        shared: shared.clone(),
+                        bytes,
+                    };
+                }
+                Err(until) => until.min(now + RECOVERY_GATE_POLL),
+            }
+        };
+        if let Ok(Err(_)) = tokio::time::timeout_at(wait_until.into(), rx.changed()).await {
+            // No more maps (shutting down): just wait out the interval.
+            tokio::time::sleep_until(wait_until.into()).await;
+        }
     }
 }
 
@@ -1108,9 +1169,11 @@ fn read_states(
 }
 
 /// Sends a backfill message one-way on the peer connection sub-ops use.
+/// The objects' data goes out as the store buffers it was read into
+/// (`encode_parts`: no copy into one message buffer).
 async fn send(shared: &Arc<Shared>, osd: i32, msg: &PgBackfill) -> Result<(), String> {
     let (_, conn) = shared.peer(osd).await?;
-    conn.send(msg_type::PG_BACKFILL, encode(msg))
+    conn.send_parts(msg_type::PG_BACKFILL, encode_parts(msg))
         .await
         .map_err(|e| e.to_string())
 }

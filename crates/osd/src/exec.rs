@@ -802,7 +802,9 @@ fn read_store_object(
         Err(StoreError::NoSuchObject { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let data = store.read(&coll, o, 0, st.size)?;
+    // A big object lands with O_DIRECT in an aligned buffer that travels
+    // on as is (recovery, backfill and scrub send it without a copy).
+    let data = store.read_bytes(&coll, o, 0, st.size)?;
     let attrs = store
         .getattrs(&coll, o)?
         .into_iter()
@@ -822,7 +824,7 @@ fn read_store_object(
         }
     }
     Ok(Some(ObjectState {
-        data: data.into(),
+        data,
         attrs,
         omap,
         clones: Vec::new(),

@@ -5,16 +5,17 @@
 //! store and peer connections. Also the member side of query, pull and
 //! push, and the store helpers the EC activation shares.
 
-use crate::backfill::CopyTicket;
+use crate::backfill::{recovery_slot, CopyTicket};
 use crate::exec;
 use crate::peering_sm::{
-    ObjectCopy, Peering, PeeringInput, PeeringOutput, PeeringParams, BACKFILL_LIST_PAGE,
+    pull_reply_bytes, ObjectCopy, Peering, PeeringInput, PeeringOutput, PeeringParams,
+    BACKFILL_LIST_PAGE,
 };
 use crate::pg::PastInterval;
 use crate::runtime::{Shared, META_INFO};
 use cairn_ops::{
-    decode, encode, msg_type, ListCursor, LogEntry, ObjectName, ObjectState, PgInfo, PgNotify,
-    PgPull, PgPush, PgPushReply, PgQuery, PullReply, PullWhat,
+    decode, decode_shared, encode, encode_parts, msg_type, ListCursor, LogEntry, ObjectName,
+    ObjectState, PgInfo, PgNotify, PgPull, PgPush, PgPushReply, PgQuery, PullReply, PullWhat,
 };
 use cairn_store::{CollectionId, Store, StoreError, Transaction};
 use cairn_types::{Epoch, PgId};
@@ -44,14 +45,29 @@ pub(crate) fn read_log(store: &Store, coll: CollectionId) -> Result<Vec<LogEntry
     }
 }
 
-/// Member side of a pull.
-pub(crate) fn serve_pull(store: &Store, coll: CollectionId, what: &PullWhat) -> PullReply {
+/// Member side of a pull. An object reply stops once it holds `max_bytes`
+/// of object state (at least one object): the puller asks again for the
+/// names left out, so a pull of many large objects never builds a message
+/// over the messenger's limit.
+pub(crate) fn serve_pull(
+    store: &Store,
+    coll: CollectionId,
+    what: &PullWhat,
+    max_bytes: u64,
+) -> PullReply {
     match what {
         PullWhat::Objects(names) => {
             let mut out = Vec::with_capacity(names.len());
+            let mut bytes = 0u64;
             for (h, n) in names {
+                if bytes >= max_bytes {
+                    break;
+                }
                 match exec::get_object_state(store, coll, n) {
-                    Ok(st) => out.push((*h, n.clone(), st)),
+                    Ok(st) => {
+                        bytes += st.as_ref().map(|s| s.bytes()).unwrap_or(0);
+                        out.push((*h, n.clone(), st));
+                    }
                     Err(e) => return PullReply::Refused(format!("reading {n}: {e}")),
                 }
             }
@@ -181,12 +197,25 @@ async fn call_peer<T: serde::de::DeserializeOwned>(
     payload: bytes::Bytes,
     what: &'static str,
 ) -> Result<T, String> {
+    call_peer_parts(shared, osd, ty, vec![payload], what).await
+}
+
+/// [`call_peer`] with the request as segments (`encode_parts`: object data
+/// is not copied into one buffer); object data in the reply shares the
+/// received buffer (`decode_shared`).
+async fn call_peer_parts<T: serde::de::DeserializeOwned>(
+    shared: &Arc<Shared>,
+    osd: i32,
+    ty: u16,
+    payload: Vec<bytes::Bytes>,
+    what: &'static str,
+) -> Result<T, String> {
     let (_, conn) = shared.peer(osd).await?;
     let m = conn
-        .call(ty, payload, shared.cfg.peer_timeout)
+        .call_parts(ty, payload, shared.cfg.peer_timeout)
         .await
         .map_err(|e| e.to_string())?;
-    decode(what, &m.payload).map_err(|e| e.to_string())
+    decode_shared(what, &m.payload).map_err(|e| e.to_string())
 }
 
 impl PeeringJob {
@@ -491,6 +520,12 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
             }
         }
         PeeringOutput::PullObjects { from, names } => {
+            let _slot = recovery_slot(
+                &shared,
+                pgid,
+                pull_reply_bytes(shared.cfg.recovery_batch_bytes),
+            )
+            .await;
             let p = PgPull {
                 pgid,
                 from: me,
@@ -511,11 +546,17 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
             }
         }
         PeeringOutput::Push { to, push } => {
-            match call_peer::<PgPushReply>(
+            // Pushes that copy objects are recovery (norecover, the
+            // throttle); the final push with only the log is not.
+            let _slot = match push.objects.is_empty() {
+                true => None,
+                false => Some(recovery_slot(&shared, pgid, copy_size(&push.objects).0).await),
+            };
+            match call_peer_parts::<PgPushReply>(
                 &shared,
                 to,
                 msg_type::PG_PUSH,
-                encode(&push),
+                encode_parts(&push),
                 "push reply",
             )
             .await

@@ -32,6 +32,17 @@ pub const BACKFILL_LIST_PAGE: u32 = 512;
 /// new info and log goes only once every earlier one is acknowledged, so
 /// a member never adopts the log without the objects.
 pub const RECOVERY_PUSH_WINDOW: usize = 4;
+/// Pulls in flight from the authoritative copy at once (each reply is
+/// installed while later ones travel). A member answers a pull with at
+/// most [`pull_reply_bytes`] of objects; the puller asks again for the
+/// names it left out.
+pub const RECOVERY_PULL_WINDOW: usize = 4;
+
+/// Bytes of objects one pull reply carries, at most (at least one object):
+/// a full window of pulls holds about `batch_bytes`.
+pub fn pull_reply_bytes(batch_bytes: u64) -> u64 {
+    (batch_bytes / RECOVERY_PULL_WINDOW as u64).max(1)
+}
 
 /// An object with its whole state (None: it does not exist).
 pub type ObjectCopy = (u32, ObjectName, Option<ObjectState>);
@@ -194,8 +205,8 @@ enum Wait {
     /// Listing the local copy to remove what the authoritative one lacks.
     LocalListForRemoval,
     StaleRemoved,
+    /// Pulls in flight and/or pulled objects being installed.
     Pull,
-    PullInstalled,
     LocalListForPush,
     Read,
     Push,
@@ -235,6 +246,12 @@ pub struct Peering {
     auth_listing: Vec<(u32, ObjectName)>,
     /// Objects this OSD still pulls.
     pull_queue: VecDeque<(u32, ObjectName)>,
+    /// Names of the pulls in flight (at most [`RECOVERY_PULL_WINDOW`]).
+    pulls_out: Vec<Vec<(u32, ObjectName)>>,
+    /// Pulled objects waiting for their local install.
+    pulled: VecDeque<Vec<ObjectCopy>>,
+    /// An `InstallLocal` of pulled objects is not committed yet.
+    installing: bool,
     /// Acting members still to bring up to date.
     members: VecDeque<i32>,
     target: Option<PushTarget>,
@@ -253,6 +270,9 @@ impl Peering {
             new_info: None,
             auth_listing: Vec::new(),
             pull_queue: VecDeque::new(),
+            pulls_out: Vec::new(),
+            pulled: VecDeque::new(),
+            installing: false,
             members: VecDeque::new(),
             target: None,
             recovered: PgRecoveryCounts::default(),
@@ -288,7 +308,7 @@ impl Peering {
             Wait::LocalListForRemoval | Wait::LocalListForPush | Wait::Read => {
                 "the local store".into()
             }
-            Wait::StaleRemoved | Wait::PullInstalled | Wait::FinalLog => "a local commit".into(),
+            Wait::StaleRemoved | Wait::FinalLog => "a local commit".into(),
             Wait::Push => format!(
                 "osd.{} to install a recovery push",
                 self.target.as_ref().map(|t| t.osd).unwrap_or(-1)
@@ -333,13 +353,12 @@ impl Peering {
             (Wait::LocalListForRemoval, I::LocalListed(local)) => self.remove_stale(local),
             (Wait::StaleRemoved, I::LocalCommitted) => self.pull_next(),
             (Wait::Pull, I::Pulled { from, objects }) if self.is_auth(from) => {
-                self.wait = Wait::PullInstalled;
-                vec![PeeringOutput::InstallLocal {
-                    objects,
-                    remove: Vec::new(),
-                }]
+                self.on_pulled(objects)
             }
-            (Wait::PullInstalled, I::LocalCommitted) => self.pull_next(),
+            (Wait::Pull, I::LocalCommitted) if self.installing => {
+                self.installing = false;
+                self.pull_next()
+            }
             (Wait::AuthList | Wait::Pull, I::PeerFailed { osd, why }) if self.is_auth(osd) => {
                 self.fail(why)
             }
@@ -381,16 +400,16 @@ impl Peering {
     }
 
     fn waits_local(&self) -> bool {
-        matches!(
-            self.wait,
-            Wait::PersistInfo
-                | Wait::LocalListForRemoval
-                | Wait::StaleRemoved
-                | Wait::PullInstalled
-                | Wait::LocalListForPush
-                | Wait::Read
-                | Wait::FinalLog
-        )
+        (matches!(self.wait, Wait::Pull) && self.installing)
+            || matches!(
+                self.wait,
+                Wait::PersistInfo
+                    | Wait::LocalListForRemoval
+                    | Wait::StaleRemoved
+                    | Wait::LocalListForPush
+                    | Wait::Read
+                    | Wait::FinalLog
+            )
     }
 
     fn is_auth(&self, osd: i32) -> bool {
@@ -680,17 +699,74 @@ impl Peering {
         }]
     }
 
+    /// The next pull steps: install the oldest pulled batch unless an
+    /// install is running, then fill the window of pulls in flight; once
+    /// everything is pulled and installed, the next member.
     fn pull_next(&mut self) -> Vec<PeeringOutput> {
-        if self.pull_queue.is_empty() {
-            return self.next_member();
+        let mut out = Vec::new();
+        if !self.installing {
+            if let Some(objects) = self.pulled.pop_front() {
+                self.installing = true;
+                out.push(PeeringOutput::InstallLocal {
+                    objects,
+                    remove: Vec::new(),
+                });
+            }
         }
-        let n = self.pull_queue.len().min(RECOVERY_BATCH_OBJECTS);
-        let names: Vec<(u32, ObjectName)> = self.pull_queue.drain(..n).collect();
+        while self.pulls_out.len() < RECOVERY_PULL_WINDOW && !self.pull_queue.is_empty() {
+            let n = self.pull_queue.len().min(RECOVERY_BATCH_OBJECTS);
+            let names: Vec<(u32, ObjectName)> = self.pull_queue.drain(..n).collect();
+            self.pulls_out.push(names.clone());
+            out.push(PeeringOutput::PullObjects {
+                from: self.auth_id(),
+                names,
+            });
+        }
+        if self.pulls_out.is_empty() && !self.installing && self.pulled.is_empty() {
+            out.extend(self.next_member());
+            return out;
+        }
         self.wait = Wait::Pull;
-        vec![PeeringOutput::PullObjects {
-            from: self.auth_id(),
-            names,
-        }]
+        out
+    }
+
+    /// A pull reply: matched to its pull by the names it carries (a
+    /// member answers with a prefix of the names asked, bounded in
+    /// bytes); names it left out go back to the front of the queue.
+    fn on_pulled(&mut self, objects: Vec<ObjectCopy>) -> Vec<PeeringOutput> {
+        let got: HashSet<&ObjectName> = objects.iter().map(|(_, n, _)| n).collect();
+        let Some(i) = self
+            .pulls_out
+            .iter()
+            .position(|names| names.iter().any(|(_, n)| got.contains(n)))
+        else {
+            let why = if objects.is_empty() {
+                format!("osd.{} answered a pull with no object", self.auth_id())
+            } else {
+                format!(
+                    "osd.{} answered a pull with objects nobody asked for",
+                    self.auth_id()
+                )
+            };
+            return self.fail(why);
+        };
+        let asked = self.pulls_out.swap_remove(i);
+        if let Some(extra) = objects
+            .iter()
+            .find(|(_, n, _)| !asked.iter().any(|(_, a)| a == n))
+        {
+            let why = format!(
+                "osd.{} answered a pull with {} it was not asked for",
+                self.auth_id(),
+                extra.1
+            );
+            return self.fail(why);
+        }
+        for left in asked.into_iter().rev().filter(|(_, n)| !got.contains(n)) {
+            self.pull_queue.push_front(left);
+        }
+        self.pulled.push_back(objects);
+        self.pull_next()
     }
 
     /// Starts bringing the next acting member up to date (or finishes).
@@ -1242,6 +1318,109 @@ mod tests {
             result: Err("disk full".into()),
         });
         assert!(matches!(&out[..], [PeeringOutput::Done(Err(w))] if w.contains("disk full")));
+    }
+
+    /// A primary 300 objects behind keeps [`RECOVERY_PULL_WINDOW`] pulls in
+    /// flight; replies that come back out of order and cut short (a
+    /// member bounds each reply in bytes) are installed one at a time, the
+    /// names left out are asked again, and every object is installed
+    /// exactly once before the members' final pushes.
+    #[test]
+    fn pulls_are_pipelined_and_short_replies_are_asked_again() {
+        let mut auth_log = vec![entry(5, 1, "a")];
+        auth_log.extend((2..=301).map(|i| entry(6, i, &format!("o{i}"))));
+        let auth = info(6, Version { epoch: 6, seq: 301 });
+        let mine = info(5, Version { epoch: 5, seq: 1 });
+        let mut p = params(mine, auth_log[..1].to_vec(), vec![]);
+        p.up_thru_recorded = true;
+        p.probe = vec![0, 1, 2];
+        let mut sm = Peering::new(p);
+        sm.start();
+        sm.handle(PeeringInput::LocalCommitted);
+        sm.handle(notify(2, &auth, &auth_log));
+        let mut todo: VecDeque<PeeringOutput> = sm.handle(notify(1, &auth, &auth_log)).into();
+        let mut pulls: Vec<(i32, Vec<(u32, ObjectName)>)> = Vec::new();
+        let mut pushes: Vec<i32> = Vec::new();
+        let mut installed: BTreeMap<String, usize> = BTreeMap::new();
+        let (mut most_in_flight, mut done) = (0, None);
+        for _ in 0..10_000 {
+            if let Some(out) = todo.pop_front() {
+                match out {
+                    PeeringOutput::PullObjects { from, names } => pulls.push((from, names)),
+                    PeeringOutput::InstallLocal { objects, .. } => {
+                        for (_, n, _) in objects {
+                            *installed.entry(n.name).or_default() += 1;
+                        }
+                        todo.extend(sm.handle(PeeringInput::LocalCommitted));
+                    }
+                    PeeringOutput::ReplaceLog { .. } => {
+                        todo.extend(sm.handle(PeeringInput::LocalCommitted))
+                    }
+                    PeeringOutput::Push { to, push } => {
+                        assert!(push.objects.is_empty(), "members are up to date");
+                        pushes.push(to);
+                    }
+                    PeeringOutput::Done(r) => {
+                        done = Some(r);
+                        break;
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            most_in_flight = most_in_flight.max(pulls.len());
+            if let Some((from, names)) = pulls.pop() {
+                // The newest pull answers first, with at most 10 objects.
+                let objects = names
+                    .iter()
+                    .take(10)
+                    .map(|(h, n)| (*h, n.clone(), None))
+                    .collect();
+                todo.extend(sm.handle(PeeringInput::Pulled { from, objects }));
+            } else if let Some(to) = pushes.pop() {
+                todo.extend(sm.handle(PeeringInput::PushAcked { to, result: Ok(()) }));
+            } else {
+                break;
+            }
+        }
+        assert!(
+            matches!(done, Some(Ok(_))),
+            "{done:?}: {}",
+            sm.waiting_for()
+        );
+        assert_eq!(most_in_flight, RECOVERY_PULL_WINDOW);
+        assert_eq!(installed.len(), 300);
+        assert!(installed.values().all(|&n| n == 1), "{installed:?}");
+    }
+
+    #[test]
+    fn a_pull_reply_with_an_object_not_asked_for_fails_activation() {
+        let auth_log = vec![entry(5, 1, "a"), entry(6, 2, "b")];
+        let auth = info(6, Version { epoch: 6, seq: 2 });
+        let mine = info(5, Version { epoch: 5, seq: 1 });
+        let mut p = params(mine, auth_log[..1].to_vec(), vec![]);
+        p.up_thru_recorded = true;
+        p.probe = vec![0, 1, 2];
+        let mut sm = Peering::new(p);
+        sm.start();
+        sm.handle(PeeringInput::LocalCommitted);
+        sm.handle(notify(2, &auth, &auth_log));
+        let out = sm.handle(notify(1, &auth, &auth_log));
+        let [PeeringOutput::PullObjects { from, names }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        let mut objects: Vec<ObjectCopy> =
+            names.iter().map(|(h, n)| (*h, n.clone(), None)).collect();
+        let stranger = ObjectName::new("", "zz");
+        objects.push((stranger.hash(), stranger, None));
+        let out = sm.handle(PeeringInput::Pulled {
+            from: *from,
+            objects,
+        });
+        assert!(
+            matches!(&out[..], [PeeringOutput::Done(Err(w))] if w.contains("not asked for")),
+            "{out:?}"
+        );
     }
 
     fn recorded(since: u64, acting: &[i32]) -> PgActivation {

@@ -722,7 +722,7 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
             )
         }
         msg_type::PG_BACKFILL => {
-            let bf: PgBackfill = decode("pg backfill", &msg.payload).map_err(de)?;
+            let bf: PgBackfill = decode_shared("pg backfill", &msg.payload).map_err(de)?;
             let tx = ensure_pg(shared, bf.pgid).map_err(|e| e.to_string())?;
             let _ = tx
                 .send(PgMsg::Backfill {
@@ -1222,10 +1222,23 @@ impl PgActor {
             }
             PgMsg::Pull { conn, msg, pull } => {
                 let r = match self.flush().await {
-                    Ok(()) => peering::serve_pull(&self.shared.store, self.coll, &pull.what),
+                    // Off the async workers: reading objects verifies
+                    // their checksums.
+                    Ok(()) => blocking_store_call(|| {
+                        peering::serve_pull(
+                            &self.shared.store,
+                            self.coll,
+                            &pull.what,
+                            crate::peering_sm::pull_reply_bytes(
+                                self.shared.cfg.recovery_batch_bytes,
+                            ),
+                        )
+                    }),
                     Err(e) => PullReply::Refused(format!("flushing the store: {e}")),
                 };
-                let _ = conn.reply(&msg, msg_type::PG_PULL_REPLY, encode(&r)).await;
+                let _ = conn
+                    .reply_parts(&msg, msg_type::PG_PULL_REPLY, encode_parts(&r))
+                    .await;
             }
             PgMsg::Push { conn, msg, push } => {
                 self.pg.adopt_primary_interval_start(push.from, push.epoch);

@@ -3,7 +3,8 @@
 //! members are backfilled in the background; then every PG is active+clean
 //! with complete copies on the new set and the out OSD's copies removed.
 //! Also: `nobackfill` holds a backfill (the PG stays remapped and active)
-//! until it is unset.
+//! until it is unset, and `norecover` holds log recovery (the pushes and
+//! pulls that bring a returning member up to date) until it is unset.
 
 mod common;
 use cairn_map::{MonCommand, OsdFlag};
@@ -246,6 +247,49 @@ async fn nobackfill_holds_backfill_until_unset() {
         io.read("during-nobackfill", 0, 0).await.expect("read"),
         pattern(7, OBJ_BYTES)
     );
+}
+
+/// An OSD that missed writes while down comes back under `norecover`: no
+/// PG goes clean (log recovery copies nothing) until the flag is unset;
+/// then every PG is clean and every acknowledged write reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn norecover_holds_log_recovery_until_unset() {
+    let mut c = Cluster::start(3, 1, 4, 512 << 20).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    preload(&io, 64, OBJ_BYTES).await;
+    c.wait_clean(Duration::from_secs(60)).await;
+    c.kill(2).await;
+    c.wait_active(Duration::from_secs(60)).await;
+    for i in 0..64u64 {
+        io.write_full(&format!("missed-{i}"), pattern(500 + i, OBJ_BYTES))
+            .await
+            .expect("write while osd.2 is down");
+    }
+    c.apply(MonCommand::OsdSetFlag {
+        flag: OsdFlag::NoRecover,
+    });
+    c.restart(2).await;
+    // Every PG has osd.2 (3 OSDs, size 3) and osd.2 lacks writes of each
+    // (64 objects over 4 PGs): none may go clean while the flag is set.
+    let held_until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < held_until {
+        let st = states(&c);
+        assert!(
+            st.iter().all(|s| s != "active+clean"),
+            "a PG went clean under norecover: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.apply(MonCommand::OsdUnsetFlag {
+        flag: OsdFlag::NoRecover,
+    });
+    c.wait_clean(Duration::from_secs(60)).await;
+    for i in 0..64u64 {
+        assert_eq!(
+            io.read(&format!("missed-{i}"), 0, 0).await.expect("read"),
+            pattern(500 + i, OBJ_BYTES)
+        );
+    }
 }
 
 /// A backfill target that stops answering while the monitors still show

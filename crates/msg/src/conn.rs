@@ -13,8 +13,8 @@
 use crate::auth::{Credentials, KeyServer};
 use crate::config::MsgConfig;
 use crate::frame::{
-    FrameHeader, FrameKind, FrameSigner, FrameVerifier, CLOSE_MAX_BYTES, FRAME_MAC_AT, HEADER_LEN,
-    SIGNED_HEADER_LEN,
+    FrameHeader, FrameKind, FrameSigner, FrameVerifier, BULK_ALIGN, CLOSE_MAX_BYTES, FRAME_MAC_AT,
+    HEADER_LEN, SIGNED_HEADER_LEN,
 };
 use crate::handshake::{self, Established};
 use crate::io::{frame_error, read_frame, write_all_slices, write_frame};
@@ -275,7 +275,14 @@ impl Connection {
         self.handle.shared.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn header(&self, msg_type: u16, id: u64, reply_to: Option<u64>, len: usize) -> FrameHeader {
+    fn header(
+        &self,
+        msg_type: u16,
+        id: u64,
+        reply_to: Option<u64>,
+        parts: &[Bytes],
+    ) -> FrameHeader {
+        let len = parts_len(parts);
         let mut h = FrameHeader::new(
             FrameKind::Message,
             msg_type,
@@ -283,6 +290,7 @@ impl Connection {
         );
         h.id = id;
         h.reply_to = reply_to;
+        h.bulk_at = bulk_at(parts);
         h
     }
 
@@ -297,7 +305,7 @@ impl Connection {
     /// receiver sees one contiguous payload (no copy to join them here).
     pub async fn send_parts(&self, msg_type: u16, payload: Vec<Bytes>) -> Result<(), MsgError> {
         let after = self.handle.shared.cfg.send_timeout;
-        let h = self.header(msg_type, self.next_id(), None, parts_len(&payload));
+        let h = self.header(msg_type, self.next_id(), None, &payload);
         self.handle
             .shared
             .enqueue(h, payload, Instant::now() + after, after)
@@ -338,7 +346,7 @@ impl Connection {
             }
             pending.insert(id, tx);
         }
-        let h = self.header(msg_type, id, None, parts_len(&payload));
+        let h = self.header(msg_type, id, None, &payload);
         let result = async {
             sh.enqueue(h, payload, deadline, timeout).await?;
             match timeout_at(deadline, rx).await {
@@ -375,7 +383,7 @@ impl Connection {
         payload: Vec<Bytes>,
     ) -> Result<(), MsgError> {
         let after = self.handle.shared.cfg.send_timeout;
-        let h = self.header(msg_type, self.next_id(), Some(to.id), parts_len(&payload));
+        let h = self.header(msg_type, self.next_id(), Some(to.id), &payload);
         self.handle
             .shared
             .enqueue(h, payload, Instant::now() + after, after)
@@ -727,6 +735,23 @@ async fn writer_loop(
 }
 
 /// Total length of a payload held as segments.
+/// Segments at least this long are bulk data worth aligning on receipt.
+pub const BULK_SEGMENT_BYTES: usize = 64 << 10;
+
+/// The frame's `bulk_at`: where its largest segment of at least
+/// [`BULK_SEGMENT_BYTES`] starts, modulo [`BULK_ALIGN`] (none without one).
+fn bulk_at(parts: &[Bytes]) -> Option<u16> {
+    let mut at = 0usize;
+    let mut best: Option<(usize, usize)> = None;
+    for p in parts {
+        if p.len() >= BULK_SEGMENT_BYTES && best.is_none_or(|(n, _)| p.len() > n) {
+            best = Some((p.len(), at));
+        }
+        at += p.len();
+    }
+    best.map(|(_, at)| (at % BULK_ALIGN) as u16)
+}
+
 fn parts_len(parts: &[Bytes]) -> usize {
     parts.iter().map(Bytes::len).sum()
 }

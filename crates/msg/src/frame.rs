@@ -13,7 +13,7 @@ use crate::auth::{FrameKey, FRAME_MAC_LEN};
 /// First bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"CAIR";
 /// Wire format version carried in every frame header.
-pub const WIRE_VERSION: u8 = 3;
+pub const WIRE_VERSION: u8 = 4;
 /// Size of the fixed frame header.
 pub const HEADER_LEN: usize = 72;
 /// Bytes of the header covered by both MACs (everything before them).
@@ -28,6 +28,11 @@ pub const HANDSHAKE_MAX_BYTES: usize = 16 << 10;
 pub const CLOSE_MAX_BYTES: usize = 1 << 10;
 
 const FLAG_HAS_REPLY_TO: u8 = 1;
+/// Header flag: `bulk_at` (bytes 14..16) is set.
+const FLAG_BULK_AT: u8 = 2;
+/// Alignment a receiver gives the bulk segment of a frame carrying
+/// `bulk_at` (what O_DIRECT needs of a buffer's address).
+pub const BULK_ALIGN: usize = 4096;
 
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,6 +128,11 @@ pub struct FrameHeader {
     pub seq: u64,
     pub id: u64,
     pub reply_to: Option<u64>,
+    /// Where a bulk data segment starts in the payload, modulo
+    /// [`BULK_ALIGN`]: the receiver places the payload so that this offset
+    /// lands on an aligned address (a big write's data then reaches the
+    /// disk with O_DIRECT without a bounce copy). Covered by both MACs.
+    pub bulk_at: Option<u16>,
     /// MAC of the signed header bytes (zero in unsigned frames).
     pub header_mac: [u8; FRAME_MAC_LEN],
     /// MAC of the signed header bytes and the payload (zero in unsigned
@@ -140,6 +150,7 @@ impl FrameHeader {
             seq: 0,
             id: 0,
             reply_to: None,
+            bulk_at: None,
             header_mac: [0; FRAME_MAC_LEN],
             mac: [0; FRAME_MAC_LEN],
         }
@@ -150,11 +161,15 @@ impl FrameHeader {
         b[0..4].copy_from_slice(&MAGIC);
         b[4] = WIRE_VERSION;
         b[5] = self.kind as u8;
-        b[6] = if self.reply_to.is_some() {
-            FLAG_HAS_REPLY_TO
-        } else {
-            0
-        };
+        let mut flags = 0;
+        if self.reply_to.is_some() {
+            flags |= FLAG_HAS_REPLY_TO;
+        }
+        if let Some(at) = self.bulk_at {
+            flags |= FLAG_BULK_AT;
+            b[14..16].copy_from_slice(&at.to_le_bytes());
+        }
+        b[6] = flags;
         b[8..10].copy_from_slice(&self.msg_type.to_le_bytes());
         b[10..14].copy_from_slice(&self.payload_len.to_le_bytes());
         b[16..24].copy_from_slice(&self.seq.to_le_bytes());
@@ -181,9 +196,19 @@ impl FrameHeader {
         }
         let kind = FrameKind::from_u8(b[5]).ok_or(FrameError::UnknownKind(b[5]))?;
         let flags = b[6];
-        let reserved = u32::from(b[7]) | (u32::from(u16::from_le_bytes([b[14], b[15]])) << 8);
-        if flags & !FLAG_HAS_REPLY_TO != 0 || reserved != 0 {
-            return Err(FrameError::Reserved { flags, reserved });
+        let at = u16::from_le_bytes([b[14], b[15]]);
+        let bulk_at = (flags & FLAG_BULK_AT != 0).then_some(at);
+        // Bytes 14..16 are zero unless `bulk_at` is flagged, and then below
+        // BULK_ALIGN.
+        let stray_at = match bulk_at {
+            Some(a) => usize::from(a) >= BULK_ALIGN,
+            None => at != 0,
+        };
+        if flags & !(FLAG_HAS_REPLY_TO | FLAG_BULK_AT) != 0 || b[7] != 0 || stray_at {
+            return Err(FrameError::Reserved {
+                flags,
+                reserved: u32::from(b[7]) | (u32::from(at) << 8),
+            });
         }
         let payload_len = u32::from_le_bytes([b[10], b[11], b[12], b[13]]);
         let limit = kind.payload_limit(max_message_bytes);
@@ -218,6 +243,7 @@ impl FrameHeader {
             seq: u64_at(16),
             id: u64_at(24),
             reply_to,
+            bulk_at,
             header_mac,
             mac,
         })
@@ -425,6 +451,26 @@ mod tests {
         h.mac = [1; 16];
         let b = h.encode();
         assert_eq!(FrameHeader::decode(&b, 10).unwrap(), h);
+        h.bulk_at = Some(4095);
+        assert_eq!(FrameHeader::decode(&h.encode(), 10).unwrap(), h);
+    }
+
+    #[test]
+    fn bulk_at_is_bounded_and_needs_its_flag() {
+        let h = FrameHeader::new(FrameKind::Message, 77, 5);
+        let mut b = h.encode();
+        b[14..16].copy_from_slice(&7u16.to_le_bytes());
+        assert!(matches!(
+            FrameHeader::decode(&b, 10),
+            Err(FrameError::Reserved { .. })
+        ));
+        b[6] |= FLAG_BULK_AT;
+        assert_eq!(FrameHeader::decode(&b, 10).unwrap().bulk_at, Some(7));
+        b[14..16].copy_from_slice(&(BULK_ALIGN as u16).to_le_bytes());
+        assert!(matches!(
+            FrameHeader::decode(&b, 10),
+            Err(FrameError::Reserved { .. })
+        ));
     }
 
     #[test]
@@ -503,10 +549,11 @@ mod tests {
             seq in any::<u64>(),
             id in any::<u64>(),
             reply_to in proptest::option::of(any::<u64>()),
+            bulk_at in proptest::option::of(0u16..BULK_ALIGN as u16),
             header_mac in any::<[u8; 16]>(),
             mac in any::<[u8; 16]>(),
         ) {
-            let h = FrameHeader { kind, msg_type, payload_len: len, seq, id, reply_to, header_mac, mac };
+            let h = FrameHeader { kind, msg_type, payload_len: len, seq, id, reply_to, bulk_at, header_mac, mac };
             match FrameHeader::decode(&h.encode(), 4096) {
                 Ok(back) => prop_assert_eq!(back, h),
                 Err(FrameError::TooLarge { .. }) => {

@@ -3,9 +3,9 @@
 //! authenticates a signed header before its payload is read) and vectored
 //! writes; not signing (see `frame`) nor dispatch (see `conn`).
 
-use crate::frame::{FrameError, FrameHeader, HEADER_LEN};
+use crate::frame::{FrameError, FrameHeader, BULK_ALIGN, HEADER_LEN};
 use crate::MsgError;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::io::IoSlice;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -87,7 +87,7 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     // The length is within its limit (and, on signed frames, authentic):
     // allocating it is allowed.
     let len = header.payload_len as usize;
-    let mut payload = BytesMut::with_capacity(len);
+    let mut payload = payload_buffer(len, header.bulk_at);
     while payload.len() < len {
         let remaining = len - payload.len();
         let mut limited = (&mut payload).limit(remaining);
@@ -119,6 +119,23 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         raw_header,
         payload: payload.freeze(),
     })
+}
+
+/// An empty buffer with room for a `len`-byte payload. With `bulk_at`, the
+/// buffer starts so that payload byte `bulk_at` (and every
+/// [`BULK_ALIGN`]-th byte after it) sits at an aligned address: a bulk
+/// segment decoded as a slice of the payload can then be written with
+/// O_DIRECT as it is. Costs at most `BULK_ALIGN` bytes of slack.
+pub(crate) fn payload_buffer(len: usize, bulk_at: Option<u16>) -> BytesMut {
+    let Some(at) = bulk_at else {
+        return BytesMut::with_capacity(len);
+    };
+    let mut buf = BytesMut::with_capacity(len + BULK_ALIGN);
+    let start = buf.as_ptr() as usize;
+    let pad = (BULK_ALIGN - (start + usize::from(at)) % BULK_ALIGN) % BULK_ALIGN;
+    buf.resize(pad, 0);
+    buf.advance(pad);
+    buf
 }
 
 /// Writes header and payload with vectored writes (no copy of the payload).

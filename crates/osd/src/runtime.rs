@@ -554,6 +554,7 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
         backfill: None,
         strays: Vec::new(),
         recovered: (0, 0),
+        local_commits: std::collections::VecDeque::new(),
     };
     shared.tasks.spawn(actor.run());
     let map = shared.map_rx.borrow().clone();
@@ -987,6 +988,59 @@ struct PgActor {
     strays: Vec<i32>,
     /// (objects, bytes) copied by finished backfill runs of this PG.
     recovered: (u64, u64),
+    /// This OSD's own write commits in flight, oldest first.
+    local_commits: std::collections::VecDeque<LocalCommit>,
+}
+
+/// One of the PG's own write transactions, submitted and not yet reported
+/// durable. The store completes commits in submission order, so the actor
+/// waits on the oldest one itself: no task per write and no extra hop
+/// between the store's completion and the PG.
+struct LocalCommit {
+    version: Version,
+    interval_since: Epoch,
+    handle: Result<cairn_store::CommitHandle, String>,
+}
+
+/// Resolves when the oldest of `q` is durable (or failed), as the event
+/// the actor handles; pending while `q` is empty.
+fn next_local_commit(
+    q: &mut std::collections::VecDeque<LocalCommit>,
+    me: i32,
+) -> impl std::future::Future<Output = PgMsg> + '_ {
+    use std::task::Poll;
+    std::future::poll_fn(move |cx| {
+        let Some(front) = q.front_mut() else {
+            return Poll::Pending;
+        };
+        let r = match &mut front.handle {
+            Ok(h) => match std::future::Future::poll(std::pin::Pin::new(h), cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => r.map_err(|e| e.to_string()),
+            },
+            Err(e) => Err(e.clone()),
+        };
+        let Some(c) = q.pop_front() else {
+            return Poll::Pending;
+        };
+        let (seq, interval_since) = (c.version.seq, c.interval_since);
+        Poll::Ready(match r {
+            Ok(()) => PgMsg::Committed {
+                seq,
+                from: me,
+                interval_since,
+            },
+            Err(e) => {
+                tracing::error!("pg commit of {} failed: {e}", c.version);
+                PgMsg::CommitFailed {
+                    seq,
+                    from: me,
+                    interval_since,
+                    error: commit_error(me, &e),
+                }
+            }
+        })
+    })
 }
 
 /// The actor's scrub bookkeeping (the logic is `crate::scrub`'s).
@@ -1019,6 +1073,8 @@ impl PgActor {
                     Some(m) => self.on_msg(m).await,
                     None => return,
                 },
+                c = next_local_commit(&mut self.local_commits, self.shared.cfg.id),
+                    if !self.local_commits.is_empty() => self.on_msg(c).await,
                 _ = tick.tick() => self.on_tick().await,
             }
             self.publish_stats();
@@ -1668,22 +1724,6 @@ impl PgActor {
         }
         txn.meta_set(coll, META_INFO, encode(&self.pg.info));
         let interval_since = self.pg.info.same_interval_since;
-        self.submit_then(txn, move |r| match r {
-            Ok(()) => Some(PgMsg::Committed {
-                seq: version.seq,
-                from: -1,
-                interval_since,
-            }),
-            Err(e) => {
-                tracing::error!("pg commit of {version} failed: {e}");
-                Some(PgMsg::CommitFailed {
-                    seq: version.seq,
-                    from: -1,
-                    interval_since,
-                    error: OpError::Io(e),
-                })
-            }
-        });
         let mut rep = RepOp {
             pgid: self.pgid,
             from: self.me(),
@@ -1738,9 +1778,19 @@ impl PgActor {
         if let Some(run) = self.backfill.as_mut() {
             run.note_write(version.seq, &req.oid, &replicas);
         }
+        // The sub-ops go out before the local commit is submitted: a big
+        // write's local data I/O (O_DIRECT write and sync, run in this
+        // task) then overlaps the replicas' instead of preceding it. The
+        // op is acknowledged only once every member's commit is reported.
         for (r, bytes) in per_replica {
             self.send_repop(r, version.seq, bytes).await;
         }
+        let handle = submit_txn(&self.shared.store, txn).map_err(|e| e.to_string());
+        self.local_commits.push_back(LocalCommit {
+            version,
+            interval_since,
+            handle,
+        });
         more
     }
 
@@ -1817,36 +1867,6 @@ impl PgActor {
         let log = peering::read_log(store, self.coll).map_err(|e| e.to_string())?;
         self.pg.reload(info, log);
         Ok(())
-    }
-
-    /// Submits `txn` and, once it is durable, sends `then(result)` to this actor.
-    fn submit_then(
-        &self,
-        txn: Transaction,
-        then: impl FnOnce(Result<(), String>) -> Option<PgMsg> + Send + 'static,
-    ) {
-        let me = self.me();
-        let h = submit_txn(&self.shared.store, txn);
-        let tx = self.tx.clone();
-        self.shared.tasks.spawn(async move {
-            let r = match h {
-                Ok(h) => h.await.map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            if let Some(mut m) = then(r) {
-                match &mut m {
-                    PgMsg::Committed { from, .. } if *from == -1 => *from = me,
-                    PgMsg::CommitFailed { from, error, .. } if *from == -1 => {
-                        *from = me;
-                        if let OpError::Io(e) = error {
-                            *error = commit_error(me, e);
-                        }
-                    }
-                    _ => {}
-                }
-                let _ = tx.send(m).await;
-            }
-        });
     }
 
     async fn on_repop(&mut self, conn: Connection, rep: RepOp) {

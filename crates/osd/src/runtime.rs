@@ -992,22 +992,25 @@ struct PgActor {
     local_commits: std::collections::VecDeque<LocalCommit>,
 }
 
-/// One of the PG's own write transactions, submitted and not yet reported
-/// durable. The store completes commits in submission order, so the actor
-/// waits on the oldest one itself: no task per write and no extra hop
-/// between the store's completion and the PG.
+/// A write transaction of this PG submitted to the local store and not yet
+/// durable: the primary's own part of a client write, or a replica's part
+/// of a primary's sub-op (with the acknowledgement to send once durable).
+/// The store completes commits in submission order, so the actor waits on
+/// the oldest one itself: no task per write and no extra hop between the
+/// store's completion and the PG (or the replica's ack).
 struct LocalCommit {
     version: Version,
     interval_since: Epoch,
     handle: Result<cairn_store::CommitHandle, String>,
+    /// Replica: where to acknowledge the sub-op, and the ack to send.
+    ack: Option<(Connection, RepOpAck)>,
 }
 
-/// Resolves when the oldest of `q` is durable (or failed), as the event
-/// the actor handles; pending while `q` is empty.
+/// Resolves when the oldest of `q` is durable (or failed), removing it;
+/// pending while `q` is empty.
 fn next_local_commit(
     q: &mut std::collections::VecDeque<LocalCommit>,
-    me: i32,
-) -> impl std::future::Future<Output = PgMsg> + '_ {
+) -> impl std::future::Future<Output = (LocalCommit, Result<(), String>)> + '_ {
     use std::task::Poll;
     std::future::poll_fn(move |cx| {
         let Some(front) = q.front_mut() else {
@@ -1020,26 +1023,10 @@ fn next_local_commit(
             },
             Err(e) => Err(e.clone()),
         };
-        let Some(c) = q.pop_front() else {
-            return Poll::Pending;
-        };
-        let (seq, interval_since) = (c.version.seq, c.interval_since);
-        Poll::Ready(match r {
-            Ok(()) => PgMsg::Committed {
-                seq,
-                from: me,
-                interval_since,
-            },
-            Err(e) => {
-                tracing::error!("pg commit of {} failed: {e}", c.version);
-                PgMsg::CommitFailed {
-                    seq,
-                    from: me,
-                    interval_since,
-                    error: commit_error(me, &e),
-                }
-            }
-        })
+        match q.pop_front() {
+            Some(c) => Poll::Ready((c, r)),
+            None => Poll::Pending,
+        }
     })
 }
 
@@ -1073,8 +1060,8 @@ impl PgActor {
                     Some(m) => self.on_msg(m).await,
                     None => return,
                 },
-                c = next_local_commit(&mut self.local_commits, self.shared.cfg.id),
-                    if !self.local_commits.is_empty() => self.on_msg(c).await,
+                (c, r) = next_local_commit(&mut self.local_commits),
+                    if !self.local_commits.is_empty() => self.on_local_commit(c, r).await,
                 _ = tick.tick() => self.on_tick().await,
             }
             self.publish_stats();
@@ -1790,6 +1777,7 @@ impl PgActor {
             version,
             interval_since,
             handle,
+            ack: None,
         });
         more
     }
@@ -1963,29 +1951,48 @@ impl PgActor {
         // A resend of an entry we already have is acknowledged once every
         // earlier transaction is durable (group commits complete in order).
         txn.meta_set(self.coll, META_INFO, encode(&self.pg.info));
-        let h = submit_txn(&self.shared.store, txn);
-        let tx = self.tx.clone();
+        let handle = submit_txn(&self.shared.store, txn).map_err(|e| e.to_string());
+        self.local_commits.push_back(LocalCommit {
+            version: ack.version,
+            interval_since: ack.interval_since,
+            handle,
+            ack: Some((conn, ack)),
+        });
+    }
+
+    /// The oldest local commit `c` of this PG ended with `r`. Primary: the
+    /// PG learns its own commit (or failure). Replica: the sub-op is
+    /// acknowledged with the result; a failure first makes the actor drop
+    /// the in-memory state that never reached the disk.
+    async fn on_local_commit(&mut self, c: LocalCommit, r: Result<(), String>) {
         let me = self.me();
-        self.shared.tasks.spawn(async move {
-            let r = match h {
-                Ok(h) => h.await.map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
+        let seq = c.version.seq;
+        if let Err(e) = &r {
+            tracing::error!("pg {}: commit of {} failed: {e}", self.pgid, c.version);
+            let failed = PgMsg::CommitFailed {
+                seq,
+                from: me,
+                interval_since: c.interval_since,
+                error: commit_error(me, e),
             };
-            if let Err(e) = &r {
-                // The entry is in this replica's memory but not on disk:
-                // the actor reloads its durable state.
-                let _ = tx
-                    .send(PgMsg::CommitFailed {
-                        seq: ack.version.seq,
+            self.on_msg(failed).await;
+        }
+        match c.ack {
+            None => {
+                if r.is_ok() {
+                    self.on_msg(PgMsg::Committed {
+                        seq,
                         from: me,
-                        interval_since: ack.interval_since,
-                        error: commit_error(me, e),
+                        interval_since: c.interval_since,
                     })
                     .await;
+                }
             }
-            let ack = RepOpAck { result: r, ..ack };
-            let _ = conn.send(msg_type::REPOP_ACK, encode(&ack)).await;
-        });
+            Some((conn, ack)) => {
+                let ack = RepOpAck { result: r, ..ack };
+                let _ = conn.send(msg_type::REPOP_ACK, encode(&ack)).await;
+            }
+        }
     }
 
     fn start_peering(

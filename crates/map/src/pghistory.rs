@@ -1,6 +1,6 @@
 //! The PG history the map keeps (`ClusterMap::pg_history`): for each
-//! replicated PG, the acting sets it may have gone active with, oldest
-//! first. A primary has its acting set recorded (with its `up_thru`, in one
+//! PG, the acting sets it may have gone active with, oldest first (an
+//! erasure-coded PG's acting set with its holes dropped). A primary has its acting set recorded (with its `up_thru`, in one
 //! `OsdAlive`) before the PG accepts a write, so any later primary — even
 //! one new to the PG whose old holders are all down — learns from the map
 //! which copies may hold acknowledged writes, and stays down until one of
@@ -28,14 +28,22 @@ impl ClusterMap {
             let Some(pool) = self.pools.get(&pgid.pool.0) else {
                 continue;
             };
-            if pool.kind != PoolKind::Replicated || pgid.seed >= pool.pg_num {
+            if pgid.seed >= pool.pg_num {
                 continue;
             }
+            let ec = pool.kind == PoolKind::Erasure;
             let current = match self.pg_to_up(pgid.pool.0, pgid.seed) {
                 Ok(m) => m,
                 Err(_) => continue,
             };
-            if current.acting_primary != Some(from) || current.acting != act.acting {
+            // EC: positions with no OSD are not members.
+            let acting: Vec<i32> = current
+                .acting
+                .iter()
+                .copied()
+                .filter(|&o| !ec || o != cairn_crush::CRUSH_ITEM_NONE)
+                .collect();
+            if current.acting_primary != Some(from) || acting != act.acting {
                 continue;
             }
             let entries = self.pg_history.entry(*pgid).or_default();
@@ -76,7 +84,7 @@ impl ClusterMap {
             let Some(pool) = pools.get(&pgid.pool.0) else {
                 return false;
             };
-            if pool.kind != PoolKind::Replicated || pgid.seed >= pool.pg_num {
+            if pgid.seed >= pool.pg_num {
                 return false;
             }
             for e in entries.iter_mut() {

@@ -41,7 +41,7 @@ const EC_RECOVERY_BATCH_OBJECTS: usize = 32;
 const EC_LIST_PAGE: u32 = 512;
 
 /// Each answering OSD's info, log and the shard position its copy holds.
-type Notes = BTreeMap<i32, (PgInfo, Vec<LogEntry>, u8)>;
+pub type Notes = BTreeMap<i32, (PgInfo, Vec<LogEntry>, u8)>;
 
 /// One activation run of an EC PG's primary.
 pub(crate) struct EcPeeringJob {
@@ -61,7 +61,7 @@ fn holds(info: &PgInfo, log: &[LogEntry], v: Version) -> bool {
 
 /// The newest version of `auth_log` (or its tail) held by at least `k` of
 /// `members`.
-pub(crate) fn newest_on_k(
+pub fn newest_on_k(
     auth: &PgInfo,
     auth_log: &[LogEntry],
     members: &[(&PgInfo, &[LogEntry])],
@@ -89,7 +89,7 @@ pub(crate) fn newest_on_k(
 /// answering, that write may be on fewer than k of the shards asked, so it
 /// would look unacknowledged and be rolled back. Err names the OSDs waited
 /// for.
-pub(crate) fn check_k_per_interval(
+pub fn check_k_per_interval(
     past: &[PastInterval],
     best_les: Epoch,
     settled: &[i32],
@@ -119,7 +119,7 @@ pub(crate) fn check_k_per_interval(
 }
 
 /// The PG's layout as one activation sees it.
-pub(crate) struct EcLayout<'a> {
+pub struct EcLayout<'a> {
     pub k: usize,
     /// Acting OSD per shard position ([`SHARD_HOLE`] where none).
     pub shards: &'a [i32],
@@ -132,7 +132,7 @@ pub(crate) struct EcLayout<'a> {
 
 /// What an activation does, decided from the query answers alone.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct EcActivationPlan {
+pub struct EcActivationPlan {
     /// The authoritative point: the newest entry on at least k shards.
     pub point: Version,
     /// The authoritative info and log, cut at `point`.
@@ -151,7 +151,7 @@ pub(crate) struct EcActivationPlan {
 /// Decides an EC activation from the answers (`notes`) and the layout;
 /// `is_up` says whether an OSD is up in the current map. Pure: the
 /// decision the runtime performs and the unit tests check.
-pub(crate) fn plan_activation(
+pub fn plan_activation(
     notes: &Notes,
     layout: &EcLayout<'_>,
     is_up: &dyn Fn(i32) -> bool,
@@ -685,6 +685,23 @@ async fn rebuild_store_object(
             Err(e) => failures.push(format!("shard {s}: {e:?}")),
         }
     }
+    rebuild_from_chunks(code, name, shard, &found, absent, failures)
+}
+
+/// The decision half of [`rebuild_chunk`], with the reads done: `found`
+/// holds the chunks read (shard position, data with attributes), `absent`
+/// how many shards have no such object, `failures` why other reads failed.
+/// The newest version read must be on at least k shards; the chunk of
+/// `shard` is reconstructed from them (None = the object does not exist).
+/// Pure; the simulator calls it too.
+pub fn rebuild_from_chunks(
+    code: &cairn_ec::ErasureCode,
+    name: &ObjectName,
+    shard: usize,
+    found: &[(usize, cairn_ops::EcChunkData)],
+    absent: usize,
+    mut failures: Vec<String>,
+) -> Result<Option<ObjectState>, String> {
     let newest = found.iter().map(|(_, d)| d.version).max();
     let Some(newest) = newest else {
         if absent >= 1 {
@@ -698,7 +715,7 @@ async fn rebuild_store_object(
     let mut attrs: Vec<(String, Bytes)> = Vec::new();
     let mut slots: Vec<Option<Bytes>> = vec![None; code.total()];
     let mut have = 0;
-    for (s, d) in &found {
+    for (s, d) in found {
         if d.version != newest {
             continue;
         }

@@ -11,8 +11,10 @@
 //!   capacity, failing commits, damaged objects).
 //! - `world`: scheduler, network, clocks, monitor, clients + oracle, faults.
 //! - `osd`: one OSD process driving the real machines.
+//! - `ec`: erasure-coded PGs (write path, reads, activation) on top of `osd`.
 
 pub mod disk;
+mod ec;
 mod osd;
 pub mod rng;
 pub mod world;

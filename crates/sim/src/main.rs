@@ -1,13 +1,13 @@
 //! `cairn-sim --seed N [-v]` replays one seed exactly (with a trace);
 //! `cairn-sim --seeds N [--from S]` runs many and prints each failure with
-//! the command that replays it. `--profile basic|disk|full` picks the faults
-//! (default full; CI runs basic).
+//! the command that replays it. `--profile basic|disk|full|ec` picks the
+//! faults (default full; CI runs basic, full and ec).
 
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: cairn-sim [--profile basic|disk|full] (--seed N [-v] | --seeds COUNT [--from FIRST])"
+        "usage: cairn-sim [--profile basic|disk|full|ec] (--seed N [-v] | --seeds COUNT [--from FIRST])"
     );
     ExitCode::from(2)
 }

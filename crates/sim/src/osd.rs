@@ -14,6 +14,7 @@ use cairn_ops::{
     ListCursor, LogEntry, LogOp, ObjectName, ObjectState, OpError, OpReply, OpRequest, OpStatus,
     PgInfo, PgPush, PullReply, PullWhat, SubOp, SubOpOutput, Version,
 };
+use cairn_osd::ec_pool::EcPg;
 use cairn_osd::heartbeat::{heartbeat_peers, HbAction, HeartbeatTracker};
 use cairn_osd::peering_sm::{Peering, PeeringInput, PeeringOutput, PeeringParams};
 use cairn_osd::pg::{Pg, PgAction, PgEvent, PgLimits, Placement, Token};
@@ -31,6 +32,10 @@ pub struct RepOpMsg {
     pub interval_since: Epoch,
     pub entry: LogEntry,
     pub state: Option<ObjectState>,
+    /// EC: this shard's mutations (its own chunk), instead of `state`.
+    pub mutations: Option<Vec<cairn_ops::Mutation>>,
+    /// EC: entries up to here are on every shard (their stashes can go).
+    pub roll_forward_to: Version,
     pub trim_to: Version,
 }
 
@@ -69,7 +74,7 @@ enum Waiter {
     },
 }
 
-struct Run {
+pub(crate) struct Run {
     id: u64,
     interval_since: Epoch,
     sm: Peering,
@@ -79,18 +84,20 @@ struct Run {
     recording: Option<Vec<i32>>,
 }
 
-struct SimPg {
-    pg: Pg,
-    run: Option<Run>,
+pub(crate) struct SimPg {
+    pub(crate) pg: Pg,
+    pub(crate) run: Option<Run>,
     /// Sub-ops not yet acknowledged: seq -> replica -> message.
-    repops: BTreeMap<u64, BTreeMap<i32, RepOpMsg>>,
+    pub(crate) repops: BTreeMap<u64, BTreeMap<i32, RepOpMsg>>,
     /// Connection generation each replica was last sent to on.
-    sent_gen: BTreeMap<i32, u64>,
+    pub(crate) sent_gen: BTreeMap<i32, u64>,
 }
 
 /// The volatile state of a running OSD (lost on a crash).
 pub struct OsdProc {
-    map: Option<Arc<ClusterMap>>,
+    pub(crate) map: Option<Arc<ClusterMap>>,
+    /// Erasure-coded PGs' activation runs, reads and calls (`ec.rs`).
+    pub(crate) ec: crate::ec::EcProc,
     pgs: BTreeMap<PgId, SimPg>,
     hb: HeartbeatTracker,
     hb_epoch: Epoch,
@@ -186,6 +193,7 @@ impl World {
         }
         o.proc_ = Some(OsdProc {
             map: None,
+            ec: Default::default(),
             pgs,
             hb: HeartbeatTracker::new(),
             hb_epoch: Epoch(0),
@@ -298,7 +306,21 @@ impl World {
     // ---- receiving ----
 
     pub fn osd_recv(&mut self, id: i32, from: Ep, msg: Msg) {
+        if let Msg::Notify { call, .. }
+        | Msg::PullReply { call, .. }
+        | Msg::PushReply { call, .. }
+        | Msg::EcRollbackReply { call, .. } = &msg
+        {
+            if self.ec_owns(id, *call) {
+                self.ec_recv(id, msg);
+                return;
+            }
+        }
         match msg {
+            Msg::EcRollback {
+                call, pgid, entries, ..
+            } => self.ec_on_rollback(id, from, call, pgid, entries),
+            Msg::EcRollbackReply { .. } => {}
             Msg::Map(m) => self.osd_map(id, m),
             Msg::Op(req) => {
                 if let Ep::Client(c) = from {
@@ -460,6 +482,7 @@ impl World {
                 from: o,
                 info,
                 log,
+                ..
             } => self.call_answered(id, call, PeeringInput::Notify { from: o, info, log }),
             Msg::PullReply {
                 call,
@@ -524,6 +547,7 @@ impl World {
             Some(p) => (Some(p.pg.info.clone()), p.pg.log().cloned().collect()),
             None => (None, Vec::new()),
         };
+        let shard = self.ec_shard_of_copy(id, pgid);
         self.send(
             Ep::Osd(id),
             from,
@@ -532,6 +556,7 @@ impl World {
                 from: id,
                 info,
                 log,
+                shard,
             },
         );
     }
@@ -565,7 +590,11 @@ impl World {
                 .get(&id)
                 .and_then(|o| o.disk.live.colls.get(&pgid))
             {
-                for n in c.objects.keys().filter(|n| !keep.contains(n)) {
+                for n in c
+                    .objects
+                    .keys()
+                    .filter(|n| !keep.contains(n) && !crate::ec::internal(n))
+                {
                     ops.push(TxOp::Put(pgid, n.clone(), None));
                 }
             }
@@ -625,6 +654,7 @@ impl World {
             new_simpg(Pg::new(pgid, id, limits, info.clone(), vec![], vec![])),
         );
         self.submit(id, vec![TxOp::Info(pgid, info)], None);
+        self.ec_mark_shard(id, pgid);
         let map = self.proc_mut(id).and_then(|p| p.map.clone());
         if let Some(m) = map {
             self.pg_map(id, pgid, &m);
@@ -701,6 +731,7 @@ impl World {
             }
             self.peering_input(id, pgid, None, PeeringInput::UpThruRecorded);
         }
+        self.ec_on_map(id);
         // What waited for this map.
         let (ops, reps, queries) = match self.proc_mut(id) {
             Some(p) => (
@@ -740,6 +771,7 @@ impl World {
         let Ok(x) = m.pg_to_up(pgid.pool.0, pgid.seed) else {
             return;
         };
+        self.ec_follow_shard_move(id, pgid, m);
         let Some(s) = self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid)) else {
             return;
         };
@@ -748,17 +780,22 @@ impl World {
                 .and_then(|p| p.primary)
                 .and_then(|o| m.osds.get(&o))
                 .map(|i| i.up_thru);
+        // EC: positions kept in `shards`; `up`/`acting` list live members
+        // (as the runtime's `on_map`).
+        let (up, acting, shards) = match EcPg::from_map(m, pgid.pool.0, pgid.seed) {
+            Ok(Some(ec)) => (ec.up_members(), ec.live_members(), ec.shards.clone()),
+            _ => (x.up.clone(), x.acting.clone(), Vec::new()),
+        };
         let placement = Placement {
             epoch: m.epoch,
-            up: x.up.clone(),
-            acting: x.acting.clone(),
-            shards: Vec::new(),
+            up,
+            acting: acting.clone(),
+            shards,
             primary: x.acting_primary,
             size: pool.size,
             min_size: pool.min_size,
             prev_primary_up_thru,
-            acting_up_from: x
-                .acting
+            acting_up_from: acting
                 .iter()
                 .map(|o| m.osds.get(o).map(|i| i.up_from).unwrap_or_default())
                 .collect(),
@@ -770,6 +807,7 @@ impl World {
             s.repops.clear();
             s.sent_gen.clear();
             s.run = None;
+            self.ec_drop_run(id, pgid);
         }
         self.pg_actions(id, pgid, acts);
     }
@@ -789,6 +827,9 @@ impl World {
         while let Some(a) = queue.pop_front() {
             match a {
                 PgAction::Reply { token, reply } => self.op_reply(id, token, reply),
+                PgAction::Read { token, req } if self.pg_is_ec(id, pgid) => {
+                    self.ec_read(id, pgid, token, req)
+                }
                 PgAction::Read { token, req } => {
                     let damaged = self
                         .osds
@@ -807,7 +848,25 @@ impl World {
                     trim_to,
                     replicas,
                     ..
+                } if self.pg_is_ec(id, pgid) => {
+                    queue.extend(self.ec_write(id, pgid, req, version, trim_to, replicas))
+                }
+                PgAction::Write {
+                    req,
+                    version,
+                    trim_to,
+                    replicas,
+                    ..
                 } => queue.extend(self.write(id, pgid, req, version, trim_to, replicas)),
+                PgAction::Peer {
+                    interval_since,
+                    epoch,
+                    acting,
+                    probe,
+                    past,
+                } if self.pg_is_ec(id, pgid) => {
+                    self.ec_start_peering(id, pgid, interval_since, epoch, acting, probe, past)
+                }
                 PgAction::Peer {
                     interval_since,
                     epoch,
@@ -1062,6 +1121,8 @@ impl World {
             interval_since,
             entry,
             state: if is_err { None } else { state },
+            mutations: None,
+            roll_forward_to: Version::default(),
             trim_to,
         };
         if !replicas.is_empty() {
@@ -1118,6 +1179,8 @@ impl World {
     fn on_repop(&mut self, id: i32, rep: RepOpMsg) {
         let pgid = rep.pgid;
         let room = self.osds.get(&id).map(|o| o.disk.available_bytes());
+        // EC: the stash and the chunk change, from the shard's live state.
+        let ec_ops = rep.mutations.is_some().then(|| self.ec_repop_ops(id, &rep));
         let Some(s) = self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid)) else {
             return;
         };
@@ -1192,7 +1255,9 @@ impl World {
                 });
                 return;
             }
-            if !matches!(rep.entry.op, LogOp::Error(_)) {
+            if let Some(e) = ec_ops {
+                ops.extend(e);
+            } else if !matches!(rep.entry.op, LogOp::Error(_)) {
                 ops.push(TxOp::Put(pgid, rep.entry.oid.clone(), rep.state.clone()));
             }
             ops.push(TxOp::LogAppend(pgid, rep.entry.clone()));
@@ -1526,6 +1591,7 @@ impl World {
     // ---- timers ----
 
     pub fn osd_tick(&mut self, id: i32) {
+        self.ec_tick(id);
         let local = self.local_now(id);
         // Boot, or boot again after being marked down.
         let my_addr = osd_addr(id, self.osds.get(&id).map(|o| o.inc).unwrap_or(0));
@@ -1708,6 +1774,109 @@ impl World {
     }
 }
 
+/// What `ec.rs` uses of an OSD's machinery.
+impl World {
+    pub(crate) fn pg_is_ec(&self, id: i32, pgid: PgId) -> bool {
+        self.osds
+            .get(&id)
+            .and_then(|o| o.proc_.as_ref())
+            .and_then(|p| p.map.as_ref())
+            .is_some_and(|m| crate::ec::is_ec(m, pgid))
+    }
+
+    pub(crate) fn pg_mut(&mut self, id: i32, pgid: PgId) -> Option<&mut SimPg> {
+        self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid))
+    }
+
+    pub(crate) fn submit_pub(&mut self, id: i32, ops: Vec<TxOp>) {
+        self.submit(id, ops, None);
+    }
+
+    pub(crate) fn flush_pub(&mut self, id: i32) {
+        self.flush(id);
+    }
+
+    pub(crate) fn local_now_pub(&self, id: i32) -> u64 {
+        self.local_now(id)
+    }
+
+    pub(crate) fn osd_epoch_pub(&self, id: i32) -> Epoch {
+        self.osd_epoch(id)
+    }
+
+    pub(crate) fn next_call_id(&mut self, id: i32) -> u64 {
+        match self.proc_mut(id) {
+            Some(p) => {
+                p.next_call += 1;
+                p.next_call
+            }
+            None => 0,
+        }
+    }
+
+    pub(crate) fn next_run_id(&mut self, id: i32) -> u64 {
+        match self.proc_mut(id) {
+            Some(p) => {
+                p.next_run += 1;
+                p.next_run
+            }
+            None => 0,
+        }
+    }
+
+    pub(crate) fn op_reply_pub(&mut self, id: i32, token: Token, reply: OpReply) {
+        self.op_reply(id, token, reply);
+    }
+
+    pub(crate) fn pg_event_pub(&mut self, id: i32, pgid: PgId, ev: PgEvent) {
+        self.pg_event(id, pgid, ev);
+    }
+
+    pub(crate) fn install_push_pub(&mut self, id: i32, push: &PgPush) -> Result<(), String> {
+        self.install_push(id, push)
+    }
+
+    /// Submits the primary's own part of a write; its commit counts once durable.
+    pub(crate) fn submit_local_commit(
+        &mut self,
+        id: i32,
+        pgid: PgId,
+        ops: Vec<TxOp>,
+        seq: u64,
+        interval_since: Epoch,
+    ) {
+        self.submit(
+            id,
+            ops,
+            Some(Waiter::LocalCommit {
+                pgid,
+                seq,
+                interval_since,
+            }),
+        );
+    }
+
+    /// Sends one write's sub-ops (one message per member), remembered
+    /// for resends until acknowledged.
+    pub(crate) fn send_repops_pub(
+        &mut self,
+        id: i32,
+        pgid: PgId,
+        seq: u64,
+        reps: BTreeMap<i32, RepOpMsg>,
+    ) {
+        if reps.is_empty() {
+            return;
+        }
+        if let Some(s) = self.pg_mut(id, pgid) {
+            s.repops.insert(seq, reps.clone());
+        }
+        for (r, rep) in reps {
+            self.send_repop(id, pgid, r, seq, rep);
+        }
+    }
+}
+
 fn new_simpg(pg: Pg) -> SimPg {
     SimPg {
         pg,
@@ -1727,8 +1896,12 @@ fn serve_pull(c: &crate::disk::Coll, what: &PullWhat) -> PullReply {
                 .collect(),
         ),
         PullWhat::List { after, limit } => {
-            let mut all: Vec<(u32, cairn_ops::ObjectName)> =
-                c.objects.keys().map(|n| (n.hash(), n.clone())).collect();
+            let mut all: Vec<(u32, cairn_ops::ObjectName)> = c
+                .objects
+                .keys()
+                .filter(|n| !crate::ec::internal(n))
+                .map(|n| (n.hash(), n.clone()))
+                .collect();
             all.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
             let start = match after {
                 None => 0,

@@ -104,6 +104,22 @@ pub enum Msg {
         from: i32,
         info: Option<PgInfo>,
         log: Vec<LogEntry>,
+        /// EC: the shard position the answering copy holds.
+        shard: Option<u8>,
+    },
+    /// EC primary -> shard: undo these entries (oldest first) from their
+    /// rollback stashes.
+    EcRollback {
+        call: u64,
+        pgid: PgId,
+        from: i32,
+        epoch: Epoch,
+        entries: Vec<LogEntry>,
+    },
+    EcRollbackReply {
+        call: u64,
+        from: i32,
+        result: Result<(), String>,
     },
     Pull {
         call: u64,
@@ -196,6 +212,10 @@ pub enum FaultProfile {
     /// few seconds later), a commit that fails with EIO (the OSD stops),
     /// damaged objects (reads of them fail).
     Disk,
+    /// Basic's faults on an erasure-coded pool (2+1 over hosts or 4+2
+    /// over OSDs, min_size k+1 or k): shard positions stay put, so no
+    /// placement changes (the simulator does not drive backfill).
+    Ec,
 }
 
 impl std::str::FromStr for FaultProfile {
@@ -205,8 +225,9 @@ impl std::str::FromStr for FaultProfile {
             "basic" => Ok(FaultProfile::Basic),
             "full" => Ok(FaultProfile::Full),
             "disk" => Ok(FaultProfile::Disk),
+            "ec" => Ok(FaultProfile::Ec),
             other => Err(format!(
-                "unknown fault profile '{other}' (basic, disk or full)"
+                "unknown fault profile '{other}' (basic, disk, full or ec)"
             )),
         }
     }
@@ -232,6 +253,8 @@ pub struct SimConfig {
     pub dup_ppm: u64,
     /// Mean gap between two faults.
     pub fault_gap: Time,
+    /// EC profile only: (k, m, min_size, CRUSH failure domain).
+    pub ec: Option<(u32, u32, u32, &'static str)>,
 }
 
 impl SimConfig {
@@ -251,7 +274,27 @@ impl SimConfig {
             op_timeout: 3 * SEC,
             dup_ppm: r.range(0, 20_000),
             fault_gap: r.range(500, 3000) * MS,
+            ec: None,
         }
+        .with_ec(r)
+    }
+
+    /// The EC profile draws its code after everything else (the other
+    /// profiles' seeds stay as they were).
+    fn with_ec(mut self, r: &mut Rng) -> SimConfig {
+        if self.profile != FaultProfile::Ec {
+            return self;
+        }
+        let (k, m, domain) = if r.chance(500_000) {
+            (2, 1, "host")
+        } else {
+            // 4+2 needs six failure domains: two OSDs per host, by OSD.
+            self.osds_per_host = 2;
+            (4, 2, "osd")
+        };
+        let min_size = if r.chance(500_000) { k + 1 } else { k };
+        self.ec = Some((k, m, min_size, domain));
+        self
     }
 }
 
@@ -461,7 +504,7 @@ impl World {
 
     fn setup(&mut self) {
         let down_out = match self.cfg.profile {
-            FaultProfile::Basic | FaultProfile::Disk => "100000",
+            FaultProfile::Basic | FaultProfile::Disk | FaultProfile::Ec => "100000",
             FaultProfile::Full => "10",
         };
         for (k, v) in [
@@ -484,19 +527,50 @@ impl World {
                 self.new_osd(h);
             }
         }
-        let mut cmds = vec![MonCommand::PoolCreate {
-            name: "rbd".into(),
-            pg_num: Some(self.cfg.pg_num),
-            pgp_num: None,
-            kind: PoolKind::Replicated,
-            profile: None,
-            rule: None,
-        }];
-        for (k, v) in [("size", "3"), ("min_size", "2")] {
+        let mut cmds = Vec::new();
+        let sizes = match self.cfg.ec {
+            None => {
+                cmds.push(MonCommand::PoolCreate {
+                    name: "rbd".into(),
+                    pg_num: Some(self.cfg.pg_num),
+                    pgp_num: None,
+                    kind: PoolKind::Replicated,
+                    profile: None,
+                    rule: None,
+                });
+                vec![("size", "3".to_string()), ("min_size", "2".to_string())]
+            }
+            Some((k, m, min_size, domain)) => {
+                let params = [
+                    ("k", k.to_string()),
+                    ("m", m.to_string()),
+                    ("crush-failure-domain", domain.to_string()),
+                    ("stripe_unit", "4096".to_string()),
+                ];
+                cmds.push(MonCommand::EcProfileSet {
+                    name: "sim".into(),
+                    params: params
+                        .iter()
+                        .map(|(a, b)| (a.to_string(), b.clone()))
+                        .collect(),
+                    force: false,
+                });
+                cmds.push(MonCommand::PoolCreate {
+                    name: "rbd".into(),
+                    pg_num: Some(self.cfg.pg_num),
+                    pgp_num: None,
+                    kind: PoolKind::Erasure,
+                    profile: Some("sim".into()),
+                    rule: None,
+                });
+                vec![("min_size", min_size.to_string())]
+            }
+        };
+        for (k, v) in sizes {
             cmds.push(MonCommand::PoolSet {
                 pool: "rbd".into(),
                 key: k.into(),
-                value: v.into(),
+                value: v,
                 sure: false,
             });
         }
@@ -832,7 +906,7 @@ impl World {
             .filter(|i| self.osds[i].proc_.is_some())
             .collect();
         let mut roll = match self.cfg.profile {
-            FaultProfile::Basic => self.rng.range(0, 65),
+            FaultProfile::Basic | FaultProfile::Ec => self.rng.range(0, 65),
             FaultProfile::Full => self.rng.range(0, 115),
             // Basic's kinds, then the disk faults (100..115).
             FaultProfile::Disk => match self.rng.range(0, 85) {
@@ -840,10 +914,11 @@ impl World {
                 r => r,
             },
         };
-        if roll >= 65 && self.cfg.profile == FaultProfile::Basic {
+        let basic = matches!(self.cfg.profile, FaultProfile::Basic | FaultProfile::Ec);
+        if roll >= 65 && basic {
             roll = 99;
         }
-        if self.cfg.profile == FaultProfile::Basic && self.rng.chance(80_000) {
+        if basic && self.rng.chance(80_000) {
             roll = 99;
         }
         match roll {
@@ -1462,6 +1537,11 @@ impl World {
                 continue;
             };
             let t = &self.objects[obj as usize];
+            if self.cfg.ec.is_some() {
+                let acked = (t.acked > 0).then(|| Self::value(obj, t.acked));
+                problems.extend(self.ec_final_problems(obj, acked));
+                continue;
+            }
             for o in &m.acting {
                 let coll = self
                     .osds

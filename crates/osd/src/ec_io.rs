@@ -67,6 +67,23 @@ const READ_ATTEMPTS: usize = 8;
 /// Pause between attempts when shards disagree on the object version.
 const READ_RETRY_PAUSE: Duration = Duration::from_millis(25);
 
+/// Why a client read failed.
+#[derive(Debug)]
+enum ReadErr {
+    Op(OpError),
+    /// Fewer than k shards of the acting set answered consistently (down
+    /// or partitioned before the map says so, or mid-write): the client
+    /// is told to retry after a map change, as for a PG that is not
+    /// active, rather than given an I/O error.
+    Unreachable(String),
+}
+
+impl From<OpError> for ReadErr {
+    fn from(e: OpError) -> Self {
+        ReadErr::Op(e)
+    }
+}
+
 /// Where the primary's EC reads go.
 #[derive(Clone)]
 pub(crate) struct EcTarget {
@@ -147,24 +164,33 @@ impl EcTarget {
     /// `meta`: directly from the data chunks when they
     /// are there, else decoded from any k; shards that fail (down, bad
     /// checksum, another version) are dropped and the read is replanned.
-    pub async fn read_extent(
+    async fn read_extent(
         &self,
         oid: &ObjectName,
         meta: &ShardMeta,
         offset: u64,
         len: u64,
-    ) -> Result<Bytes, OpError> {
+    ) -> Result<Bytes, ReadErr> {
         let mut failed = vec![false; self.ec.code.total()];
         let mut last = String::new();
         for attempt in 0..READ_ATTEMPTS {
             let available = self.usable_shards(&failed);
-            let plan = self
-                .ec
-                .code
-                .plan_read(meta.size, offset, len, &available)
-                .map_err(|e| {
-                    OpError::Io(format!("object {oid}: {e}; last shard failure: {last}"))
-                })?;
+            let plan = match self.ec.code.plan_read(meta.size, offset, len, &available) {
+                Ok(p) => p,
+                // Shards of the acting set failed this read: they may be
+                // mid-write or just unreachable; try them all again.
+                Err(e) if failed.iter().any(|&f| f) => {
+                    last = format!("{e}; last shard failure: {last}");
+                    tokio::time::sleep(READ_RETRY_PAUSE).await;
+                    failed.iter_mut().for_each(|f| *f = false);
+                    continue;
+                }
+                Err(e) => {
+                    return Err(ReadErr::Op(OpError::Io(format!(
+                        "object {oid}: {e}; last shard failure: {last}"
+                    ))))
+                }
+            };
             if plan.reads().is_empty() {
                 return Ok(Bytes::new());
             }
@@ -201,7 +227,7 @@ impl EcTarget {
                     .ec
                     .code
                     .assemble_read(&plan, &bytes)
-                    .map_err(|e| OpError::Io(format!("object {oid}: {e}")));
+                    .map_err(|e| ReadErr::Op(OpError::Io(format!("object {oid}: {e}"))));
             }
             if attempt + 1 >= READ_ATTEMPTS / 2 {
                 // Shards may simply be mid-write: start over with all of them.
@@ -209,20 +235,26 @@ impl EcTarget {
                 failed.iter_mut().for_each(|f| *f = false);
             }
         }
-        Err(OpError::Io(format!(
+        Err(ReadErr::Unreachable(format!(
             "object {oid}: could not read enough consistent chunks after {READ_ATTEMPTS} attempts: {last}"
         )))
     }
 
     /// Serves a client read on an EC PG (run outside the PG actor).
     pub async fn client_read(&self, req: &OpRequest) -> OpReply {
-        let (res, version) = match self.client_read_inner(req).await {
-            Ok((out, v)) => (Ok(out), v),
-            Err(e) => (Err(e), Version::default()),
+        let (status, version) = match self.client_read_inner(req).await {
+            Ok((out, v)) => (OpStatus::Done(Ok(out)), v),
+            Err(ReadErr::Op(e)) => (OpStatus::Done(Err(e)), Version::default()),
+            Err(ReadErr::Unreachable(why)) => (
+                OpStatus::NotActive {
+                    state: format!("degraded: {why}"),
+                },
+                Version::default(),
+            ),
         };
         OpReply {
             reqid: req.reqid.clone(),
-            status: OpStatus::Done(res),
+            status,
             version,
             epoch: self.epoch,
         }
@@ -231,7 +263,7 @@ impl EcTarget {
     async fn client_read_inner(
         &self,
         req: &OpRequest,
-    ) -> Result<(Vec<SubOpOutput>, Version), OpError> {
+    ) -> Result<(Vec<SubOpOutput>, Version), ReadErr> {
         let store = &self.shared.store;
         if let [SubOp::ListObjects { after, limit }] = req.ops.as_slice() {
             let (objs, next) = exec::list_client_objects(store, self.coll, after.as_ref(), *limit)?;
@@ -251,7 +283,7 @@ impl EcTarget {
                 continue;
             }
             if !meta.exists {
-                return Err(OpError::NoEnt);
+                return Err(OpError::NoEnt.into());
             }
             match op {
                 SubOp::Read { offset, len } => {
@@ -273,11 +305,14 @@ impl EcTarget {
                     if let Some(i) = have.iter().zip(expected.iter()).position(|(a, b)| a != b) {
                         return Err(OpError::CmpMismatch {
                             offset: offset + i as u64,
-                        });
+                        }
+                        .into());
                     }
                     out.push(SubOpOutput::None);
                 }
-                other => return Err(OpError::Invalid(format!("sub-op {other:?} is not a read"))),
+                other => {
+                    return Err(OpError::Invalid(format!("sub-op {other:?} is not a read")).into())
+                }
             }
         }
         Ok((out, meta.version))

@@ -776,6 +776,33 @@ pub fn rebuild_from_chunks(
     }))
 }
 
+/// A shard's info and log once `rolled_back` are undone: those entries
+/// leave the log and `last_update` goes back to the newest one left (the
+/// log tail when none is). The log must not keep claiming an entry whose
+/// data was undone: if activation stops between the rollbacks and the
+/// final log push, a later activation would count that shard as holding
+/// the entry, roll it forward with too few real chunks, and never
+/// rebuild it (simulator, `ec` seed 1).
+pub fn log_after_rollback(
+    info: &PgInfo,
+    log: &[LogEntry],
+    rolled_back: &[LogEntry],
+) -> (PgInfo, Vec<LogEntry>) {
+    let gone: HashSet<Version> = rolled_back.iter().map(|e| e.version).collect();
+    let kept: Vec<LogEntry> = log
+        .iter()
+        .filter(|e| !gone.contains(&e.version))
+        .cloned()
+        .collect();
+    let last = kept.last().map(|e| e.version).unwrap_or(info.log_tail);
+    let info = PgInfo {
+        last_update: last,
+        last_complete: info.last_complete.min(last),
+        ..info.clone()
+    };
+    (info, kept)
+}
+
 /// Undoes `entries` (oldest first) on this OSD's shard, newest first, one
 /// transaction each.
 pub(crate) async fn rollback_local(
@@ -1068,6 +1095,36 @@ mod tests {
                 });
             }
         }
+    }
+
+    #[test]
+    fn a_rolled_back_entry_leaves_the_log() {
+        let log: Vec<LogEntry> = (1..=4).map(e).collect();
+        let i = PgInfo {
+            last_complete: Version { epoch: 5, seq: 4 },
+            ..info(4)
+        };
+        let (ni, nl) = log_after_rollback(&i, &log, &log[2..]);
+        assert_eq!(nl, log[..2].to_vec());
+        assert_eq!(ni.last_update, Version { epoch: 5, seq: 2 });
+        assert_eq!(ni.last_complete, Version { epoch: 5, seq: 2 });
+        // Everything rolled back: back to the tail.
+        let (ni, nl) = log_after_rollback(&i, &log, &log);
+        assert!(nl.is_empty());
+        assert_eq!(ni.last_update, i.log_tail);
+        // The bug this prevents: three of four shards undid seq 4, a fourth
+        // (down then) kept it; with k=4 the logs alone made seq 4 look
+        // complete on k shards, but only one chunk of it existed.
+        let shards: Vec<(PgInfo, Vec<LogEntry>)> = (0..3)
+            .map(|_| log_after_rollback(&i, &log, &log[3..]))
+            .chain(std::iter::once((i.clone(), log.clone())))
+            .collect();
+        let members: Vec<(&PgInfo, &[LogEntry])> =
+            shards.iter().map(|(i, l)| (i, &l[..])).collect();
+        assert_eq!(
+            newest_on_k(&i, &log, &members, 4),
+            Some(Version { epoch: 5, seq: 3 })
+        );
     }
 
     #[test]

@@ -2126,7 +2126,25 @@ impl PgActor {
                 rb.from, rb.epoch.0, self.pg.info.same_interval_since.0
             ))
         } else {
-            crate::ec_peering::rollback_local(&self.shared.store, self.coll, &rb.entries).await
+            match crate::ec_peering::rollback_local(&self.shared.store, self.coll, &rb.entries)
+                .await
+            {
+                // The undone entries leave the log too (see
+                // `log_after_rollback`), durably before the answer.
+                Ok(()) => {
+                    let log: Vec<LogEntry> = self.pg.log().cloned().collect();
+                    let (info, log) =
+                        crate::ec_peering::log_after_rollback(&self.pg.info, &log, &rb.entries);
+                    let mut txn = Transaction::new();
+                    crate::peering::replace_log(&mut txn, self.coll, &info, &log);
+                    let r = crate::peering::commit(&self.shared.store, txn).await;
+                    if r.is_ok() {
+                        self.pg.reload(info, log);
+                    }
+                    r
+                }
+                Err(e) => Err(e),
+            }
         };
         let r = EcRollbackReply {
             pgid: self.pgid,

@@ -22,7 +22,7 @@ use cairn_ops::{
 };
 use cairn_osd::ec_exec::{self, EcWritePlan, Step, ATTR_EC, INTERNAL_NS_PREFIX};
 use cairn_osd::ec_peering::{
-    check_k_per_interval, plan_activation, rebuild_from_chunks, EcActivationPlan, EcLayout, Notes,
+    check_k_per_interval, log_after_rollback, plan_activation, rebuild_from_chunks, EcActivationPlan, EcLayout, Notes,
 };
 use cairn_osd::ec_pool::{EcPg, SHARD_HOLE};
 use cairn_osd::exec::{decode_version, ATTR_VERSION};
@@ -613,6 +613,25 @@ impl World {
             .collect();
         let plan = match ec.code.plan_read(size, 0, size, &available) {
             Ok(p) => p,
+            // Shards failed this read (mid-write, or unreachable before the
+            // map says so): all of them again, as the runtime does.
+            Err(_) if failed.iter().any(|&f| f) && attempt + 1 < READ_ATTEMPTS => {
+                let none = vec![false; failed.len()];
+                return self.ec_read_attempt(id, pgid, token, req, none, attempt + 1);
+            }
+            Err(_) if failed.iter().any(|&f| f) => {
+                let r = reply(
+                    OpStatus::NotActive {
+                        state: format!(
+                            "degraded: object {}: could not read enough consistent chunks",
+                            req.oid
+                        ),
+                    },
+                    Version::default(),
+                );
+                self.op_reply_pub(id, token, r);
+                return;
+            }
             Err(e) => {
                 let r = reply(
                     OpStatus::Done(Err(OpError::Io(format!("object {}: {e}", req.oid)))),
@@ -746,10 +765,12 @@ impl World {
         if r.attempt + 1 >= READ_ATTEMPTS {
             let reply = OpReply {
                 reqid: r.req.reqid.clone(),
-                status: OpStatus::Done(Err(OpError::Io(format!(
-                    "object {}: could not read enough consistent chunks after {READ_ATTEMPTS} attempts",
-                    r.req.oid
-                )))),
+                status: OpStatus::NotActive {
+                    state: format!(
+                        "degraded: object {}: could not read enough consistent chunks after {READ_ATTEMPTS} attempts",
+                        r.req.oid
+                    ),
+                },
                 version: Version::default(),
                 epoch,
             };
@@ -1211,6 +1232,14 @@ impl World {
             if !ops.is_empty() {
                 self.submit_pub(id, ops);
             }
+        }
+        // The undone entries leave the log too (`log_after_rollback`).
+        if let Some(sp) = self.pg_mut(id, pgid) {
+            let log: Vec<LogEntry> = sp.pg.log().cloned().collect();
+            let (info, log) = log_after_rollback(&sp.pg.info, &log, entries);
+            sp.pg.reload(info.clone(), log.clone());
+            let info = sp.pg.info.clone();
+            self.submit_pub(id, vec![TxOp::LogReplace(pgid, log), TxOp::Info(pgid, info)]);
         }
         self.flush_pub(id);
     }

@@ -118,6 +118,22 @@ pub fn check_k_per_interval(
     Ok(())
 }
 
+/// The PG's recorded activations (`ClusterMap::pg_history`) as past
+/// intervals that may have written (the newest runs to `now`).
+pub fn recorded_intervals(history: &[cairn_map::PgActivation], now: Epoch) -> Vec<PastInterval> {
+    cairn_map::activation_spans(history, now)
+        .into_iter()
+        .zip(history)
+        .map(|((first, last), a)| PastInterval {
+            first,
+            last,
+            acting: a.acting.clone(),
+            primary: a.acting.first().copied(),
+            maybe_went_rw: true,
+        })
+        .collect()
+}
+
 /// The PG's layout as one activation sees it.
 pub struct EcLayout<'a> {
     pub k: usize,
@@ -293,6 +309,13 @@ impl EcPeeringJob {
         let mut settled = responders.clone();
         settled.extend(b.shared.map_rx.borrow().lost_osds());
         check_can_activate(&b.past, auth_les, &settled)?;
+        // The recorded activations too: a primary that skipped epochs (a
+        // restart hands over only the newest map) has no past interval
+        // for them, and each needs k of its shards like the others.
+        let history = b.shared.map_rx.borrow().pg_activations(b.pgid);
+        let recorded = recorded_intervals(&history, b.epoch);
+        check_can_activate(&recorded, auth_les, &settled)?;
+        check_k_per_interval(&recorded, auth_les, &settled, self.ec.code.k())?;
         check_k_per_interval(&b.past, auth_les, &settled, self.ec.code.k())?;
         let up = |o: i32| b.shared.map_rx.borrow().osds.get(&o).is_some_and(|x| x.up);
         let plan = plan_activation(
@@ -401,10 +424,21 @@ impl EcPeeringJob {
         let me = self.me();
         let mut notes: Notes = BTreeMap::new();
         notes.insert(me, (b.my_info.clone(), b.my_log.clone(), b.coll.shard));
-        let new_here = b.my_info.last_epoch_started == cairn_types::Epoch(0);
+        // Members of recorded activations this copy may not have seen; a
+        // PG with no record at all (made before EC activations were
+        // recorded) falls back to asking every up OSD when this copy is new.
+        let history = map.pg_activations(b.pgid);
+        let les = b.my_info.last_epoch_started;
+        let new_here = les == cairn_types::Epoch(0) && history.is_empty();
         let mut asked: HashSet<i32> = HashSet::from([me]);
         let mut todo: Vec<i32> = b.probe.clone();
         todo.extend(b.my_info.last_active_acting.iter().copied());
+        todo.extend(
+            recorded_intervals(&history, b.epoch)
+                .into_iter()
+                .filter(|pi| pi.last >= les)
+                .flat_map(|pi| pi.acting),
+        );
         if new_here {
             todo.extend(map.osds.values().filter(|i| i.up).map(|i| i.id));
         }

@@ -412,12 +412,28 @@ impl PeeringJob {
     }
 
     /// Has the monitors record `up_thru >= interval_since` for this OSD
-    /// (so later primaries know this interval may have accepted writes).
+    /// and this activation (its acting set) in the PG's history, so later
+    /// primaries know this interval may have accepted writes and whom to
+    /// ask (EC activation; the replicated machine asks for the same).
     pub(crate) async fn ensure_up_thru(&self) -> Result<(), String> {
-        if self.up_thru_recorded() {
+        let recorded = self
+            .shared
+            .map_rx
+            .borrow()
+            .pg_activation_recorded(self.pgid, &self.acting);
+        let record = (self.shared.mon.is_some() && !recorded).then(|| {
+            (
+                self.pgid,
+                cairn_map::PgActivation {
+                    since: self.interval_since,
+                    acting: self.acting.clone(),
+                },
+            )
+        });
+        if self.up_thru_recorded() && record.is_none() {
             return Ok(());
         }
-        ask_up_thru(&self.shared, self.interval_since, None).await
+        ask_up_thru(&self.shared, self.interval_since, record).await
     }
 }
 

@@ -22,7 +22,8 @@ use cairn_ops::{
 };
 use cairn_osd::ec_exec::{self, EcWritePlan, Step, ATTR_EC, INTERNAL_NS_PREFIX};
 use cairn_osd::ec_peering::{
-    check_k_per_interval, log_after_rollback, plan_activation, rebuild_from_chunks, EcActivationPlan, EcLayout, Notes,
+    check_k_per_interval, log_after_rollback, plan_activation, rebuild_from_chunks,
+    recorded_intervals, EcActivationPlan, EcLayout, Notes,
 };
 use cairn_osd::ec_pool::{EcPg, SHARD_HOLE};
 use cairn_osd::exec::{decode_version, ATTR_VERSION};
@@ -1016,11 +1017,10 @@ impl World {
         let new_here = my_info.last_epoch_started == Epoch(0) && r.history.is_empty();
         let les = my_info.last_epoch_started;
         // Members of recorded activations this copy may not have seen.
-        let recorded: Vec<i32> = cairn_map::activation_spans(&r.history, r.epoch)
+        let recorded: Vec<i32> = recorded_intervals(&r.history, r.epoch)
             .into_iter()
-            .zip(&r.history)
-            .filter(|((_, last), _)| *last >= les)
-            .flat_map(|(_, a)| a.acting.clone())
+            .filter(|pi| pi.last >= les)
+            .flat_map(|pi| pi.acting)
             .collect();
         let mut todo: Vec<i32> = r.probe.clone();
         todo.extend(my_info.last_active_acting.iter().copied());
@@ -1156,20 +1156,11 @@ impl World {
             .ok_or("no complete copy of the PG answered")?;
         let mut settled: Vec<i32> = r.notes.keys().copied().collect();
         settled.extend(m.lost_osds());
-        let recorded: Vec<PastInterval> = cairn_map::activation_spans(&r.history, r.epoch)
-            .into_iter()
-            .zip(&r.history)
-            .map(|((first, last), a)| PastInterval {
-                first,
-                last,
-                acting: a.acting.clone(),
-                primary: a.acting.first().copied(),
-                maybe_went_rw: true,
-            })
-            .collect();
+        let recorded = recorded_intervals(&r.history, r.epoch);
         check_can_activate(&r.past, auth_les, &settled)?;
         check_can_activate(&recorded, auth_les, &settled)?;
         check_k_per_interval(&r.past, auth_les, &settled, r.ec.code.k())?;
+        check_k_per_interval(&recorded, auth_les, &settled, r.ec.code.k())?;
         let is_up = |o: i32| m.osds.get(&o).is_some_and(|x| x.up);
         let plan = plan_activation(
             &r.notes,

@@ -1,8 +1,9 @@
 //! Runs the simulator over many seeds: 300 of the `basic` profile
 //! (crashes, partitions, resets, duplicates, clock faults) and 100 of the
-//! `full` profile (plus out/in, reweight, new OSDs, auto-out), and 60 of
-//! the `disk` profile (full disks, commit EIO, damaged objects).
-//! `CAIRN_SOAK=1` runs 3000, 1000 and 1000.
+//! `full` profile (plus out/in, reweight, new OSDs, auto-out), 60 of
+//! the `disk` profile (full disks, commit EIO, damaged objects) and 100 of
+//! the `ec` profile (basic faults on an erasure-coded pool).
+//! `CAIRN_SOAK=1` runs 3000, 1000, 1000 and 1000.
 
 use cairn_sim::{run_seed, FaultProfile};
 
@@ -99,6 +100,14 @@ fn disk_profile_seeds_pass_the_oracle() {
     );
 }
 
+/// Erasure-coded pools (2+1 over hosts or 4+2 over OSDs, min_size k+1 or
+/// k) under the `basic` faults; `CAIRN_SOAK=1` runs 1000.
+#[test]
+fn ec_profile_seeds_pass_the_oracle() {
+    let count: u64 = if soak() { 1000 } else { 100 };
+    run_seeds(FaultProfile::Ec, "ec", 0..count);
+}
+
 #[test]
 fn one_seed_replays_exactly() {
     let a = run_seed(42, FaultProfile::Full, false);
@@ -108,4 +117,10 @@ fn one_seed_replays_exactly() {
         (b.events, b.sim_time, b.acked_writes, b.reads, b.faults)
     );
     assert_eq!(a.violations, b.violations);
+    let a = run_seed(7, FaultProfile::Ec, false);
+    let b = run_seed(7, FaultProfile::Ec, false);
+    assert_eq!(
+        (a.events, a.sim_time, a.acked_writes, a.reads, a.faults),
+        (b.events, b.sim_time, b.acked_writes, b.reads, b.faults)
+    );
 }

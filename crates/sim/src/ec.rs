@@ -141,8 +141,10 @@ fn stash_op(pgid: PgId, entry: &LogEntry, old: Option<&ObjectState>) -> TxOp {
         clones: vec![],
     });
     let existed = if old.is_some() { "1" } else { "0" };
-    st.attrs
-        .push((RB_EXISTED.into(), bytes::Bytes::from_static(existed.as_bytes())));
+    st.attrs.push((
+        RB_EXISTED.into(),
+        bytes::Bytes::from_static(existed.as_bytes()),
+    ));
     TxOp::Put(pgid, stash_name(&entry.oid, entry.version.seq), Some(st))
 }
 
@@ -222,7 +224,6 @@ struct EcRead {
     pgid: PgId,
     req: OpRequest,
     version: Version,
-    size: u64,
     plan: cairn_ec::ReadPlan,
     got: BTreeMap<usize, Option<ObjectState>>,
     waiting: BTreeSet<u64>,
@@ -280,7 +281,9 @@ impl World {
     }
 
     fn coll(&self, id: i32, pgid: PgId) -> Option<&crate::disk::Coll> {
-        self.osds.get(&id).and_then(|o| o.disk.live.colls.get(&pgid))
+        self.osds
+            .get(&id)
+            .and_then(|o| o.disk.live.colls.get(&pgid))
     }
 
     /// The shard position this OSD's copy of `pgid` holds (recorded when the
@@ -426,31 +429,36 @@ impl World {
         let prior = old.as_ref().map(version_of).unwrap_or_default();
         let old_size = old.as_ref().map(size_of).unwrap_or(0);
         let resolved: Result<BTreeMap<i32, Vec<Mutation>>, OpError> = match req.ops.as_slice() {
-            [SubOp::WriteFull { data }] => cairn_ec::plan_write_full(&ec.code, old_size, data.len() as u64)
-                .and_then(|plan| {
-                    let writes = plan.build(data, &[])?;
-                    let ewp = EcWritePlan {
-                        prior,
-                        outputs: vec![SubOpOutput::None],
-                        steps: vec![Step::Data {
-                            plan,
-                            data: data.clone(),
-                        }],
-                        exists_after: true,
-                        whiteout_after: false,
-                        size_after: data.len() as u64,
-                    };
-                    Ok(ec
-                        .shards
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, &o)| o != SHARD_HOLE)
-                        .map(|(s, &o)| {
-                            (o, ec_exec::shard_mutations(&ewp, &writes, &ec.code, s, version))
-                        })
-                        .collect())
-                })
-                .map_err(|e| OpError::Invalid(format!("object {}: {e}", req.oid))),
+            [SubOp::WriteFull { data }] => {
+                cairn_ec::plan_write_full(&ec.code, old_size, data.len() as u64)
+                    .and_then(|plan| {
+                        let writes = plan.build(data, &[])?;
+                        let ewp = EcWritePlan {
+                            prior,
+                            outputs: vec![SubOpOutput::None],
+                            steps: vec![Step::Data {
+                                plan,
+                                data: data.clone(),
+                            }],
+                            exists_after: true,
+                            whiteout_after: false,
+                            size_after: data.len() as u64,
+                        };
+                        Ok(ec
+                            .shards
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, &o)| o != SHARD_HOLE)
+                            .map(|(s, &o)| {
+                                (
+                                    o,
+                                    ec_exec::shard_mutations(&ewp, &writes, &ec.code, s, version),
+                                )
+                            })
+                            .collect())
+                    })
+                    .map_err(|e| OpError::Invalid(format!("object {}: {e}", req.oid)))
+            }
             _ => Err(OpError::Invalid(
                 "the simulator writes whole objects only".into(),
             )),
@@ -529,11 +537,7 @@ impl World {
     pub fn ec_repop_ops(&self, id: i32, rep: &crate::osd::RepOpMsg) -> Vec<TxOp> {
         let pgid = rep.pgid;
         let coll = self.coll(id, pgid);
-        let mut ops = drop_stashes_ops(
-            pgid,
-            coll,
-            rep.roll_forward_to.seq.max(rep.trim_to.seq),
-        );
+        let mut ops = drop_stashes_ops(pgid, coll, rep.roll_forward_to.seq.max(rep.trim_to.seq));
         if matches!(rep.entry.op, LogOp::Error(_)) {
             return ops;
         }
@@ -653,7 +657,6 @@ impl World {
             pgid,
             req: req.clone(),
             version,
-            size,
             plan,
             got: BTreeMap::new(),
             waiting: BTreeSet::new(),
@@ -685,7 +688,15 @@ impl World {
         self.ec_read_progress(id, rid);
     }
 
-    fn ec_read_answer(&mut self, id: i32, rid: u64, call: u64, osd: i32, st: Option<ObjectState>, ok: bool) {
+    fn ec_read_answer(
+        &mut self,
+        id: i32,
+        rid: u64,
+        call: u64,
+        osd: i32,
+        st: Option<ObjectState>,
+        ok: bool,
+    ) {
         let Some(m) = self.ec_map(id) else {
             return;
         };
@@ -742,9 +753,11 @@ impl World {
         }
         let epoch = self.osd_epoch_pub(id);
         if ok {
-            let code = self
-                .ec_map(id)
-                .and_then(|m| EcPg::from_map(&m, r.pgid.pool.0, r.pgid.seed).ok().flatten());
+            let code = self.ec_map(id).and_then(|m| {
+                EcPg::from_map(&m, r.pgid.pool.0, r.pgid.seed)
+                    .ok()
+                    .flatten()
+            });
             let res = match code {
                 Some(ec) => ec
                     .code
@@ -753,7 +766,6 @@ impl World {
                     .map_err(|e| OpError::Io(format!("object {}: {e}", r.req.oid))),
                 None => Err(OpError::Io("the pool is gone".into())),
             };
-            let _ = r.size;
             let reply = OpReply {
                 reqid: r.req.reqid.clone(),
                 status: OpStatus::Done(res),
@@ -1063,15 +1075,16 @@ impl World {
         r.waiting.remove(&call);
         match msg {
             Msg::Notify {
-                info, log, shard, ..
+                info: Some(info),
+                log,
+                shard,
+                ..
             } => {
-                if let Some(info) = info {
-                    let next = info.last_active_acting.clone();
-                    if let Some(s) = shard {
-                        r.notes.insert(osd, (info, log, s));
-                    }
-                    self.ec_ask(id, pgid, next);
+                let next = info.last_active_acting.clone();
+                if let Some(s) = shard {
+                    r.notes.insert(osd, (info, log, s));
                 }
+                self.ec_ask(id, pgid, next);
             }
             Msg::EcRollbackReply { result: Err(e), .. } => {
                 return self.ec_fail(
@@ -1230,13 +1243,23 @@ impl World {
             let (info, log) = log_after_rollback(&sp.pg.info, &log, entries);
             sp.pg.reload(info.clone(), log.clone());
             let info = sp.pg.info.clone();
-            self.submit_pub(id, vec![TxOp::LogReplace(pgid, log), TxOp::Info(pgid, info)]);
+            self.submit_pub(
+                id,
+                vec![TxOp::LogReplace(pgid, log), TxOp::Info(pgid, info)],
+            );
         }
         self.flush_pub(id);
     }
 
     /// A shard's side of a rollback request.
-    pub fn ec_on_rollback(&mut self, id: i32, from: Ep, call: u64, pgid: PgId, entries: Vec<LogEntry>) {
+    pub fn ec_on_rollback(
+        &mut self,
+        id: i32,
+        from: Ep,
+        call: u64,
+        pgid: PgId,
+        entries: Vec<LogEntry>,
+    ) {
         let result = if self.coll(id, pgid).is_some() {
             self.ec_rollback_local(id, pgid, &entries);
             Ok(())
@@ -1320,15 +1343,13 @@ impl World {
             match p {
                 RecoveryPlan::UpToDate => {}
                 RecoveryPlan::Log { objects } => names.extend(objects.iter().cloned()),
-                RecoveryPlan::Backfill => names.extend(
-                    r.listing
-                        .iter()
-                        .flatten()
-                        .map(|(_, n)| n.clone()),
-                ),
+                RecoveryPlan::Backfill => {
+                    names.extend(r.listing.iter().flatten().map(|(_, n)| n.clone()))
+                }
             }
         }
-        let sources: Vec<(usize, i32)> = plan.sources.iter().map(|&s| (s, r.ec.shards[s])).collect();
+        let sources: Vec<(usize, i32)> =
+            plan.sources.iter().map(|&s| (s, r.ec.shards[s])).collect();
         let run = r.id;
         if names.is_empty() {
             self.ec_advance(id, pgid);
@@ -1416,7 +1437,10 @@ impl World {
                 self.install_push_pub(id, &push)?;
                 continue;
             }
-            let call = self.ec_call(id, osd, For::Run(pgid, run), |call| Msg::Push { call, push });
+            let call = self.ec_call(id, osd, For::Run(pgid, run), |call| Msg::Push {
+                call,
+                push,
+            });
             if let Some(r) = self.ec_proc(id).and_then(|p| p.runs.get_mut(&pgid)) {
                 r.waiting.insert(call);
             }
@@ -1449,7 +1473,10 @@ impl World {
                 keep_only: None,
                 finish: Some((new_info.clone(), log.clone())),
             };
-            let call = self.ec_call(id, osd, For::Run(pgid, run), |call| Msg::Push { call, push });
+            let call = self.ec_call(id, osd, For::Run(pgid, run), |call| Msg::Push {
+                call,
+                push,
+            });
             if let Some(r) = self.ec_proc(id).and_then(|p| p.runs.get_mut(&pgid)) {
                 r.waiting.insert(call);
             }

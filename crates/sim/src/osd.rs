@@ -318,7 +318,10 @@ impl World {
         }
         match msg {
             Msg::EcRollback {
-                call, pgid, entries, ..
+                call,
+                pgid,
+                entries,
+                ..
             } => self.ec_on_rollback(id, from, call, pgid, entries),
             Msg::EcRollbackReply { .. } => {}
             Msg::Map(m) => self.osd_map(id, m),

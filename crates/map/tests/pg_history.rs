@@ -106,3 +106,32 @@ fn history_is_bounded() {
     }
     assert!(m.pg_activations(pg(0)).len() <= PG_HISTORY_MAX);
 }
+
+/// An erasure-coded PG records its acting set with the holes dropped (the
+/// live shards), checked against the current placement like a replicated
+/// one.
+#[test]
+fn an_ec_primary_records_its_live_shards() {
+    let mut m = cluster(5, 1);
+    ok(&mut m, "osd erasure-code-profile set ec21 k=2 m=1");
+    ok(&mut m, "osd pool create ec 8 8 erasure ec21");
+    let first = m.pg_to_up(1, 0).unwrap();
+    let primary = first.acting_primary.unwrap();
+    let since = m.epoch;
+    alive(&mut m, primary, pg(0), since, &first.acting);
+    assert!(m.pg_activation_recorded(pg(0), &first.acting));
+    // A shard goes down: its position is a hole, the record names the rest.
+    let gone = *first.acting.iter().find(|&&o| o != primary).unwrap();
+    ok(&mut m, &format!("osd down {gone}"));
+    let now = m.pg_to_up(1, 0).unwrap();
+    assert!(now.acting.contains(&cairn_crush::CRUSH_ITEM_NONE));
+    let live: Vec<i32> = first.acting.iter().copied().filter(|&o| o != gone).collect();
+    let since2 = m.epoch;
+    // The acting set with its hole is not what the OSD sends: ignored.
+    alive(&mut m, primary, pg(0), since2, &now.acting);
+    assert_eq!(m.pg_activations(pg(0)).len(), 1);
+    alive(&mut m, primary, pg(0), since2, &live);
+    let h = m.pg_activations(pg(0));
+    assert_eq!(h.len(), 2);
+    assert_eq!((h[1].since, &h[1].acting), (since2, &live));
+}

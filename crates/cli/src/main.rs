@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod bench_pattern;
 mod cmd_admin;
 mod cmd_crush;
 mod cmd_daemon;

@@ -32,6 +32,8 @@ const RESTART_BACKOFF_MIN: Duration = Duration::from_secs(2);
 const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// Period of the "am I still up in the map" check.
 const STATUS_INTERVAL: Duration = Duration::from_secs(1);
+/// The data cache's counters go to the log at most this often (when they moved).
+const CACHE_LOG_INTERVAL: Duration = Duration::from_secs(60);
 /// A boot message is resent at most this often while the map shows us down.
 const REBOOT_INTERVAL: Duration = Duration::from_secs(3);
 /// Bound on each command this daemon sends to the monitors.
@@ -281,6 +283,26 @@ fn memory_target(conf: &cairn_types::Conf, map: &cairn_map::ClusterMap, id: i32)
     MemoryBudget::parse_target(&text).map_err(|e| anyhow!("{who}: {e} (from {from})"))
 }
 
+/// `osd_data_cache_bytes` of osd.`id` if set (cairn.conf wins over the
+/// central config, as for the memory target); None = the target's share.
+fn data_cache_setting(
+    conf: &cairn_types::Conf,
+    map: &cairn_map::ClusterMap,
+    id: i32,
+) -> Result<Option<u64>> {
+    let who = format!("osd.{id}");
+    let (text, from) = match conf.get(&who, "osd_data_cache_bytes") {
+        Some(v) => (v.to_string(), "cairn.conf"),
+        None => match map.config_value(&who, "osd_data_cache_bytes") {
+            Some(v) => (v, "the central config"),
+            None => return Ok(None),
+        },
+    };
+    cairn_map::config::parse_size(text.trim())
+        .map(Some)
+        .map_err(|e| anyhow!("{who}: osd_data_cache_bytes '{text}' (from {from}): {e}"))
+}
+
 /// Runs one OSD until stopped (Ok) or until it cannot continue (Err).
 async fn run_one(
     node: &Path,
@@ -307,11 +329,19 @@ async fn run_one(
     ));
     let map_rx = crate::conn::follow_map(&mon).await?;
     let target = memory_target(conf, &map_rx.borrow(), id)?;
-    let budget = MemoryBudget::from_target(target);
+    let mut budget = MemoryBudget::from_target(target);
+    if let Some(bytes) = data_cache_setting(conf, &map_rx.borrow(), id)? {
+        let (b, note) = budget.with_data_cache(bytes);
+        budget = b;
+        if let Some(note) = note {
+            tracing::warn!("osd.{id}: {note}");
+        }
+    }
     tracing::info!(
-        "osd.{id}: osd_memory_target {} MiB: store cache {} MiB, client bytes in flight {} MiB, connection windows {} MiB, pg log <= {} entries",
+        "osd.{id}: osd_memory_target {} MiB: store cache {} MiB, data cache {} MiB, client bytes in flight {} MiB, connection windows {} MiB, pg log <= {} entries",
         budget.target_bytes >> 20,
         budget.store_cache_bytes >> 20,
+        budget.data_cache_bytes >> 20,
         budget.client_inflight_bytes >> 20,
         budget.connection_window_bytes >> 20,
         budget.max_log_entries
@@ -378,6 +408,7 @@ async fn run_one(
         }
     });
     let mut ocfg = OsdConfig::new(id, secret).with_memory_target(budget.target_bytes);
+    ocfg.data_cache_bytes = budget.data_cache_bytes;
     ocfg.bind_addr = SocketAddr::new(ip, 0);
     let osd = Osd::start_with_mon(ocfg, store, map_rx.clone(), Some(req_tx))
         .await
@@ -404,7 +435,25 @@ async fn run_one(
         rec.store_path.display()
     );
     let mut last_boot: Option<Instant> = None;
+    let mut cache_logged = (Instant::now(), osd.cache_stats());
     let result = loop {
+        let cache = osd.cache_stats();
+        if cache_logged.0.elapsed() >= CACHE_LOG_INTERVAL && cache != cache_logged.1 {
+            tracing::info!(
+                "osd.{id} data cache: {} of {} MiB in {} objects; hits {} ({} MiB), misses {}, inserts {}, evictions {}, invalidations {}, checksum failures {}",
+                cache.bytes >> 20,
+                cache.capacity_bytes >> 20,
+                cache.entries,
+                cache.hits,
+                cache.hit_bytes >> 20,
+                cache.misses,
+                cache.inserts,
+                cache.evictions,
+                cache.invalidations,
+                cache.bad_checksums
+            );
+            cache_logged = (Instant::now(), cache);
+        }
         let map = map_rx.borrow().clone();
         let needs_boot = match map.osds.get(&id) {
             None => {

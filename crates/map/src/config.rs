@@ -239,6 +239,15 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "move an OSD to host=<hostname> in CRUSH when it starts",
     ),
     opt(
+        "osd_data_cache_bytes",
+        OptKind::Size {
+            min: 0,
+            max: 64 * TIB,
+        },
+        "41943040",
+        "bytes of whole objects an OSD keeps cached for reads (default 1/8 of osd_memory_target, at most 1/4; 0 = off; read at OSD start)",
+    ),
+    opt(
         "osd_deep_scrub_interval",
         OptKind::Secs {
             min: 60,

@@ -1,7 +1,7 @@
 //! The per-OSD memory budget: turns `osd_memory_target` into the byte and
 //! count limits of everything that grows with load (store cache, store
 //! write queue, client bytes in flight, per-connection message windows, PG
-//! log lengths). Owns the arithmetic only; the runtime and the node daemon
+//! log lengths, the data cache). Owns the arithmetic only; the runtime and the node daemon
 //! apply the numbers.
 //!
 //! Shares of the target (a 320 MiB default, see [`DEFAULT_MEMORY_TARGET_BYTES`]):
@@ -14,6 +14,7 @@
 //! | client op payload in flight (`osd_client_message_size_cap`) | 1/8 | 40 MiB |
 //! | each connection's send and receive windows | 1/32 each | 10 MiB |
 //! | PG logs of degraded PGs (~[`LOG_ENTRY_BYTES`] per entry, [`PLANNED_PGS_PER_OSD`] PGs) | 1/4 | 3000 entries per PG |
+//! | data cache: whole objects read in full (`osd_data_cache_bytes`) | 1/8 | 40 MiB |
 //!
 //! A client op's payload lives at most about three times while in flight
 //! (the decoded request, the encoded replication message kept for resends,
@@ -42,6 +43,8 @@ pub const PLANNED_PGS_PER_OSD: u64 = 100;
 const MIN_WINDOW_BYTES: u64 = 8 << 20;
 /// Client bytes in flight never drop below this.
 const MIN_CLIENT_INFLIGHT_BYTES: u64 = 16 << 20;
+/// The data cache takes at most 1/N of the target, whatever is asked.
+pub const MAX_DATA_CACHE_SHARE: u64 = 4;
 
 /// Limits derived from one `osd_memory_target`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +61,8 @@ pub struct MemoryBudget {
     pub connection_window_bytes: u64,
     /// Most PG log entries kept per PG (`osd_max_pg_log_entries`).
     pub max_log_entries: usize,
+    /// `OsdConfig::data_cache_bytes` (`osd_data_cache_bytes`).
+    pub data_cache_bytes: u64,
 }
 
 impl MemoryBudget {
@@ -78,7 +83,25 @@ impl MemoryBudget {
                 2 * defaults.min_log_entries,
                 defaults.max_log_entries,
             ),
+            data_cache_bytes: t / 8,
         }
+    }
+
+    /// Sets the data cache to `bytes` (`osd_data_cache_bytes`; 0 turns it
+    /// off). More than [`MAX_DATA_CACHE_SHARE`] of the target is lowered to
+    /// that, and the returned note says so.
+    pub fn with_data_cache(mut self, bytes: u64) -> (MemoryBudget, Option<String>) {
+        let most = self.target_bytes / MAX_DATA_CACHE_SHARE;
+        self.data_cache_bytes = bytes.min(most);
+        let note = (bytes > most).then(|| {
+            format!(
+                "osd_data_cache_bytes {} MiB is more than 1/{MAX_DATA_CACHE_SHARE} of osd_memory_target {} MiB; using {} MiB (raise osd_memory_target for a bigger cache)",
+                bytes >> 20,
+                self.target_bytes >> 20,
+                most >> 20
+            )
+        });
+        (self, note)
     }
 
     /// PG limits with this budget's log length.
@@ -116,9 +139,12 @@ mod tests {
         assert_eq!(b.client_inflight_bytes, 40 << 20);
         assert_eq!(b.connection_window_bytes, 10 << 20);
         assert_eq!(b.max_log_entries, 3000);
+        assert_eq!(b.data_cache_bytes, 40 << 20);
         // The shares plus the fixed overhead stay under the target even
-        // when every in-flight client byte lives three times.
+        // when every in-flight client byte lives three times and the data
+        // cache is full.
         let worst = FIXED_OVERHEAD_BYTES
+            + b.data_cache_bytes
             + b.store_cache_bytes
             + 3 * b.client_inflight_bytes
             + 2 * b.connection_window_bytes
@@ -138,6 +164,18 @@ mod tests {
         assert_eq!(big.max_log_entries, PgLimits::default().max_log_entries);
         assert!(big.store_cache_bytes > small.store_cache_bytes);
         assert!(big.client_inflight_bytes > small.client_inflight_bytes);
+    }
+
+    #[test]
+    fn the_data_cache_knob_is_bounded_by_the_target() {
+        let b = MemoryBudget::from_target(DEFAULT_MEMORY_TARGET_BYTES);
+        let (off, note) = b.with_data_cache(0);
+        assert_eq!((off.data_cache_bytes, note), (0, None));
+        let (more, note) = b.with_data_cache(64 << 20);
+        assert_eq!((more.data_cache_bytes, note), (64 << 20, None));
+        let (capped, note) = b.with_data_cache(1 << 30);
+        assert_eq!(capped.data_cache_bytes, 80 << 20);
+        assert!(note.unwrap().contains("raise osd_memory_target"));
     }
 
     #[test]

@@ -707,6 +707,41 @@ pub fn execute_read(
     Ok((out, view.version))
 }
 
+/// The version of `name`'s head if it exists and is not a whiteout, from
+/// one metadata lookup (the data cache checks its entries against it).
+pub fn head_version(
+    store: &Store,
+    coll: CollectionId,
+    name: &ObjectName,
+) -> Result<Option<Version>, OpError> {
+    let attrs = match store.getattrs(&coll, &store_oid(name)) {
+        Ok(a) => a,
+        Err(StoreError::NoSuchObject { .. }) => return Ok(None),
+        Err(e) => return Err(map_store_err(e)),
+    };
+    if let Some(raw) = attrs.get(ATTR_SNAPSET) {
+        if SnapSet::decode(raw)?.whiteout {
+            return Ok(None);
+        }
+    }
+    Ok(attrs.get(ATTR_VERSION).map(|b| decode_version(b)))
+}
+
+/// One range read of `name`'s head, as `execute_read` of a lone
+/// `SubOp::Read` does it, also returning the object's size (so the caller
+/// knows whether it got the whole object).
+pub fn read_head_range(
+    store: &Store,
+    coll: CollectionId,
+    name: &ObjectName,
+    offset: u64,
+    len: u64,
+) -> Result<(Bytes, Version, u64), OpError> {
+    let view = View::load_at(store, coll, store_oid(name), SNAP_HEAD)?;
+    let data = view.read(offset, len)?;
+    Ok((data, view.version, view.size))
+}
+
 /// A page of a PG listing: (hash, name) pairs and the resume point.
 pub type ListPage = (Vec<(u32, ObjectName)>, Option<cairn_ops::ListCursor>);
 

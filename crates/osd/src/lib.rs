@@ -21,6 +21,8 @@
 //! - `beacon`: periodic usage and PG statistics to the monitors.
 //! - `budget`: `osd_memory_target` split into cache sizes, in-flight byte
 //!   limits and PG log lengths.
+//! - `cache`: the data cache of whole objects read from replicated PGs
+//!   (bounded bytes, version-checked, crc32c-checked on every hit).
 //! - `ec_pool`, `ec_exec`, `ec_io`, `ec_peering`: erasure-coded PGs (one
 //!   store collection per shard; the primary encodes, gathers chunks for
 //!   reads, rebuilds shards a log behind at activation and leaves the rest
@@ -33,6 +35,7 @@ pub mod auth;
 mod backfill;
 mod beacon;
 pub mod budget;
+pub mod cache;
 pub mod ec_exec;
 mod ec_io;
 pub mod ec_peering;
@@ -47,6 +50,7 @@ mod scrub;
 
 pub use backfill::CopyWindow;
 pub use budget::MemoryBudget;
+pub use cache::CacheStats;
 pub use ec_io::{ec_encode_totals, EcEncodeTotals};
 pub use pg::{PgLimits, PgState, Role};
 pub use runtime::{MapSource, MonRequests, Osd, OsdConfig, OsdError, PgStat};

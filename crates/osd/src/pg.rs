@@ -166,6 +166,12 @@ pub enum PgEvent {
         entry: LogEntry,
         outcome: Result<Vec<SubOpOutput>, OpError>,
     },
+    /// The runtime finished reading the store for the read it was given
+    /// as `token` (writes to that object may start once no read of it
+    /// is running).
+    ReadDone {
+        token: Token,
+    },
     /// `from` has the entry at `seq` durable.
     Committed {
         seq: u64,
@@ -186,7 +192,10 @@ pub enum PgAction {
         token: Token,
         reply: OpReply,
     },
-    /// Serve this read-only request from the local store and reply.
+    /// Serve this read-only request from the local store and reply, then
+    /// feed back `ReadDone` (the store read may run off the PG's task:
+    /// until then no write to the object starts, so the read can see only
+    /// versions every acting member has durable).
     Read {
         token: Token,
         req: OpRequest,
@@ -257,6 +266,13 @@ pub struct Pg {
     /// (ordered, so that answers to queued ops go out in a reproducible
     /// order: the simulator replays a seed exactly).
     busy: BTreeMap<ObjectName, VecDeque<(Token, OpRequest)>>,
+    /// Object reads handed to the runtime and not yet `ReadDone`, per
+    /// object (kept across interval changes: the store reads still run).
+    /// A write to an object in here waits in `busy`; an object never has
+    /// a read and a write in flight at once.
+    reading: BTreeMap<ObjectName, u32>,
+    /// The object each running read is of, by token.
+    read_tokens: HashMap<Token, ObjectName>,
     waiting_for_active: VecDeque<(Token, OpRequest)>,
     /// Backfill targets of this interval (members of the up set outside
     /// the acting set) and the last object each holds, in store order
@@ -322,6 +338,8 @@ impl Pg {
             member_interval: None,
             inflight: BTreeMap::new(),
             busy: BTreeMap::new(),
+            reading: BTreeMap::new(),
+            read_tokens: HashMap::new(),
             waiting_for_active: VecDeque::new(),
             backfill: BTreeMap::new(),
             backfill_done: BTreeSet::new(),
@@ -428,6 +446,7 @@ impl Pg {
                 entry,
                 outcome,
             } => self.on_submitted(seq, entry, outcome, &mut out),
+            PgEvent::ReadDone { token } => self.on_read_done(token, &mut out),
             PgEvent::Committed {
                 seq,
                 from,
@@ -747,6 +766,7 @@ impl Pg {
             .iter()
             .any(|o| matches!(o, SubOp::ListObjects { .. }));
         if pg_level {
+            // Listing reads no object's data: nothing to order it against.
             out.push(PgAction::Read { token, req });
             return;
         }
@@ -758,7 +778,49 @@ impl Pg {
             q.push_back((token, req));
             return;
         }
+        if req.is_write() && self.reading.contains_key(&req.oid) {
+            // Reads of the object still run: the write (and what comes
+            // after it) waits for them.
+            self.busy
+                .insert(req.oid.clone(), VecDeque::from([(token, req)]));
+            return;
+        }
         self.start(token, req, out);
+    }
+
+    /// Hands a read of one object to the runtime and counts it running.
+    fn emit_read(&mut self, token: Token, req: OpRequest, out: &mut Vec<PgAction>) {
+        *self.reading.entry(req.oid.clone()).or_insert(0) += 1;
+        self.read_tokens.insert(token, req.oid.clone());
+        out.push(PgAction::Read { token, req });
+    }
+
+    fn on_read_done(&mut self, token: Token, out: &mut Vec<PgAction>) {
+        let Some(oid) = self.read_tokens.remove(&token) else {
+            return;
+        };
+        let left = match self.reading.get_mut(&oid) {
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                *n
+            }
+            None => 0,
+        };
+        if left > 0 {
+            return;
+        }
+        self.reading.remove(&oid);
+        // The object is in `busy` only because a write waits for its reads
+        // (no write runs while reads do): start it now, unless this PG can
+        // no longer take writes (then `busy` was answered already).
+        if self.busy.contains_key(&oid) && self.role == Role::Primary && self.state.active {
+            self.release(&oid, out);
+        }
+    }
+
+    /// Reads of `oid` handed out and not finished.
+    pub fn reads_running(&self, oid: &ObjectName) -> u32 {
+        self.reading.get(oid).copied().unwrap_or(0)
     }
 
     fn blocked_by_scrub(&self, oid: &ObjectName) -> bool {
@@ -841,9 +903,13 @@ impl Pg {
 
     fn start(&mut self, token: Token, req: OpRequest, out: &mut Vec<PgAction>) {
         if !req.is_write() {
-            out.push(PgAction::Read { token, req });
+            self.emit_read(token, req, out);
             return;
         }
+        debug_assert!(
+            !self.reading.contains_key(&req.oid),
+            "a write starts while reads of its object run"
+        );
         let Some(p) = self.placement.as_ref() else {
             return;
         };
@@ -1047,13 +1113,19 @@ impl Pg {
                     }
                     return;
                 }
+                if self.reading.contains_key(oid) {
+                    // Reads released just before it still run: wait for them.
+                    q.push_front((t, req));
+                    self.busy.insert(oid.clone(), q);
+                    return;
+                }
                 self.start(t, req, out);
                 if let Some(rest) = self.busy.get_mut(oid) {
                     rest.extend(q);
                 }
                 return;
             }
-            out.push(PgAction::Read { token: t, req });
+            self.emit_read(t, req, out);
         }
     }
 
@@ -1164,6 +1236,16 @@ impl Pg {
             .log
             .back()
             .is_none_or(|e| e.version == self.info.last_update));
+        debug_assert!(
+            self.inflight
+                .values()
+                .all(|f| !self.reading.contains_key(&f.oid)),
+            "an object has a read and a write in flight"
+        );
+        debug_assert_eq!(
+            self.reading.values().map(|&n| n as usize).sum::<usize>(),
+            self.read_tokens.len()
+        );
     }
 }
 
@@ -1495,6 +1577,100 @@ mod tests {
         let go = pg.scrub_unblock();
         assert_eq!(writes(&go), 1);
         assert!(pg.scrub_blocked_range().is_none());
+    }
+
+    fn read_req(tid: u64, obj: &str) -> OpRequest {
+        OpRequest {
+            ops: vec![SubOp::Read { offset: 0, len: 0 }],
+            ..write_req(tid, obj)
+        }
+    }
+
+    #[test]
+    fn a_write_waits_for_running_reads_of_its_object() {
+        let mut pg = active_primary();
+        let is_read = |acts: &[PgAction], t: Token| {
+            acts.iter()
+                .any(|a| matches!(a, PgAction::Read { token, .. } if *token == t))
+        };
+        let writes = |acts: &[PgAction]| {
+            acts.iter()
+                .filter(|a| matches!(a, PgAction::Write { .. }))
+                .count()
+        };
+        // Two reads of "a" run at once (off the PG's task).
+        let r1 = pg.handle(PgEvent::ClientOp {
+            token: 1,
+            req: read_req(1, "a"),
+        });
+        let r2 = pg.handle(PgEvent::ClientOp {
+            token: 2,
+            req: read_req(2, "a"),
+        });
+        assert!(is_read(&r1, 1) && is_read(&r2, 2));
+        assert_eq!(pg.reads_running(&ObjectName::new("", "a")), 2);
+        // A write to "a" waits; a read queued behind it waits too; a write
+        // elsewhere goes on.
+        let w = pg.handle(PgEvent::ClientOp {
+            token: 3,
+            req: write_req(3, "a"),
+        });
+        assert_eq!(writes(&w), 0);
+        let r4 = pg.handle(PgEvent::ClientOp {
+            token: 4,
+            req: read_req(4, "a"),
+        });
+        assert!(r4.is_empty(), "a read behind a waiting write waits: {r4:?}");
+        let other = pg.handle(PgEvent::ClientOp {
+            token: 5,
+            req: write_req(5, "b"),
+        });
+        assert_eq!(writes(&other), 1);
+        pg.check_invariants();
+        // The first read ends: the write still waits for the second.
+        assert!(pg.handle(PgEvent::ReadDone { token: 1 }).is_empty());
+        // An unknown or repeated token changes nothing.
+        assert!(pg.handle(PgEvent::ReadDone { token: 1 }).is_empty());
+        let go = pg.handle(PgEvent::ReadDone { token: 2 });
+        assert_eq!(writes(&go), 1, "{go:?}");
+        assert_eq!(pg.reads_running(&ObjectName::new("", "a")), 0);
+        pg.check_invariants();
+        // The read queued behind the write runs after it is acknowledged
+        // (writes are submitted and acknowledged in version order).
+        let first = submit(&mut pg, &other);
+        let seqs = submit(&mut pg, &go);
+        commit_all(&mut pg, first[0]);
+        let done = commit_all(&mut pg, seqs[0]);
+        assert!(is_read(&done, 4), "{done:?}");
+        pg.check_invariants();
+    }
+
+    #[test]
+    fn reads_of_a_closed_interval_still_hold_writes_back() {
+        let mut pg = active_primary();
+        let r = pg.handle(PgEvent::ClientOp {
+            token: 1,
+            req: read_req(1, "a"),
+        });
+        assert_eq!(r.len(), 1);
+        // The interval changes while the store read runs, and the PG comes
+        // back active: a new write to "a" still waits for that read.
+        pg.handle(PgEvent::Map(placement(7, &[0, 1])));
+        let info = pg.info.clone();
+        pg.handle(PgEvent::PeeringDone {
+            interval_since: Epoch(7),
+            result: Ok((info, vec![])),
+        });
+        assert!(pg.state.active, "{}", pg.state);
+        let mut w = write_req(2, "a");
+        w.epoch = Epoch(7);
+        let acts = pg.handle(PgEvent::ClientOp { token: 2, req: w });
+        assert!(acts.is_empty(), "{acts:?}");
+        let go = pg.handle(PgEvent::ReadDone { token: 1 });
+        assert!(
+            go.iter().any(|a| matches!(a, PgAction::Write { .. })),
+            "{go:?}"
+        );
     }
 
     fn commit_all(pg: &mut Pg, seq: u64) -> Vec<PgAction> {

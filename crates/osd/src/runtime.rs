@@ -82,6 +82,12 @@ pub struct OsdConfig {
     /// `osd_memory_target` this config was sized from (see
     /// [`OsdConfig::with_memory_target`]).
     pub memory_target_bytes: u64,
+    /// Bytes of the data cache (whole objects of replicated PGs read in
+    /// full; 0 = off). `with_memory_target` sets its share of the target.
+    pub data_cache_bytes: u64,
+    /// Big reads (>= 64 KiB) of replicated PGs run off the PG's task, at
+    /// most this many at once per OSD (each holds its read buffer).
+    pub max_parallel_reads: usize,
 }
 
 impl OsdConfig {
@@ -99,6 +105,8 @@ impl OsdConfig {
             recovery_batch_bytes: 32 << 20,
             tick: Duration::from_millis(500),
             memory_target_bytes: 0,
+            data_cache_bytes: 0,
+            max_parallel_reads: DEFAULT_MAX_PARALLEL_READS,
         }
         .with_memory_target(crate::budget::DEFAULT_MEMORY_TARGET_BYTES)
     }
@@ -113,9 +121,15 @@ impl OsdConfig {
         self.client_message_size_cap_bytes = b.client_inflight_bytes;
         self.msg.max_inflight_bytes = b.connection_window_bytes as usize;
         self.pg.max_log_entries = b.max_log_entries;
+        self.data_cache_bytes = b.data_cache_bytes;
         self
     }
 }
+
+/// Default of [`OsdConfig::max_parallel_reads`]: enough to keep a disk's
+/// queue busy (a 16-deep client load spread over a few OSDs), few enough
+/// that the read buffers stay small (8 x 4 MiB).
+pub const DEFAULT_MAX_PARALLEL_READS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -238,6 +252,13 @@ pub(crate) enum PgMsg {
         interval_since: Epoch,
         result: Result<(PgInfo, Vec<LogEntry>), String>,
     },
+    /// A read handed out by the PG finished its store read. `failed`: it
+    /// failed with an I/O error, and the actor answers it (after queueing
+    /// a repair, see `repair_after_read_error`).
+    ReadDone {
+        token: Token,
+        failed: Option<Box<FailedRead>>,
+    },
     /// From this PG's scrub job: block / poll / release its chunk.
     Scrub(crate::scrub::ScrubCtl),
     /// This PG's scrub job finished.
@@ -252,6 +273,12 @@ pub(crate) enum PgMsg {
     /// The primary says this OSD's copy is a stray of a clean PG.
     Remove(PgRemove),
 }
+
+/// A client op waiting for its answer: where to reply, and its share of the
+/// in-flight byte budget.
+type PendingOp = (Connection, Message, Option<OwnedSemaphorePermit>);
+/// A read that failed off the actor: its reply and the op it answers.
+type FailedRead = (OpReply, Option<PendingOp>);
 
 /// A connection to a peer OSD and its generation (bumped per reconnect).
 type PeerSlot = Arc<tokio::sync::Mutex<Option<(u64, Connection)>>>;
@@ -278,6 +305,10 @@ pub(crate) struct Shared {
     addr: SocketAddr,
     /// Scrub slots (`osd_max_scrubs`) and scrub-map builds for peers.
     pub(crate) scrub: crate::scrub::OsdScrubShared,
+    /// Whole objects of replicated PGs recently read in full.
+    cache: crate::cache::DataCache,
+    /// Slots for big store reads running off the PG tasks.
+    read_slots: Arc<Semaphore>,
 }
 
 /// A running OSD. Dropping it (or `stop`) ends every task; the store closes
@@ -338,6 +369,27 @@ fn submit_txn(store: &Store, txn: Transaction) -> Result<cairn_store::CommitHand
     }
 }
 
+/// Bytes `req` holds in this OSD while it runs: its payload, plus the
+/// buffers of its reads (a whole-object read counted as
+/// [`WHOLE_READ_ESTIMATE_BYTES`]), so read buffers and write payloads share
+/// the client in-flight budget (`osd_client_message_size_cap`).
+fn inflight_bytes(req: &OpRequest) -> u64 {
+    req.payload_bytes()
+        + req
+            .ops
+            .iter()
+            .map(|op| match op {
+                SubOp::Read { len: 0, .. } => WHOLE_READ_ESTIMATE_BYTES,
+                SubOp::Read { len, .. } => *len,
+                _ => 0,
+            })
+            .sum::<u64>()
+}
+
+/// What a read of a whole object (length 0) is counted as in the client
+/// in-flight budget: the usual object size.
+const WHOLE_READ_ESTIMATE_BYTES: u64 = 4 << 20;
+
 /// Whether serving `req` may read enough data to block for a while.
 fn reads_much(req: &OpRequest) -> bool {
     req.ops.iter().any(|op| match op {
@@ -380,6 +432,8 @@ impl Osd {
             .map_err(|source| OsdError::Msg { osd: id, source })?;
         let units = (cfg.client_message_size_cap_bytes / THROTTLE_UNIT_BYTES)
             .clamp(1, u64::from(u32::MAX >> 4)) as u32;
+        let cache = crate::cache::DataCache::new(cfg.data_cache_bytes);
+        let read_slots = Arc::new(Semaphore::new(cfg.max_parallel_reads.max(1)));
         let shared = Arc::new(Shared {
             throttle: Arc::new(Semaphore::new(units as usize)),
             throttle_units: units,
@@ -398,6 +452,8 @@ impl Osd {
             next_token: AtomicU64::new(1),
             addr: listener.local_addr(),
             scrub: crate::scrub::OsdScrubShared::default(),
+            cache,
+            read_slots,
         });
         let colls = shared
             .store
@@ -437,6 +493,16 @@ impl Osd {
     /// started: first copy sent, last one durable, bytes and objects.
     pub fn copy_window(&self) -> Option<crate::backfill::CopyWindow> {
         self.shared.copy_meter.total()
+    }
+
+    /// Counters and size of the data cache.
+    pub fn cache_stats(&self) -> crate::cache::CacheStats {
+        self.shared.cache.stats()
+    }
+
+    /// Empties the data cache (to measure cold reads).
+    pub fn drop_cache(&self) {
+        self.shared.cache.clear()
     }
 
     /// PG states on this OSD.
@@ -771,6 +837,83 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
     }
 }
 
+/// Serves a read-only request of a replicated PG from the store (a lone
+/// head read through the data cache). `list_version` is the version a
+/// listing reports.
+fn serve_read(
+    shared: &Shared,
+    pgid: PgId,
+    coll: CollectionId,
+    req: &OpRequest,
+    list_version: Version,
+    epoch: Epoch,
+) -> OpReply {
+    let store = &shared.store;
+    let (res, version) = match req.ops.as_slice() {
+        [SubOp::ListObjects { after, limit }] => {
+            match exec::list_client_objects(store, coll, after.as_ref(), *limit) {
+                Ok((objs, next)) => (
+                    Ok(vec![SubOpOutput::Objects {
+                        objects: objs.into_iter().map(|(_, n)| n).collect(),
+                        next,
+                    }]),
+                    list_version,
+                ),
+                Err(e) => (Err(e), Version::default()),
+            }
+        }
+        [SubOp::Read { offset, len }]
+            if req.snap == cairn_ops::SNAP_HEAD && shared.cache.enabled() =>
+        {
+            match read_through_cache(shared, pgid, coll, &req.oid, *offset, *len) {
+                Ok((data, v)) => (Ok(vec![SubOpOutput::Data(data)]), v),
+                Err(e) => (Err(e), Version::default()),
+            }
+        }
+        ops => match exec::execute_read(store, coll, &req.oid, ops, req.snap) {
+            Ok((out, v)) => (Ok(out), v),
+            Err(e) => (Err(e), Version::default()),
+        },
+    };
+    OpReply {
+        reqid: req.reqid.clone(),
+        status: OpStatus::Done(res),
+        version,
+        epoch,
+    }
+}
+
+/// A head range read served from the data cache when it holds the object
+/// at the version the store holds now; else read from the store, and the
+/// object offered to the cache when the read covered all of it.
+fn read_through_cache(
+    shared: &Shared,
+    pgid: PgId,
+    coll: CollectionId,
+    oid: &cairn_ops::ObjectName,
+    offset: u64,
+    len: u64,
+) -> Result<(Bytes, Version), OpError> {
+    let store = &shared.store;
+    if let Some(v) = exec::head_version(store, coll, oid)? {
+        if let Some(whole) = shared.cache.get(pgid, oid, v) {
+            let size = whole.len() as u64;
+            let start = offset.min(size);
+            let end = if len == 0 {
+                size
+            } else {
+                offset.saturating_add(len).min(size)
+            };
+            return Ok((whole.slice(start as usize..end.max(start) as usize), v));
+        }
+    }
+    let (data, v, size) = exec::read_head_range(store, coll, oid, offset, len)?;
+    if offset == 0 && data.len() as u64 == size {
+        shared.cache.offer(pgid, oid, v, &data);
+    }
+    Ok((data, v))
+}
+
 async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Result<(), String> {
     let req: OpRequest = decode_shared("op request", &msg.payload).map_err(|e| e.to_string())?;
     // The reply needs only the message id: drop the encoded request now so
@@ -854,7 +997,7 @@ async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Res
         .await;
         return Ok(());
     };
-    let units = (req.payload_bytes() / THROTTLE_UNIT_BYTES)
+    let units = (inflight_bytes(&req) / THROTTLE_UNIT_BYTES)
         .clamp(1, u64::from(shared.throttle_units)) as u32;
     let t0 = std::time::Instant::now();
     let permit = shared.throttle.clone().acquire_many_owned(units).await.ok();
@@ -959,7 +1102,7 @@ struct PgActor {
     coll: CollectionId,
     rx: mpsc::Receiver<PgMsg>,
     tx: mpsc::Sender<PgMsg>,
-    pending: HashMap<Token, (Connection, Message, Option<OwnedSemaphorePermit>)>,
+    pending: HashMap<Token, PendingOp>,
     /// When each pending client op arrived, and whether it was already
     /// reported as slow.
     pending_since: HashMap<Token, (std::time::Instant, bool)>,
@@ -1096,6 +1239,18 @@ impl PgActor {
                 self.run_actions(acts).await;
             }
             PgMsg::RepOp { conn, rep } => self.on_repop(conn, rep).await,
+            PgMsg::ReadDone { token, failed } => {
+                if let Some(f) = failed {
+                    let (mut reply, pending) = *f;
+                    self.repair_after_read_error(&mut reply);
+                    if let Some(p) = pending {
+                        self.pending.insert(token, p);
+                    }
+                    self.reply(token, reply);
+                }
+                let acts = self.pg.handle(PgEvent::ReadDone { token });
+                self.run_actions(acts).await;
+            }
             PgMsg::RepAck(ack) => {
                 if ack.interval_since != self.pg.info.same_interval_since {
                     return;
@@ -1490,24 +1645,32 @@ impl PgActor {
                     Some(target) => {
                         // EC reads gather chunks from other shards: off the actor.
                         self.pending_since.remove(&token);
-                        if let Some((conn, msg, permit)) = self.pending.remove(&token) {
-                            self.shared.tasks.spawn(async move {
-                                let reply = target.client_read(&req).await;
+                        let pending = self.pending.remove(&token);
+                        let tx = self.tx.clone();
+                        self.shared.tasks.spawn(async move {
+                            let reply = target.client_read(&req).await;
+                            let _ = tx
+                                .send(PgMsg::ReadDone {
+                                    token,
+                                    failed: None,
+                                })
+                                .await;
+                            if let Some((conn, msg, permit)) = pending {
                                 let _ = conn
                                     .reply_parts(&msg, msg_type::OP_REPLY, encode_parts(&reply))
                                     .await;
                                 drop(permit);
-                            });
-                        }
+                            }
+                        });
                     }
+                    None if reads_much(&req) => self.read_off_actor(token, req),
                     None => {
-                        let mut reply = if reads_much(&req) {
-                            blocking_store_call(|| self.read(&req))
-                        } else {
-                            self.read(&req)
-                        };
+                        // Small reads (metadata, page-cached data) cost less
+                        // than a hand-off to another thread.
+                        let mut reply = self.read(&req);
                         self.repair_after_read_error(&mut reply);
                         self.reply(token, reply);
+                        queue.extend(self.pg.handle(PgEvent::ReadDone { token }));
                     }
                 },
                 PgAction::Write {
@@ -1518,6 +1681,7 @@ impl PgActor {
                     replicas,
                     log_only,
                 } => {
+                    self.shared.cache.invalidate(self.pgid, &req.oid);
                     let more = self.write(req, version, trim_to, replicas, log_only).await;
                     queue.extend(more);
                 }
@@ -1527,7 +1691,12 @@ impl PgActor {
                     acting,
                     probe,
                     past,
-                } => self.start_peering(interval_since, epoch, acting, probe, past),
+                } => {
+                    // Recovery may replace objects: their cached copies go
+                    // (a hit also needs the version the store holds).
+                    self.shared.cache.invalidate_pg(self.pgid);
+                    self.start_peering(interval_since, epoch, acting, probe, past)
+                }
                 PgAction::PersistMeta => self.persist_meta(),
             }
         }
@@ -1583,31 +1752,64 @@ impl PgActor {
     }
 
     fn read(&self, req: &OpRequest) -> OpReply {
-        let store = &self.shared.store;
-        let (res, version) = match req.ops.as_slice() {
-            [SubOp::ListObjects { after, limit }] => {
-                match exec::list_client_objects(store, self.coll, after.as_ref(), *limit) {
-                    Ok((objs, next)) => (
-                        Ok(vec![SubOpOutput::Objects {
-                            objects: objs.into_iter().map(|(_, n)| n).collect(),
-                            next,
-                        }]),
-                        self.pg.info.last_update,
-                    ),
-                    Err(e) => (Err(e), Version::default()),
-                }
+        serve_read(
+            &self.shared,
+            self.pgid,
+            self.coll,
+            req,
+            self.pg.info.last_update,
+            self.pg.epoch(),
+        )
+    }
+
+    /// Runs a big read on the blocking pool (at most
+    /// `max_parallel_reads` at once), tells the PG when the store read is
+    /// done, then replies. The PG starts no write to the object meanwhile.
+    fn read_off_actor(&mut self, token: Token, req: OpRequest) {
+        self.pending_since.remove(&token);
+        let pending = self.pending.remove(&token);
+        let (shared, tx) = (self.shared.clone(), self.tx.clone());
+        let (pgid, coll) = (self.pgid, self.coll);
+        let (last_update, epoch) = (self.pg.info.last_update, self.pg.epoch());
+        self.shared.tasks.spawn(async move {
+            let slot = shared.read_slots.clone().acquire_owned().await.ok();
+            let s2 = shared.clone();
+            let reqid = req.reqid.clone();
+            let reply = tokio::task::spawn_blocking(move || {
+                serve_read(&s2, pgid, coll, &req, last_update, epoch)
+            })
+            .await
+            .unwrap_or_else(|e| OpReply {
+                reqid,
+                status: OpStatus::Done(Err(OpError::Io(format!(
+                    "osd.{}: read task failed: {e}",
+                    shared.cfg.id
+                )))),
+                version: Version::default(),
+                epoch,
+            });
+            if matches!(&reply.status, OpStatus::Done(Err(OpError::Io(_)))) {
+                // The actor queues a repair and answers.
+                let failed = Some(Box::new((reply, pending)));
+                let _ = tx.send(PgMsg::ReadDone { token, failed }).await;
+                return;
             }
-            ops => match exec::execute_read(store, self.coll, &req.oid, ops, req.snap) {
-                Ok((out, v)) => (Ok(out), v),
-                Err(e) => (Err(e), Version::default()),
-            },
-        };
-        OpReply {
-            reqid: req.reqid.clone(),
-            status: OpStatus::Done(res),
-            version,
-            epoch: self.pg.epoch(),
-        }
+            let _ = tx
+                .send(PgMsg::ReadDone {
+                    token,
+                    failed: None,
+                })
+                .await;
+            if let Some((conn, msg, permit)) = pending {
+                let _ = conn
+                    .reply_parts(&msg, msg_type::OP_REPLY, encode_parts(&reply))
+                    .await;
+                drop(permit);
+            }
+            // The slot is held until the reply is on its way, so at most
+            // `max_parallel_reads` read buffers live at once.
+            drop(slot);
+        });
     }
 
     async fn write(
@@ -2420,6 +2622,7 @@ impl PgActor {
         }
         // EC: copies of other shard positions left by a shard move.
         self.drop_pg_collections(false).await;
+        self.shared.cache.invalidate_pg(self.pgid);
         true
     }
 

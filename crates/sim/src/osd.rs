@@ -844,6 +844,10 @@ impl World {
                         self.read(id, pgid, &req)
                     };
                     self.op_reply(id, token, reply);
+                    // The read is done: writes to its object may start.
+                    if let Some(s) = self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid)) {
+                        queue.extend(s.pg.handle(PgEvent::ReadDone { token }));
+                    }
                 }
                 PgAction::Write {
                     req,

@@ -979,8 +979,10 @@ pub(crate) fn read_range(
 pub(crate) const DIRECT_READ_MIN_BYTES: u64 = 64 << 10;
 
 /// [`read_range`] into a buffer whose whole blocks can be read with O_DIRECT
-/// (the result starts on a 4096-byte boundary in memory), returned as a
-/// slice of it: one DMA from the disk, no kernel copy, no page-cache pages.
+/// (the result starts on a 4096-byte boundary in memory), returned as
+/// shared bytes of it: one DMA from the disk, no kernel copy, no page-cache
+/// pages, and no zeroing (the buffer is a recycled one, see `readbuf`;
+/// holes are zeroed as they are met).
 pub(crate) fn read_range_bytes(
     inner: &Inner,
     kv: &dyn KvRead,
@@ -993,18 +995,15 @@ pub(crate) fn read_range_bytes(
     if len < DIRECT_READ_MIN_BYTES {
         return read_range(inner, kv, c, o, on, off, len).map(bytes::Bytes::from);
     }
-    let align = crate::device::DIRECT_ALIGN;
-    let mut buf = vec![0u8; len as usize + align];
-    let pad = buf.as_ptr().align_offset(align);
-    let range = pad..pad + len as usize;
-    read_range_into(inner, kv, c, o, on, off, &mut buf[range.clone()])?;
-    Ok(bytes::Bytes::from(buf).slice(range))
+    let mut buf = inner.read_bufs.take(len as usize);
+    read_range_into(inner, kv, c, o, on, off, buf.as_mut_slice())?;
+    Ok(buf.into_bytes())
 }
 
-/// Fills `out` (zeroed by the caller, `out.len()` bytes from `off`) with the
-/// object's data, verifying every block's checksum. Whole blocks are read
-/// in place (with O_DIRECT when big and aligned); a partial first or last
-/// block is read aside.
+/// Fills `out` (`out.len()` bytes from `off`, whatever it held before) with
+/// the object's data, verifying every block's checksum; holes read as
+/// zeros. Whole blocks are read in place (with O_DIRECT when big and
+/// aligned); a partial first or last block is read aside.
 fn read_range_into(
     inner: &Inner,
     kv: &dyn KvRead,
@@ -1022,6 +1021,8 @@ fn read_range_into(
     let end = off + len;
     let b0 = off / bs;
     let b1 = end.div_ceil(bs);
+    // Bytes of `out` before this are filled (extents come in order).
+    let mut filled = 0usize;
     for (lb, e) in extents_overlapping(kv, on.id, b0, b1, MAX_RUN_BYTES / bs)? {
         let r0 = lb.max(b0);
         let r1 = (lb + e.blocks()).min(b1);
@@ -1032,6 +1033,9 @@ fn read_range_into(
         };
         let s = off.max(r0 * bs);
         let en = end.min(r1 * bs);
+        // A hole before this extent.
+        out[filled..(s - off) as usize].fill(0);
+        filled = (en - off) as usize;
         if s == r0 * bs && en == r1 * bs {
             let dst = &mut out[(s - off) as usize..(en - off) as usize];
             let io = if dst.len() as u64 >= DIRECT_READ_MIN_BYTES {
@@ -1052,6 +1056,8 @@ fn read_range_into(
         out[(s - off) as usize..(en - off) as usize]
             .copy_from_slice(&buf[(s - r0 * bs) as usize..(en - r0 * bs) as usize]);
     }
+    // A hole at the end.
+    out[filled..].fill(0);
     Ok(())
 }
 

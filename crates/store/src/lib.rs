@@ -18,6 +18,7 @@ mod fsck;
 mod ids;
 mod meta;
 mod overlay;
+mod readbuf;
 pub mod sim;
 mod store;
 mod txn;

@@ -214,6 +214,8 @@ pub(crate) struct Inner {
     applied_group: std::sync::atomic::AtomicU64,
     /// Metadata changes of the groups after `applied_group`.
     pub(crate) overlay: Arc<Overlay>,
+    /// Recycled buffers of big reads.
+    pub(crate) read_bufs: Arc<crate::readbuf::ReadBufPool>,
     /// Group commits whose WAL record (or direct durable commit) is on disk.
     durable_groups: Mutex<u64>,
     durable_cv: Condvar,
@@ -695,6 +697,7 @@ impl Store {
             groups: std::sync::atomic::AtomicU64::new(0),
             applied_group: std::sync::atomic::AtomicU64::new(0),
             overlay: Arc::new(Overlay::default()),
+            read_bufs: Arc::default(),
             durable_groups: Mutex::new(0),
             durable_cv: Condvar::new(),
             wal_jobs: Mutex::new(0),

@@ -1230,8 +1230,9 @@ struct Replay<'a> {
 }
 
 impl Replay<'_> {
-    /// Returns the sequence number of the last record now applied, the
-    /// WAL offset where the next record goes, and the block runs it rewrote.
+    /// Returns the sequence number the next record follows (the last one
+    /// applied plus a gap, see below), the WAL offset where it goes, and the
+    /// block runs replay rewrote.
     fn run(&self, applied: u64, head: u64, wal_cap: u64) -> Result<(u64, u64, Vec<BlockRun>)> {
         let wio = |e| StoreError::io("WAL read", e);
         if head >= wal_cap || !head.is_multiple_of(WAL_ALIGN) {
@@ -1240,8 +1241,21 @@ impl Replay<'_> {
             )));
         }
         let recs = wal::scan(self.wal, wal_cap, &self.store_id, head, applied + 1).map_err(wio)?;
+        // The crashed run may have left whole records *after* the first torn
+        // one (they were written before it reached the disk, never synced,
+        // never acknowledged). A new record ending exactly where such a
+        // leftover starts would make a later scan accept it as the next one.
+        // So the new run's records start `gap` sequence numbers on: more than
+        // the log can hold records, so no leftover can ever be the next one.
+        let gap = wal_cap / WAL_ALIGN + 1;
         let Some(last) = recs.last().copied() else {
-            return Ok((applied, head, Vec::new()));
+            let w = self.db.begin_write()?;
+            {
+                let mut sup = w.open_table(T_SUPER)?;
+                sup.insert(KEY_WAL_APPLIED, (applied + gap).to_be_bytes().as_slice())?;
+            }
+            w.commit()?;
+            return Ok((applied + gap, head, Vec::new()));
         };
         tracing::info!(
             records = recs.len(),
@@ -1275,11 +1289,11 @@ impl Replay<'_> {
                 .sync_data()
                 .map_err(|e| StoreError::io("data file fdatasync (replay)", e))?;
             t.sup
-                .insert(KEY_WAL_APPLIED, last.seq.to_be_bytes().as_slice())?;
+                .insert(KEY_WAL_APPLIED, (last.seq + gap).to_be_bytes().as_slice())?;
             t.sup.insert(KEY_WAL_HEAD, 0u64.to_be_bytes().as_slice())?;
         }
         w.commit()?;
-        Ok((last.seq, 0, rewritten))
+        Ok((last.seq + gap, 0, rewritten))
     }
 
     fn decode<'p>(&self, seq: u64, payload: &'p [u8]) -> Result<wal::RecordView<'p>> {

@@ -23,6 +23,9 @@
 //! file goes to offset 0 instead. Sequence numbers grow by one per record
 //! and a scan accepts only the next one, so it stops at the first record
 //! that is torn, fails its checksum, or is a leftover of an earlier lap.
+//! Each open of the store starts its records more sequence numbers on than
+//! the log can hold records, so a whole leftover of a crashed run (written
+//! after a record that tore) can never pass for the next record either.
 //! Where the expected record is not at the current offset the scan looks at
 //! offset 0 once (the writer wrapped there) before it stops.
 

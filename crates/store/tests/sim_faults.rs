@@ -301,3 +301,75 @@ fn crash_during_checkpoint_loses_nothing() {
         reopen_and_verify("checkpoint crash", c, &cut, seed, m.idx, 0);
     }
 }
+
+/// The (offset, sequence) of every record header in the WAL file.
+fn wal_records(wal: &SimFile, wal_bytes: u64) -> Vec<(u64, u64)> {
+    use cairn_store::device::StoreFile;
+    let mut out = Vec::new();
+    let mut head = [0u8; 16];
+    for off in (0..wal_bytes).step_by(4096) {
+        wal.read_at(&mut head, off).expect("read WAL");
+        if &head[..4] == b"CWAL" {
+            out.push((off, u64::from_le_bytes(head[8..16].try_into().unwrap())));
+        }
+    }
+    out
+}
+
+/// Two records A then B are durable; A then tears (its bytes are damaged),
+/// so reopening drops both. The next record, C, lands where A was and has
+/// A's length. If C carried A's sequence number, a crash before the record
+/// after C would make the scan take the leftover B as C's successor and
+/// bring back a transaction the store had already dropped.
+#[test]
+fn a_leftover_record_after_a_torn_one_is_never_replayed() {
+    let plan = FaultPlan::new();
+    let mut c = cfg();
+    c.wal_bytes = 8 << 20;
+    c.checkpoint_interval_ms = 3_600_000;
+    let disk = SimDisk::new(&plan);
+    let s = Store::create_on(c.clone(), disk.files()).expect("mkfs on sim");
+    let mut t = Transaction::new();
+    t.create_collection(coll(0));
+    s.commit(t).expect("mkcoll");
+    // A is the first record the next open has to replay.
+    s.checkpoint().expect("checkpoint");
+    for name in ["a", "b"] {
+        let mut t = Transaction::new();
+        t.write(coll(0), oid(name), 0, vec![7u8; 100]);
+        s.commit(t).expect("commit");
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let cut = disk.power_cut(&mut rng, &plan);
+    drop(s);
+    let recs = wal_records(&cut.wal, c.wal_bytes);
+    let [.., (a_off, a_seq), (_, b_seq)] = recs[..] else {
+        panic!("expected at least two WAL records, found {recs:?}");
+    };
+    assert_eq!(b_seq, a_seq + 1, "records {recs:?}");
+    cut.wal.corrupt(a_off + 100, 8).expect("tear A");
+
+    let s = Store::open_on(c.clone(), cut.files()).expect("reopen after tear");
+    for name in ["a", "b"] {
+        assert!(
+            !s.exists(&coll(0), &oid(name)).unwrap(),
+            "{name} survived its torn record"
+        );
+    }
+    let mut t = Transaction::new();
+    t.write(coll(0), oid("c"), 0, vec![9u8; 100]);
+    s.commit(t).expect("commit C");
+    let cut2 = cut.power_cut(&mut rng, &plan);
+    drop(s);
+
+    let s = Store::open_on(c, cut2.files()).expect("reopen after C");
+    assert!(
+        s.exists(&coll(0), &oid("c")).unwrap(),
+        "acknowledged C lost"
+    );
+    assert!(
+        !s.exists(&coll(0), &oid("b")).unwrap(),
+        "the leftover record of B was replayed after C"
+    );
+    assert!(s.deep_fsck().expect("deep fsck").is_clean());
+}

@@ -427,7 +427,7 @@ async fn run_one(
     let boot = MonCommand::OsdBoot {
         id,
         uuid: rec.uuid.clone(),
-        addrs: vec![addr.clone()],
+        addrs: osd.boot_addrs(),
         reported: reported.clone(),
     };
     tracing::info!(

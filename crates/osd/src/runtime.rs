@@ -315,11 +315,13 @@ pub(crate) struct Shared {
 /// once the last task let go of it.
 pub struct Osd {
     shared: Arc<Shared>,
+    /// The heartbeat thread (OSDs started with a way to the monitors).
+    hb: Option<crate::heartbeat::HbThread>,
 }
 
 impl Drop for Osd {
     fn drop(&mut self) {
-        self.shared.tasks.abort_all();
+        self.stop();
     }
 }
 
@@ -427,7 +429,7 @@ impl Osd {
             map: map.clone(),
             service: cfg.service_secrets.clone(),
         });
-        let listener = Listener::bind(cfg.bind_addr, EntityName::osd(id), keys, cfg.msg.clone())
+        let listener = Listener::bind(cfg.bind_addr, EntityName::osd(id), keys.clone(), cfg.msg.clone())
             .await
             .map_err(|source| OsdError::Msg { osd: id, source })?;
         let units = (cfg.client_message_size_cap_bytes / THROTTLE_UNIT_BYTES)
@@ -470,14 +472,19 @@ impl Osd {
         shared.tasks.spawn(accept_loop(s2, listener));
         let s3 = shared.clone();
         shared.tasks.spawn(map_loop(s3));
+        let mut hb = None;
         if let Some(mon) = shared.mon.clone() {
             // Heartbeats and beacons need the monitors to report to.
-            shared
-                .tasks
-                .spawn(crate::heartbeat::run(shared.clone(), mon.clone()));
+            match crate::heartbeat::HbThread::start(&shared, keys, mon.clone()).await {
+                Ok(t) => hb = Some(t),
+                Err(reason) => {
+                    shared.tasks.abort_all();
+                    return Err(OsdError::Config { osd: id, reason });
+                }
+            }
             shared.tasks.spawn(crate::beacon::run(shared.clone(), mon));
         }
-        Ok(Osd { shared })
+        Ok(Osd { shared, hb })
     }
 
     pub fn id(&self) -> i32 {
@@ -487,6 +494,20 @@ impl Osd {
     /// The address the listener is bound to (register this in the map).
     pub fn addr(&self) -> SocketAddr {
         self.shared.addr
+    }
+
+    /// The heartbeat thread's listener, when the OSD runs one.
+    pub fn heartbeat_addr(&self) -> Option<SocketAddr> {
+        self.hb.as_ref().map(|h| h.addr())
+    }
+
+    /// The addresses to register in the map at boot: the data address,
+    /// then the heartbeat address when there is one (peers ping `addrs[1]`).
+    pub fn boot_addrs(&self) -> Vec<String> {
+        std::iter::once(self.addr())
+            .chain(self.heartbeat_addr())
+            .map(|a| a.to_string())
+            .collect()
     }
 
     /// What this OSD copied as a recovery or backfill sender since it
@@ -514,6 +535,9 @@ impl Osd {
     /// nothing is flushed beyond what the store already committed).
     pub fn stop(&self) {
         self.shared.tasks.abort_all();
+        if let Some(hb) = &self.hb {
+            hb.stop();
+        }
     }
 }
 

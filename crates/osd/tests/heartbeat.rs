@@ -116,3 +116,55 @@ async fn a_killed_osd_is_marked_down_by_heartbeats_and_its_pgs_recover() {
         assert_eq!(got, pattern(i, 1000 + i as usize * 37), "hb{i}");
     }
 }
+
+/// Every worker of the OSDs' runtime (and the stand-in monitor's) is held
+/// busy for longer than the grace, as a loaded machine can do: the
+/// heartbeat threads keep pinging and answering, and a tracker that did
+/// not run does not blame its peers, so no OSD is reported failed or
+/// marked down. A real kill afterwards is still detected within the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_starved_runtime_marks_no_osd_down() {
+    let config = vec![
+        ("osd_heartbeat_interval", "1"),
+        ("osd_heartbeat_grace", "3"),
+        ("osd_beacon_report_interval", "1"),
+    ];
+    let mut c = Cluster::start_with(3, 2, 16, 256 << 20, config, true).await;
+    c.wait_clean(Duration::from_secs(60)).await;
+    let epoch = c.current().epoch;
+    // Hold all 4 workers (8 blocking tasks: idle workers steal them) for
+    // about twice the grace.
+    let t0 = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        set.spawn(async { std::thread::sleep(Duration::from_secs(3)) });
+    }
+    while set.join_next().await.is_some() {}
+    let stalled = t0.elapsed();
+    println!("runtime held for {:.1} s", stalled.as_secs_f64());
+    // Reports queued during the stall would reach the monitor now.
+    tokio::time::sleep(Duration::from_secs(2 * GRACE_SECS)).await;
+    let map = c.current();
+    let down: Vec<i32> = map.osds.values().filter(|o| !o.up).map(|o| o.id).collect();
+    assert!(
+        down.is_empty(),
+        "OSDs {down:?} marked down after a {stalled:?} stall of the runtime (epoch {} -> {})",
+        epoch.0,
+        map.epoch.0
+    );
+    // Real failures are still detected.
+    c.crash(5);
+    let killed = Instant::now();
+    while c.current().osds[&5].up {
+        assert!(
+            killed.elapsed() < Duration::from_secs(GRACE_SECS + 5),
+            "osd.5 not marked down {:?} after it was killed",
+            killed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "osd.5 killed: marked down after {:.2} s",
+        killed.elapsed().as_secs_f64()
+    );
+}

@@ -209,13 +209,13 @@ impl Cluster {
         let osd = Osd::start_with_mon(cfg, store, self.map_rx(), mon)
             .await
             .expect("osd start");
-        let addr = osd.addr().to_string();
+        let addrs = osd.boot_addrs();
         self.osds.insert(id, Some(osd));
         let uuid = self.current().osds[&id].uuid.clone();
         self.apply(MonCommand::OsdBoot {
             id,
             uuid,
-            addrs: vec![addr],
+            addrs,
             reported: OsdReported {
                 total_bytes: self.data_bytes,
                 used_bytes: 0,

@@ -465,23 +465,21 @@ fn thread_main(
     {
         Ok(rt) => rt,
         Err(e) => {
-            let _ = addr_tx.send(Err(format!(
-                "osd.{id}: heartbeat runtime: {e}"
-            )));
+            let _ = addr_tx.send(Err(format!("osd.{id}: heartbeat runtime: {e}")));
             return;
         }
     };
     rt.block_on(async move {
-        let listener =
-            match Listener::bind(bind, EntityName::osd(id), keys, ctx.msg.clone()).await {
-                Ok(l) => l,
-                Err(e) => {
-                    let _ = addr_tx.send(Err(format!(
-                        "osd.{id}: binding the heartbeat listener on {bind}: {e}"
-                    )));
-                    return;
-                }
-            };
+        let listener = match Listener::bind(bind, EntityName::osd(id), keys, ctx.msg.clone()).await
+        {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = addr_tx.send(Err(format!(
+                    "osd.{id}: binding the heartbeat listener on {bind}: {e}"
+                )));
+                return;
+            }
+        };
         if addr_tx.send(Ok(listener.local_addr())).is_err() {
             return;
         }
@@ -876,7 +874,9 @@ mod tests {
         while now < t0 + 10 * s {
             now += HB_TICK;
             let a = t.tick(now, interval, grace);
-            if a.iter().any(|x| matches!(x, HbAction::Report { failed: true, .. })) {
+            if a.iter()
+                .any(|x| matches!(x, HbAction::Report { failed: true, .. }))
+            {
                 reported_at = Some(now - (t0 + 5 * s));
                 break;
             }
@@ -953,7 +953,13 @@ mod tests {
         assert!(t.reported().is_empty());
         let a = ticks(&mut t, t0 + s * 5, t0 + s * 7, s, 3 * s);
         assert!(!a.iter().any(|x| matches!(x, HbAction::Report { .. })));
-        ticks(&mut t, t0 + s * 7, t0 + s * 10 + Duration::from_millis(1), s, 3 * s);
+        ticks(
+            &mut t,
+            t0 + s * 7,
+            t0 + s * 10 + Duration::from_millis(1),
+            s,
+            3 * s,
+        );
         // Reported again, then dropped from the set: the report is withdrawn.
         t.tick(t0 + s * 10 + Duration::from_millis(1), s, 3 * s);
         assert_eq!(t.reported(), vec![1]);

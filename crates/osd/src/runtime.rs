@@ -280,8 +280,22 @@ type PendingOp = (Connection, Message, Option<OwnedSemaphorePermit>);
 /// A read that failed off the actor: its reply and the op it answers.
 type FailedRead = (OpReply, Option<PendingOp>);
 
-/// A connection to a peer OSD and its generation (bumped per reconnect).
-type PeerSlot = Arc<tokio::sync::Mutex<Option<(u64, Connection)>>>;
+/// This OSD's connection to one peer OSD, as [`Shared::peer_now`] keeps it.
+enum PeerSlot {
+    Idle,
+    /// A background connect is under way.
+    Connecting,
+    /// Connected; the generation is bumped per reconnect.
+    Up(u64, Connection),
+    /// The last connect failed (retried [`PEER_RETRY_AFTER`] later).
+    Failed {
+        at: std::time::Instant,
+        why: String,
+    },
+}
+
+/// A failed connect to a peer OSD is not retried before this.
+const PEER_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 pub(crate) struct Shared {
     pub(crate) cfg: OsdConfig,
@@ -293,6 +307,8 @@ pub(crate) struct Shared {
     /// Objects this OSD recovered as primary, per PG (for the beacons).
     recovered: Mutex<BTreeMap<PgId, PgRecoveryCounts>>,
     peers: Mutex<HashMap<i32, PeerSlot>>,
+    /// Bumped whenever a background peer connect ends.
+    peer_events: watch::Sender<u64>,
     peer_gen: AtomicU64,
     throttle: Arc<Semaphore>,
     throttle_units: u32,
@@ -429,9 +445,14 @@ impl Osd {
             map: map.clone(),
             service: cfg.service_secrets.clone(),
         });
-        let listener = Listener::bind(cfg.bind_addr, EntityName::osd(id), keys.clone(), cfg.msg.clone())
-            .await
-            .map_err(|source| OsdError::Msg { osd: id, source })?;
+        let listener = Listener::bind(
+            cfg.bind_addr,
+            EntityName::osd(id),
+            keys.clone(),
+            cfg.msg.clone(),
+        )
+        .await
+        .map_err(|source| OsdError::Msg { osd: id, source })?;
         let units = (cfg.client_message_size_cap_bytes / THROTTLE_UNIT_BYTES)
             .clamp(1, u64::from(u32::MAX >> 4)) as u32;
         let cache = crate::cache::DataCache::new(cfg.data_cache_bytes);
@@ -449,6 +470,7 @@ impl Osd {
             stats: Mutex::new(BTreeMap::new()),
             recovered: Mutex::new(BTreeMap::new()),
             peers: Mutex::new(HashMap::new()),
+            peer_events: watch::channel(0).0,
             peer_gen: AtomicU64::new(1),
             tasks: Tasks::default(),
             next_token: AtomicU64::new(1),
@@ -1048,15 +1070,84 @@ async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Res
 }
 
 impl Shared {
-    /// A live connection to peer `osd` (connecting if needed) and its generation.
+    /// A live connection to peer `osd` and its generation, without ever
+    /// waiting: when there is none, a bounded connect starts in the
+    /// background (one per peer; a failed one is retried after
+    /// [`PEER_RETRY_AFTER`]) and the caller gets "not connected yet" and
+    /// tries again on its next tick or map. For PG actors.
+    pub(crate) fn peer_now(self: &Arc<Self>, osd: i32) -> Result<(u64, Connection), String> {
+        let mut peers = lock(&self.peers);
+        let slot = peers.entry(osd).or_insert(PeerSlot::Idle);
+        match slot {
+            PeerSlot::Up(gen, c) if !c.is_closed() => return Ok((*gen, c.clone())),
+            PeerSlot::Connecting => {
+                return Err(format!("osd.{osd}: not connected yet (connecting)"))
+            }
+            PeerSlot::Failed { at, why } if at.elapsed() < PEER_RETRY_AFTER => {
+                return Err(format!("osd.{osd}: not connected ({why})"))
+            }
+            _ => {}
+        }
+        *slot = PeerSlot::Connecting;
+        drop(peers);
+        let s = self.clone();
+        self.tasks.spawn(async move {
+            let r = s.connect_peer(osd).await;
+            let mut peers = lock(&s.peers);
+            match r {
+                Ok(conn) => {
+                    let gen = s.peer_gen.fetch_add(1, Ordering::Relaxed);
+                    s.spawn_conn(conn.clone());
+                    peers.insert(osd, PeerSlot::Up(gen, conn));
+                }
+                Err(why) => {
+                    peers.insert(
+                        osd,
+                        PeerSlot::Failed {
+                            at: std::time::Instant::now(),
+                            why,
+                        },
+                    );
+                }
+            }
+            drop(peers);
+            s.peer_events.send_modify(|n| *n += 1);
+        });
+        Err(format!("osd.{osd}: not connected yet (connecting)"))
+    }
+
+    /// A live connection to peer `osd` and its generation, waiting for a
+    /// connect (started by [`Self::peer_now`], shared by every caller) at
+    /// most the connect and handshake timeouts. For tasks off the PG actors.
     pub(crate) async fn peer(self: &Arc<Self>, osd: i32) -> Result<(u64, Connection), String> {
-        let slot = lock(&self.peers).entry(osd).or_default().clone();
-        let mut g = slot.lock().await;
-        if let Some((gen, c)) = g.as_ref() {
-            if !c.is_closed() {
-                return Ok((*gen, c.clone()));
+        let mut events = self.peer_events.subscribe();
+        let deadline = tokio::time::Instant::now()
+            + self.cfg.msg.connect_timeout
+            + self.cfg.msg.handshake_timeout
+            + PEER_RETRY_AFTER;
+        loop {
+            events.borrow_and_update();
+            let e = match self.peer_now(osd) {
+                Ok(x) => return Ok(x),
+                Err(e) => e,
+            };
+            match lock(&self.peers).get(&osd) {
+                Some(PeerSlot::Connecting) => {}
+                Some(PeerSlot::Up(..)) => continue,
+                // Failed (in backoff): that is the answer.
+                _ => return Err(e),
+            }
+            if tokio::time::timeout_at(deadline, events.changed())
+                .await
+                .is_err()
+            {
+                return Err(format!("osd.{osd}: connect still under way"));
             }
         }
+    }
+
+    /// One connect to peer `osd` at its address in the current map.
+    async fn connect_peer(&self, osd: i32) -> Result<Connection, String> {
         let map = self.map_rx.borrow().clone();
         let info = map
             .osds
@@ -1071,13 +1162,9 @@ impl Shared {
             name: EntityName::osd(self.cfg.id),
             secret: self.cfg.secret.clone(),
         };
-        let conn = connect(addr, &creds, Some(&EntityName::osd(osd)), &self.cfg.msg)
+        connect(addr, &creds, Some(&EntityName::osd(osd)), &self.cfg.msg)
             .await
-            .map_err(|e| e.to_string())?;
-        let gen = self.peer_gen.fetch_add(1, Ordering::Relaxed);
-        self.spawn_conn(conn.clone());
-        *g = Some((gen, conn.clone()));
-        Ok((gen, conn))
+            .map_err(|e| e.to_string())
     }
 
     /// Spawns a task that ends when the OSD stops.
@@ -1614,7 +1701,7 @@ impl PgActor {
             targets.extend(w.keys().copied());
         }
         for r in targets {
-            if let Ok((gen, conn)) = self.shared.peer(r).await {
+            if let Ok((gen, conn)) = self.shared.peer_now(r) {
                 if self.sent_gen.get(&r) != Some(&gen) {
                     self.resend_all(r, gen, &conn, u64::MAX).await;
                 }
@@ -1645,10 +1732,11 @@ impl PgActor {
     }
 
     async fn send_repop(&mut self, r: i32, seq: u64, bytes: Vec<Bytes>) {
-        let (gen, conn) = match self.shared.peer(r).await {
+        let (gen, conn) = match self.shared.peer_now(r) {
             Ok(x) => x,
             Err(e) => {
-                tracing::warn!("pg {}: cannot reach osd.{r} for {seq}: {e}", self.pgid);
+                // Sent with the others once connected (on a tick).
+                tracing::debug!("pg {}: cannot reach osd.{r} for {seq} yet: {e}", self.pgid);
                 return;
             }
         };

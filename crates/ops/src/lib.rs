@@ -49,6 +49,8 @@ pub mod msg_type {
     pub const PG_BACKFILL_ACK: u16 = 0x0532;
     /// primary -> stray copy, one-way: [`crate::PgRemove`].
     pub const PG_REMOVE: u16 = 0x0533;
+    /// stray copy -> acting primary, one-way: [`crate::PgStray`].
+    pub const PG_STRAY: u16 = 0x0534;
     /// primary -> member (call): [`crate::ScrubMapRequest`]; answered with [`SCRUB_MAP_REPLY`].
     pub const SCRUB_MAP: u16 = 0x0541;
     pub const SCRUB_MAP_REPLY: u16 = 0x0542;

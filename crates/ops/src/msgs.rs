@@ -150,6 +150,17 @@ pub struct PgRemove {
     pub epoch: Epoch,
 }
 
+/// An OSD holding a copy outside the PG's acting and up sets -> the acting
+/// primary, one-way: "I still hold a copy". A primary that never heard of
+/// it (so will never send [`PgRemove`] on its own) answers with one once
+/// the PG is active+clean.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgStray {
+    pub pgid: PgId,
+    pub from: i32,
+    pub epoch: Epoch,
+}
+
 /// primary -> replica: apply `mutations` and append `entry` in one store
 /// transaction; ack once durable. Sent in version order on one connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

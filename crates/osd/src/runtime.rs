@@ -18,8 +18,8 @@ use cairn_msg::{connect, Connection, Credentials, Listener, Message, MsgConfig, 
 use cairn_ops::{
     decode, decode_shared, encode, encode_parts, msg_type, EcRead, EcRollback, EcRollbackReply,
     LogEntry, LogOp, Mutation, OpError, OpReply, OpRequest, OpStatus, PgBackfill, PgBackfillAck,
-    PgInfo, PgNotify, PgPull, PgPush, PgPushReply, PgQuery, PgRemove, PullReply, RepOp, RepOpAck,
-    SubOp, SubOpOutput, Version,
+    PgInfo, PgNotify, PgPull, PgPush, PgPushReply, PgQuery, PgRemove, PgStray, PullReply, RepOp,
+    RepOpAck, SubOp, SubOpOutput, Version,
 };
 use cairn_store::{CollectionId, Store, StoreError, Transaction};
 use cairn_types::{EntityName, Epoch, PgId, PoolId};
@@ -47,6 +47,8 @@ pub(crate) const META_INFO: &str = "info";
 pub(crate) const META_PAST: &str = "past_intervals";
 /// Messages queued to one PG actor, at most.
 const PG_QUEUE_LEN: usize = 1024;
+/// A stray copy tells the acting primary it exists this often.
+const STRAY_NOTIFY_INTERVAL: Duration = Duration::from_secs(3);
 /// A client op waiting longer than this in a PG is reported (once).
 const SLOW_OP: Duration = Duration::from_secs(5);
 /// Replication sub-ops a replica holds while waiting for a newer map, at most.
@@ -272,6 +274,8 @@ pub(crate) enum PgMsg {
     BackfillAck(PgBackfillAck),
     /// The primary says this OSD's copy is a stray of a clean PG.
     Remove(PgRemove),
+    /// Primary side: an OSD says it holds a stray copy.
+    Stray(PgStray),
 }
 
 /// A client op waiting for its answer: where to reply, and its share of the
@@ -665,6 +669,7 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
         activated: Arc::default(),
         backfill: None,
         strays: Vec::new(),
+        stray_told_at: None,
         recovered: (0, 0),
         local_commits: std::collections::VecDeque::new(),
     };
@@ -852,6 +857,10 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
         msg_type::PG_REMOVE => {
             let r: PgRemove = decode("pg remove", &msg.payload).map_err(de)?;
             (r.pgid, PgMsg::Remove(r))
+        }
+        msg_type::PG_STRAY => {
+            let r: PgStray = decode("pg stray", &msg.payload).map_err(de)?;
+            (r.pgid, PgMsg::Stray(r))
         }
         msg_type::PG_PUSH => {
             let push: PgPush = decode_shared("pg push", &msg.payload).map_err(de)?;
@@ -1240,6 +1249,8 @@ struct PgActor {
     backfill: Option<crate::backfill::BackfillRun>,
     /// OSDs with copies outside the acting and up sets, removed once clean.
     strays: Vec<i32>,
+    /// Stray side: when this copy last told the primary it exists.
+    stray_told_at: Option<std::time::Instant>,
     /// (objects, bytes) copied by finished backfill runs of this PG.
     recovered: (u64, u64),
     /// This OSD's own write commits in flight, oldest first.
@@ -1488,6 +1499,7 @@ impl PgActor {
                 self.backfill_step().await;
             }
             PgMsg::Remove(_) => {}
+            PgMsg::Stray(n) => self.on_stray(n),
             PgMsg::CommitFailed {
                 seq,
                 from,
@@ -1714,7 +1726,76 @@ impl PgActor {
         }
         self.scrub_tick().await;
         self.backfill_step().await;
+        self.tell_primary_if_stray();
         self.shared.copy_meter.tick(self.me());
+    }
+
+    /// Stray side: a copy outside the up and acting sets tells the acting
+    /// primary it exists, every [`STRAY_NOTIFY_INTERVAL`], so that a primary
+    /// that never heard of it (it was down when the PG re-peered) has it
+    /// removed once clean. Never waits for a connection.
+    fn tell_primary_if_stray(&mut self) {
+        let me = self.me();
+        let Some(p) = self.pg.placement() else {
+            return;
+        };
+        let Some(primary) = p.primary else {
+            return;
+        };
+        if p.up.contains(&me) || p.acting.contains(&me) || primary == me {
+            self.stray_told_at = None;
+            return;
+        }
+        if self
+            .stray_told_at
+            .is_some_and(|t| t.elapsed() < STRAY_NOTIFY_INTERVAL)
+        {
+            return;
+        }
+        self.stray_told_at = Some(std::time::Instant::now());
+        let msg = PgStray {
+            pgid: self.pgid,
+            from: me,
+            epoch: p.epoch,
+        };
+        match self.shared.peer_now(primary) {
+            Ok((_, conn)) => {
+                let pgid = self.pgid;
+                self.shared.tasks.spawn(async move {
+                    if let Err(e) = conn.send(msg_type::PG_STRAY, encode(&msg)).await {
+                        tracing::debug!(
+                            "pg {pgid}: telling osd.{primary} about this stray copy: {e}"
+                        );
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::debug!("pg {}: stray copy, primary osd.{primary}: {e}", self.pgid);
+                // Try again on the next tick once connected.
+                self.stray_told_at = None;
+            }
+        }
+    }
+
+    /// Primary side: an OSD holds a copy outside the acting and up sets;
+    /// once this PG is active+clean (and not re-peering) it is told to
+    /// delete it. Before that it will tell again.
+    fn on_stray(&mut self, n: PgStray) {
+        let Some(p) = self.pg.placement() else {
+            return;
+        };
+        let outside = !p.up.contains(&n.from) && !p.acting.contains(&n.from);
+        let clean = self.pg.role == Role::Primary
+            && self.pg.state.active
+            && self.pg.state.clean
+            && self.peering.is_none();
+        if !outside || !clean || n.from == self.me() {
+            return;
+        }
+        let (shared, pgid, epoch) = (self.shared.clone(), self.pgid, self.pg.epoch());
+        self.shared.tasks.spawn(async move {
+            crate::backfill::remove_strays(&shared, pgid, epoch, &[n.from]).await;
+        });
     }
 
     async fn resend_all(&mut self, r: i32, gen: u64, conn: &Connection, below: u64) {

@@ -204,6 +204,71 @@ async fn out_osd_backfills_in_the_background_then_strays_go() {
     );
 }
 
+/// A replicated stray no primary heard of: an OSD is killed and marked out
+/// while down (its PGs recover on the others without it), then restarted,
+/// up but out. Its copies lie outside every up and acting set and no PG
+/// re-peers; it tells each primary, which has it delete the copy once the
+/// PG is active+clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stray_no_primary_heard_of_is_removed() {
+    let mut c = Cluster::start_with(4, 1, 4, 256 << 20, vec![], true).await;
+    let io = c.client().ioctx("rbd").expect("pool");
+    preload(&io, 200, OBJ_BYTES).await;
+    c.wait_clean(Duration::from_secs(60)).await;
+    let map = c.current();
+    let mut count: BTreeMap<i32, usize> = BTreeMap::new();
+    for seed in 0..4 {
+        for o in map.pg_to_up(1, seed).unwrap().up {
+            *count.entry(o).or_default() += 1;
+        }
+    }
+    let victim = *count.iter().max_by_key(|(_, n)| **n).unwrap().0;
+    c.kill(victim).await;
+    c.apply(MonCommand::OsdOut { ids: vec![victim] });
+    c.wait_clean(Duration::from_secs(60)).await;
+    let t0 = Instant::now();
+    while !c.current().pg_temp.is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "pg_temp never cleared"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.wait_clean(Duration::from_secs(60)).await;
+    c.restart(victim).await;
+    let t0 = Instant::now();
+    loop {
+        let held: Vec<String> = c.osds[&victim]
+            .as_ref()
+            .expect("victim running")
+            .pg_stats()
+            .into_iter()
+            .map(|s| s.pgid)
+            .collect();
+        if held.is_empty() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "osd.{victim} (out) still holds {held:?} {:?} after its restart",
+            t0.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "osd.{victim}'s stray copies removed {:.1} s after its restart",
+        t0.elapsed().as_secs_f64()
+    );
+    for s in 0..200u64 {
+        let got = io.read(&format!("pre-{s}"), 0, 0).await.expect("read");
+        assert_eq!(got, pattern(s, OBJ_BYTES), "pre-{s}");
+    }
+    c.crash(victim);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = store_pgs(&c, victim);
+    assert!(held.is_empty(), "osd.{victim}'s store still holds {held:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nobackfill_holds_backfill_until_unset() {
     let mut c = Cluster::start_with(4, 1, 4, 512 << 20, vec![], true).await;

@@ -648,6 +648,20 @@ impl BackfillRun {
         }
     }
 
+    /// Backfill target `from` failed to commit client write `seq`: like a
+    /// slow target it leaves the PG's writes at the next step and resumes
+    /// later (the write's object is sent again then). False when `from` is
+    /// not a target of this run.
+    pub(crate) fn write_failed(&mut self, from: i32, seq: u64, why: &str) -> bool {
+        let Some(t) = self.targets.get_mut(&from) else {
+            return false;
+        };
+        if t.stalled.is_none() {
+            t.stalled = Some(format!("write {seq} failed: {why}"));
+        }
+        true
+    }
+
     /// The target acknowledged batch `seq`.
     pub(crate) fn on_ack(
         &mut self,

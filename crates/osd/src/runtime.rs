@@ -1399,9 +1399,30 @@ impl PgActor {
                         ack.from,
                         ack.version
                     );
+                    let seq = ack.version.seq;
+                    let acting = self
+                        .pg
+                        .placement()
+                        .is_some_and(|p| p.acting.contains(&ack.from));
+                    if !acting
+                        && self
+                            .backfill
+                            .as_mut()
+                            .is_some_and(|run| run.write_failed(ack.from, seq, e))
+                    {
+                        // A backfill target, not an acting member: it leaves
+                        // the PG's writes (they complete without it) and
+                        // resumes its backfill later; the client op and the
+                        // PG's interval are unaffected.
+                        for w in self.repops.values_mut() {
+                            w.remove(&ack.from);
+                        }
+                        self.repops.retain(|_, w| !w.is_empty());
+                        self.backfill_step().await;
+                        return;
+                    }
                     let error = commit_error(ack.from, e);
-                    self.on_commit_failed(ack.version.seq, ack.from, error)
-                        .await;
+                    self.on_commit_failed(seq, ack.from, error).await;
                     return;
                 }
                 let seq = ack.version.seq;

@@ -167,31 +167,27 @@ impl Drop for RecoverySlot {
     }
 }
 
-/// How often a copy held by `norecover` or the throttle looks again (a new
-/// map wakes it sooner).
+/// How often a copy held by the throttle looks again (a new map wakes it
+/// sooner).
 const RECOVERY_GATE_POLL: Duration = Duration::from_millis(100);
 
 /// Waits until log recovery (activation's pushes and pulls) may copy about
-/// `bytes` now, and takes the slot: `norecover` unset, and a slot of
-/// `osd_recovery_max_active` free within the in-flight byte bound and the
-/// bandwidth cap, which it shares with backfill batches. A single copy
-/// always gets a slot when nothing else is in flight.
-pub(crate) async fn recovery_slot(shared: &Arc<Shared>, pgid: PgId, bytes: u64) -> RecoverySlot {
+/// `bytes` now, and takes the slot: a slot of `osd_recovery_max_active`
+/// free within the in-flight byte bound and the bandwidth cap, which it
+/// shares with backfill batches. A single copy always gets a slot when
+/// nothing else is in flight.
+///
+/// `norecover` does not hold it: a PG here serves only once its acting
+/// members have caught up from the log, so holding log recovery would turn
+/// a maintenance flag into an outage (the flag holds backfill and the
+/// background copies instead).
+pub(crate) async fn recovery_slot(shared: &Arc<Shared>, _pgid: PgId, bytes: u64) -> RecoverySlot {
     let me = shared.cfg.id;
-    let mut said = false;
     let mut rx = shared.map_rx.clone();
     loop {
         let map = rx.borrow_and_update().clone();
         let now = Instant::now();
-        let wait_until = if map.flags.contains(&OsdFlag::NoRecover) {
-            if !said {
-                tracing::info!(
-                    "pg {pgid}: log recovery waits: norecover is set ('cairn osd unset norecover' resumes)"
-                );
-                said = true;
-            }
-            now + RECOVERY_GATE_POLL
-        } else {
+        let wait_until = {
             let max_active = cfg_u64(&map, me, "osd_recovery_max_active", 3) as usize;
             let rate = cfg_u64(&map, me, "osd_recovery_max_bytes_per_sec", 0);
             match shared

@@ -562,8 +562,8 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
             }
         }
         PeeringOutput::Push { to, push } => {
-            // Pushes that copy objects are recovery (norecover, the
-            // throttle); the final push with only the log is not.
+            // Pushes that copy objects take a recovery slot (the
+            // throttle); the final push with only the log does not.
             let _slot = match push.objects.is_empty() {
                 true => None,
                 false => Some(recovery_slot(&shared, pgid, copy_size(&push.objects).0).await),

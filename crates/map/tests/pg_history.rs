@@ -125,7 +125,12 @@ fn an_ec_primary_records_its_live_shards() {
     ok(&mut m, &format!("osd down {gone}"));
     let now = m.pg_to_up(1, 0).unwrap();
     assert!(now.acting.contains(&cairn_crush::CRUSH_ITEM_NONE));
-    let live: Vec<i32> = first.acting.iter().copied().filter(|&o| o != gone).collect();
+    let live: Vec<i32> = first
+        .acting
+        .iter()
+        .copied()
+        .filter(|&o| o != gone)
+        .collect();
     let since2 = m.epoch;
     // The acting set with its hole is not what the OSD sends: ignored.
     alive(&mut m, primary, pg(0), since2, &now.acting);

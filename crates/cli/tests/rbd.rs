@@ -1042,7 +1042,16 @@ fn snapshots_and_clones(data_pool: Option<&str>) {
         "1M",
     ];
     if let Some(p) = data_pool {
-        // Block images overwrite parts of objects.
+        // Block images overwrite parts of objects: refused, with the fix
+        // named, until the pool allows it.
+        let mut refused = create.clone();
+        refused.extend(["--data-pool", p]);
+        let r = dev.cairn(&refused);
+        assert!(
+            !r.ok && r.stderr.contains("allow_ec_overwrites true"),
+            "{r:?}"
+        );
+        assert!(!dev.ok(&["rbd", "ls"]).contains("vm"));
         dev.ok(&["osd", "pool", "set", p, "allow_ec_overwrites", "true"]);
         create.extend(["--data-pool", p]);
     }

@@ -51,6 +51,23 @@ pub struct Rbd {
     meta: IoCtx,
 }
 
+/// Fails early, with a clear error, if `pool` cannot hold image data: it
+/// does not exist, or it is erasure-coded without `allow_ec_overwrites`
+/// (image writes are partial overwrites, which such a pool refuses).
+pub(crate) fn check_data_pool(rados: &Rados, pool: &str) -> Result<(), RbdError> {
+    rados.ioctx(pool)?;
+    let map = rados.map();
+    if let Some(p) = map.pool_named(pool) {
+        if p.kind == cairn_map::PoolKind::Erasure && !p.allow_ec_overwrites {
+            return Err(RbdError::Invalid(format!(
+                "pool '{pool}' is erasure-coded without allow_ec_overwrites, and image data needs \
+                 partial overwrites: run `cairn osd pool set {pool} allow_ec_overwrites true` first"
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn id_object(name: &str) -> String {
     format!("rbd_id.{name}")
 }
@@ -150,8 +167,7 @@ impl Rbd {
             .data_pool
             .clone()
             .unwrap_or_else(|| self.meta.pool_name().to_string());
-        // Fails early with a clear error if the data pool does not exist.
-        self.rados.ioctx(&data_pool)?;
+        check_data_pool(&self.rados, &data_pool)?;
         let id = format!("{:016x}", rand::random::<u64>());
         let header = ImageHeader {
             name: name.to_string(),

@@ -445,7 +445,7 @@ impl Rbd {
             });
         }
         let data_pool = data_pool.unwrap_or(&ph.data_pool).to_string();
-        child_rbd.rados().ioctx(&data_pool)?;
+        crate::image::check_data_pool(child_rbd.rados(), &data_pool)?;
         let header = ImageHeader {
             name: child.to_string(),
             id: format!("{:016x}", rand::random::<u64>()),

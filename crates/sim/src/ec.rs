@@ -250,6 +250,9 @@ pub struct EcProc {
     calls: BTreeMap<u64, EcCall>,
     reads: BTreeMap<u64, EcRead>,
     next_read: u64,
+    /// Reads finished and not yet reported to their PG as `ReadDone`
+    /// (reported by whoever drives the PG next, in order).
+    read_done: Vec<(PgId, Token)>,
 }
 
 /// Whether `pgid` belongs to an erasure-coded pool in `m`.
@@ -557,12 +560,32 @@ impl World {
     /// Starts an EC client read on the primary (the runtime's
     /// `EcTarget::client_read`: metadata from this shard, chunks from the
     /// read plan's shards, the version checked, the extent assembled).
+    /// A client read leaves the PG: its reply (if any) goes out, and it is
+    /// noted for `ReadDone` (so writes to the object may start, as the
+    /// runtime reports every read it was handed). The PG hears it from
+    /// `ec_take_read_done`, after the current step, never re-entrantly.
+    fn ec_read_finish(&mut self, id: i32, pgid: PgId, token: Token, reply: Option<OpReply>) {
+        if let Some(r) = reply {
+            self.op_reply_pub(id, token, r);
+        }
+        if let Some(p) = self.ec_proc(id) {
+            p.read_done.push((pgid, token));
+        }
+    }
+
+    /// The reads finished since the last call (see `ec_read_finish`).
+    pub fn ec_take_read_done(&mut self, id: i32) -> Vec<(PgId, Token)> {
+        self.ec_proc(id)
+            .map(|p| std::mem::take(&mut p.read_done))
+            .unwrap_or_default()
+    }
+
     pub fn ec_read(&mut self, id: i32, pgid: PgId, token: Token, req: OpRequest) {
         let Some(m) = self.ec_map(id) else {
-            return;
+            return self.ec_read_finish(id, pgid, token, None);
         };
         let Ok(Some(ec)) = EcPg::from_map(&m, pgid.pool.0, pgid.seed) else {
-            return;
+            return self.ec_read_finish(id, pgid, token, None);
         };
         let failed = vec![false; ec.code.total()];
         self.ec_read_attempt(id, pgid, token, req, failed, 0);
@@ -585,10 +608,10 @@ impl World {
             epoch,
         };
         let Some(m) = self.ec_map(id) else {
-            return;
+            return self.ec_read_finish(id, pgid, token, None);
         };
         let Ok(Some(ec)) = EcPg::from_map(&m, pgid.pool.0, pgid.seed) else {
-            return;
+            return self.ec_read_finish(id, pgid, token, None);
         };
         if !matches!(req.ops.as_slice(), [SubOp::Read { offset: 0, len: 0 }]) {
             let r = reply(
@@ -597,7 +620,7 @@ impl World {
                 ))),
                 Version::default(),
             );
-            self.op_reply_pub(id, token, r);
+            self.ec_read_finish(id, pgid, token, Some(r));
             return;
         }
         let Some(mine) = self
@@ -606,7 +629,7 @@ impl World {
             .cloned()
         else {
             let r = reply(OpStatus::Done(Err(OpError::NoEnt)), Version::default());
-            self.op_reply_pub(id, token, r);
+            self.ec_read_finish(id, pgid, token, Some(r));
             return;
         };
         let (version, size) = (version_of(&mine), size_of(&mine));
@@ -634,7 +657,7 @@ impl World {
                     },
                     Version::default(),
                 );
-                self.op_reply_pub(id, token, r);
+                self.ec_read_finish(id, pgid, token, Some(r));
                 return;
             }
             Err(e) => {
@@ -642,7 +665,7 @@ impl World {
                     OpStatus::Done(Err(OpError::Io(format!("object {}: {e}", req.oid)))),
                     Version::default(),
                 );
-                self.op_reply_pub(id, token, r);
+                self.ec_read_finish(id, pgid, token, Some(r));
                 return;
             }
         };
@@ -721,6 +744,9 @@ impl World {
             }
         }
         self.ec_read_progress(id, rid);
+        for (pgid, token) in self.ec_take_read_done(id) {
+            self.pg_event_pub(id, pgid, PgEvent::ReadDone { token });
+        }
     }
 
     fn ec_read_progress(&mut self, id: i32, rid: u64) {
@@ -772,7 +798,7 @@ impl World {
                 version: r.version,
                 epoch,
             };
-            self.op_reply_pub(id, r.token, reply);
+            self.ec_read_finish(id, r.pgid, r.token, Some(reply));
             return;
         }
         if r.attempt + 1 >= READ_ATTEMPTS {
@@ -787,7 +813,7 @@ impl World {
                 version: Version::default(),
                 epoch,
             };
-            self.op_reply_pub(id, r.token, reply);
+            self.ec_read_finish(id, r.pgid, r.token, Some(reply));
             return;
         }
         // Shards may simply be mid-write: after half the attempts, all again.

@@ -831,7 +831,15 @@ impl World {
             match a {
                 PgAction::Reply { token, reply } => self.op_reply(id, token, reply),
                 PgAction::Read { token, req } if self.pg_is_ec(id, pgid) => {
-                    self.ec_read(id, pgid, token, req)
+                    self.ec_read(id, pgid, token, req);
+                    for (p, t) in self.ec_take_read_done(id) {
+                        let ev = PgEvent::ReadDone { token: t };
+                        match self.proc_mut(id).and_then(|o| o.pgs.get_mut(&p)) {
+                            Some(s) if p == pgid => queue.extend(s.pg.handle(ev)),
+                            Some(_) => self.pg_event(id, p, ev),
+                            None => {}
+                        }
+                    }
                 }
                 PgAction::Read { token, req } => {
                     let damaged = self

@@ -181,15 +181,15 @@ const RECOVERY_GATE_POLL: Duration = Duration::from_millis(100);
 /// members have caught up from the log, so holding log recovery would turn
 /// a maintenance flag into an outage (the flag holds backfill and the
 /// background copies instead).
-pub(crate) async fn recovery_slot(shared: &Arc<Shared>, _pgid: PgId, bytes: u64) -> RecoverySlot {
+pub(crate) async fn recovery_slot(shared: &Arc<Shared>, bytes: u64) -> RecoverySlot {
     let me = shared.cfg.id;
     let mut rx = shared.map_rx.clone();
     loop {
         let map = rx.borrow_and_update().clone();
         let now = Instant::now();
-        let wait_until = {
-            let max_active = cfg_u64(&map, me, "osd_recovery_max_active", 3) as usize;
-            let rate = cfg_u64(&map, me, "osd_recovery_max_bytes_per_sec", 0);
+        let max_active = cfg_u64(&map, me, "osd_recovery_max_active", 3) as usize;
+        let rate = cfg_u64(&map, me, "osd_recovery_max_bytes_per_sec", 0);
+        let wait_until =
             match shared
                 .recovery
                 .start_batch(now, max_active, inflight_bytes_max(shared))
@@ -202,8 +202,7 @@ pub(crate) async fn recovery_slot(shared: &Arc<Shared>, _pgid: PgId, bytes: u64)
                     };
                 }
                 Err(until) => until.min(now + RECOVERY_GATE_POLL),
-            }
-        };
+            };
         if let Ok(Err(_)) = tokio::time::timeout_at(wait_until.into(), rx.changed()).await {
             // No more maps (shutting down): just wait out the interval.
             tokio::time::sleep_until(wait_until.into()).await;

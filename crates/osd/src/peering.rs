@@ -536,12 +536,8 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
             }
         }
         PeeringOutput::PullObjects { from, names } => {
-            let _slot = recovery_slot(
-                &shared,
-                pgid,
-                pull_reply_bytes(shared.cfg.recovery_batch_bytes),
-            )
-            .await;
+            let _slot =
+                recovery_slot(&shared, pull_reply_bytes(shared.cfg.recovery_batch_bytes)).await;
             let p = PgPull {
                 pgid,
                 from: me,
@@ -566,7 +562,7 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
             // throttle); the final push with only the log does not.
             let _slot = match push.objects.is_empty() {
                 true => None,
-                false => Some(recovery_slot(&shared, pgid, copy_size(&push.objects).0).await),
+                false => Some(recovery_slot(&shared, copy_size(&push.objects).0).await),
             };
             match call_peer_parts::<PgPushReply>(
                 &shared,

@@ -250,6 +250,10 @@ impl PeeringJob {
     /// new info and log (already on disk here and on every acting member);
     /// Err = why the PG cannot activate now.
     pub async fn run(self) -> Result<(PgInfo, Vec<LogEntry>), String> {
+        // One snapshot of the map: a `watch::Ref` kept as a temporary of
+        // this statement while a second `borrow()` is taken deadlocks the
+        // map channel as soon as the monitor link is waiting to publish.
+        let map = self.shared.map_rx.borrow().clone();
         let mut sm = Peering::new(PeeringParams {
             pgid: self.pgid,
             whoami: self.me(),
@@ -265,21 +269,13 @@ impl PeeringJob {
                 .shared
                 .mon
                 .is_some()
-                .then(|| self.shared.map_rx.borrow().pg_activations(self.pgid)),
-            up_osds: self
-                .shared
-                .map_rx
-                .borrow()
-                .osds
-                .values()
-                .filter(|o| o.up)
-                .map(|o| o.id)
-                .collect(),
+                .then(|| map.pg_activations(self.pgid)),
+            up_osds: map.osds.values().filter(|o| o.up).map(|o| o.id).collect(),
             batch_bytes: self.shared.cfg.recovery_batch_bytes,
             up: self.up.clone(),
             size: self.size,
             min_size: self.min_size,
-            lost: self.shared.map_rx.borrow().lost_osds(),
+            lost: map.lost_osds(),
             may_remap: self.shared.mon.is_some(),
         });
         let r = self.drive(&mut sm).await;

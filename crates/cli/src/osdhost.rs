@@ -38,6 +38,24 @@ const CACHE_LOG_INTERVAL: Duration = Duration::from_secs(60);
 const REBOOT_INTERVAL: Duration = Duration::from_secs(3);
 /// Bound on each command this daemon sends to the monitors.
 const MON_CMD_TIMEOUT: Duration = Duration::from_secs(10);
+/// An OSD that stopped itself (its store failed to commit) is restarted on
+/// a freshly opened store at most this many times within the window (as
+/// systemd's start limit does for Ceph's OSDs); after that it stays
+/// stopped until the daemon restarts, so a dying disk does not flap.
+const FAIL_STOP_LIMIT: usize = 3;
+const FAIL_STOP_WINDOW: Duration = Duration::from_secs(30 * 60);
+
+/// `run_one`'s error when the OSD stopped itself (fail-stop).
+#[derive(Debug)]
+struct FailStopped(String);
+
+impl std::fmt::Display for FailStopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stopped itself: {}", self.0)
+    }
+}
+
+impl std::error::Error for FailStopped {}
 /// How often the daemon hands heap memory freed by its OSDs back to the
 /// kernel (see [`trim_heap`]).
 const HEAP_TRIM_INTERVAL: Duration = Duration::from_secs(2);
@@ -159,6 +177,7 @@ pub async fn run(
                             rec.clone(),
                             ip,
                             mon_addrs.clone(),
+                            mon.clone(),
                             rx,
                         ));
                         running.insert(*id, (tx, h));
@@ -241,21 +260,50 @@ pub fn trim_heap() {
 }
 
 /// Keeps one OSD running: starts it, restarts it after a failure with a
-/// growing backoff, stops it when asked.
+/// growing backoff, stops it when asked. An OSD that stopped itself is
+/// marked down at once (through `mon`, the daemon's credentials) and
+/// restarted at most [`FAIL_STOP_LIMIT`] times per [`FAIL_STOP_WINDOW`].
 async fn supervise(
     node: PathBuf,
     conf: Arc<cairn_types::Conf>,
     rec: OsdRecord,
     ip: IpAddr,
     mon_addrs: Vec<SocketAddr>,
+    mon: Arc<MonClient>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let id = rec.id;
     let mut backoff = RESTART_BACKOFF_MIN;
+    let mut fail_stops: Vec<Instant> = Vec::new();
     loop {
         let started = Instant::now();
         match run_one(&node, &conf, &rec, ip, &mon_addrs, &mut stop).await {
             Ok(()) => return,
-            Err(e) => tracing::error!("osd.{}: {e:#}; retrying in {backoff:?}", rec.id),
+            Err(e) if e.downcast_ref::<FailStopped>().is_some() => {
+                let cmd = MonCommand::OsdDown { ids: vec![id] };
+                match tokio::time::timeout(Duration::from_secs(3), mon.command(&cmd)).await {
+                    Ok(Ok(_)) => tracing::info!("osd.{id}: marked down after it stopped itself"),
+                    Ok(Err(e)) => tracing::warn!("osd.{id}: could not mark it down: {e}"),
+                    Err(_) => tracing::warn!("osd.{id}: could not mark it down: no answer"),
+                }
+                fail_stops.retain(|t| t.elapsed() < FAIL_STOP_WINDOW);
+                fail_stops.push(Instant::now());
+                if fail_stops.len() > FAIL_STOP_LIMIT {
+                    tracing::error!(
+                        "osd.{id}: {e:#}; it stopped itself {} times within {} min: leaving it stopped (check the disk: dmesg, smartctl; restart the daemon to try again, or replace the disk)",
+                        fail_stops.len(),
+                        FAIL_STOP_WINDOW.as_secs() / 60
+                    );
+                    let _ = stop.wait_for(|s| *s).await;
+                    return;
+                }
+                tracing::error!(
+                    "osd.{id}: {e:#}; restarting it on a freshly opened store in {backoff:?} ({} of {FAIL_STOP_LIMIT} restarts within {} min)",
+                    fail_stops.len(),
+                    FAIL_STOP_WINDOW.as_secs() / 60
+                );
+            }
+            Err(e) => tracing::error!("osd.{id}: {e:#}; retrying in {backoff:?}"),
         }
         if started.elapsed() > RESTART_BACKOFF_MAX {
             backoff = RESTART_BACKOFF_MIN;
@@ -453,6 +501,10 @@ async fn run_one(
                 cache.bad_checksums
             );
             cache_logged = (Instant::now(), cache);
+        }
+        if let Some(why) = osd.failed() {
+            // Never boot a stopped OSD again as it is: its data path is gone.
+            break Err(FailStopped(why).into());
         }
         let map = map_rx.borrow().clone();
         let needs_boot = match map.osds.get(&id) {

@@ -19,7 +19,8 @@
 //!
 //! The heartbeat thread stops answering when the OSD's data-path runtime
 //! has made no progress for [`HB_DATA_PATH_STALL_MAX`], so a wedged OSD is
-//! still reported.
+//! still reported, and ends at once when the OSD stops itself (fail-stop
+//! after its own store failed a commit).
 //!
 //! [`HeartbeatTracker`] is the pure state machine (events in, actions out);
 //! [`HbThread`] is the edge that sends pings, answers them and reports.
@@ -370,6 +371,9 @@ struct HbCtx {
     msg: MsgConfig,
     map_rx: MapSource,
     alive: Arc<DataPathLiveness>,
+    /// Set when the OSD stops itself (fail-stop): the thread ends at once,
+    /// so peers see the silence within one grace period.
+    failed: watch::Receiver<Option<String>>,
 }
 
 /// The heartbeat thread of one running OSD: its own current-thread tokio
@@ -401,6 +405,7 @@ impl HbThread {
             msg: shared.cfg.msg.clone(),
             map_rx: shared.map_rx.clone(),
             alive,
+            failed: shared.failed.subscribe(),
         };
         let bind = SocketAddr::new(shared.cfg.bind_addr.ip(), 0);
         let (stop, stop_rx) = watch::channel(false);
@@ -483,10 +488,12 @@ fn thread_main(
         if addr_tx.send(Ok(listener.local_addr())).is_err() {
             return;
         }
+        let mut failed = ctx.failed.clone();
         tokio::select! {
             _ = accept_pings(ctx.clone(), listener) => {}
             _ = run(ctx, mon) => {}
             _ = stop.wait_for(|s| *s) => {}
+            _ = failed.wait_for(|f| f.is_some()) => {}
         }
     });
     // Dropping the runtime ends its tasks and closes their connections.

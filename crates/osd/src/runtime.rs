@@ -313,6 +313,10 @@ pub(crate) struct Shared {
     peers: Mutex<HashMap<i32, PeerSlot>>,
     /// Bumped whenever a background peer connect ends.
     peer_events: watch::Sender<u64>,
+    /// Why this OSD stopped itself (fail-stop), once it has: its daemon
+    /// reads it to stop booting it and to restart it (`Osd::failed`).
+    /// The heartbeat thread watches it and stops answering at once.
+    pub(crate) failed: watch::Sender<Option<String>>,
     peer_gen: AtomicU64,
     throttle: Arc<Semaphore>,
     throttle_units: u32,
@@ -475,6 +479,7 @@ impl Osd {
             recovered: Mutex::new(BTreeMap::new()),
             peers: Mutex::new(HashMap::new()),
             peer_events: watch::channel(0).0,
+            failed: watch::channel(None).0,
             peer_gen: AtomicU64::new(1),
             tasks: Tasks::default(),
             next_token: AtomicU64::new(1),
@@ -555,6 +560,14 @@ impl Osd {
     /// PG states on this OSD.
     pub fn pg_stats(&self) -> Vec<PgStat> {
         lock(&self.shared.stats).values().cloned().collect()
+    }
+
+    /// Why this OSD stopped itself (fail-stop after its own store failed
+    /// to commit), or None while it runs. A stopped OSD serves nothing and
+    /// stops answering heartbeats; its daemon must not boot it again as it
+    /// is (see `cairn daemon`: it restarts it on a freshly opened store).
+    pub fn failed(&self) -> Option<String> {
+        self.shared.failed.borrow().clone()
     }
 
     /// Ends every task of this OSD at once (like a crash of the process:
@@ -2238,6 +2251,17 @@ impl PgActor {
                 self.me(),
                 self.pgid
             );
+            let why = format!(
+                "the store failed to commit write {seq} of pg {}: {error}",
+                self.pgid
+            );
+            self.shared.failed.send_if_modified(|f| {
+                let first = f.is_none();
+                if first {
+                    *f = Some(why);
+                }
+                first
+            });
             self.shared.tasks.abort_all();
             return;
         }

@@ -424,63 +424,24 @@ impl ShardWrite {
     /// [len u64][data]`, little-endian: the message body the primary sends
     /// to `acting[shard]`.
     pub fn encode(&self) -> Bytes {
-        let mut out = Vec::with_capacity(WRITE_HEADER_BYTES + self.data.len());
-        out.put_u8(WRITE_FORMAT_VERSION);
-        out.put_u8(self.shard as u8);
-        out.put_u64_le(self.offset);
-        out.put_u64_le(self.old_chunk_len);
-        out.put_u64_le(self.new_chunk_len);
-        out.put_u64_le(self.data.len() as u64);
-        out.extend_from_slice(&self.data);
-        Bytes::from(out)
+        encode_record(
+            WRITE_FORMAT_VERSION,
+            self.shard,
+            self.offset,
+            &[self.old_chunk_len, self.new_chunk_len],
+            &self.data,
+        )
     }
 
     /// Decodes [`encode`](Self::encode)'s output without copying the data,
     /// checking that the write fits in its new chunk length.
     pub fn decode(buf: Bytes) -> Result<Self> {
-        let malformed = |reason: String| EcError::Malformed {
-            what: "EC shard write",
-            reason,
-        };
-        if buf.len() < WRITE_HEADER_BYTES {
-            return Err(malformed(format!(
-                "{} bytes, header needs {WRITE_HEADER_BYTES}",
-                buf.len()
-            )));
-        }
-        let mut b = buf.clone();
-        let version = b.get_u8();
-        if version != WRITE_FORMAT_VERSION {
-            return Err(EcError::UnsupportedFormat {
-                what: "EC shard write",
-                found: version,
-                min: WRITE_FORMAT_VERSION,
-                max: WRITE_FORMAT_VERSION,
-            });
-        }
-        let shard = b.get_u8() as usize;
-        let offset = b.get_u64_le();
-        let old_chunk_len = b.get_u64_le();
-        let new_chunk_len = b.get_u64_le();
-        let len = b.get_u64_le();
-        if len != b.remaining() as u64 {
-            return Err(malformed(format!(
-                "says {len} bytes follow, {} do",
-                b.remaining()
-            )));
-        }
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > new_chunk_len)
-        {
-            return Err(malformed(format!(
-                "range {offset}+{len} lies outside the new chunk of {new_chunk_len} bytes"
-            )));
-        }
+        let (shard, offset, [old_chunk_len, new_chunk_len], data) =
+            decode_record(buf, "EC shard write", WRITE_FORMAT_VERSION, "new")?;
         Ok(Self {
             shard,
             offset,
-            data: buf.slice(WRITE_HEADER_BYTES..),
+            data,
             old_chunk_len,
             new_chunk_len,
         })
@@ -500,11 +461,73 @@ impl ShardWrite {
 
 /// Version byte of the encoded [`ShardWrite`].
 const WRITE_FORMAT_VERSION: u8 = 1;
-const WRITE_HEADER_BYTES: usize = 1 + 1 + 8 + 8 + 8 + 8;
 
 /// Version byte of the encoded [`ShardRollback`].
 const ROLLBACK_FORMAT_VERSION: u8 = 1;
-const ROLLBACK_HEADER_BYTES: usize = 1 + 1 + 8 + 8 + 8;
+
+/// `[version][shard u8][offset u64][lens: u64 each][len u64][payload]`,
+/// little-endian: the layout [`ShardWrite`] and [`ShardRollback`] share.
+fn encode_record(version: u8, shard: usize, offset: u64, lens: &[u64], payload: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(1 + 1 + 8 * (lens.len() + 2) + payload.len());
+    out.put_u8(version);
+    out.put_u8(shard as u8);
+    out.put_u64_le(offset);
+    for l in lens {
+        out.put_u64_le(*l);
+    }
+    out.put_u64_le(payload.len() as u64);
+    out.extend_from_slice(payload);
+    Bytes::from(out)
+}
+
+/// Decodes [`encode_record`]'s output without copying the payload: the
+/// shard, the offset, the `N` lengths and the payload, checking the version
+/// and that `offset + len` fits in the last length (the `limit` chunk).
+fn decode_record<const N: usize>(
+    buf: Bytes,
+    what: &'static str,
+    version: u8,
+    limit: &str,
+) -> Result<(usize, u64, [u64; N], Bytes)> {
+    let header = 1 + 1 + 8 * (N + 2);
+    let malformed = |reason: String| EcError::Malformed { what, reason };
+    if buf.len() < header {
+        return Err(malformed(format!(
+            "{} bytes, header needs {header}",
+            buf.len()
+        )));
+    }
+    let mut b = buf.clone();
+    let found = b.get_u8();
+    if found != version {
+        return Err(EcError::UnsupportedFormat {
+            what,
+            found,
+            min: version,
+            max: version,
+        });
+    }
+    let shard = b.get_u8() as usize;
+    let offset = b.get_u64_le();
+    let mut lens = [0u64; N];
+    for l in lens.iter_mut() {
+        *l = b.get_u64_le();
+    }
+    let len = b.get_u64_le();
+    if len != b.remaining() as u64 {
+        return Err(malformed(format!(
+            "says {len} bytes follow, {} do",
+            b.remaining()
+        )));
+    }
+    let chunk = lens.last().copied().unwrap_or(0);
+    if offset.checked_add(len).is_none_or(|end| end > chunk) {
+        return Err(malformed(format!(
+            "range {offset}+{len} lies outside the {limit} chunk of {chunk} bytes"
+        )));
+    }
+    Ok((shard, offset, lens, buf.slice(header..)))
+}
 
 impl ShardRollback {
     /// Restores an in-memory chunk to its state before the write.
@@ -531,60 +554,23 @@ impl ShardRollback {
     /// `[version][shard u8][offset u64][old_chunk_len u64][len u64][bytes]`,
     /// little-endian, for the PG log.
     pub fn encode(&self) -> Bytes {
-        let mut out = Vec::with_capacity(ROLLBACK_HEADER_BYTES + self.old_bytes.len());
-        out.put_u8(ROLLBACK_FORMAT_VERSION);
-        out.put_u8(self.shard as u8);
-        out.put_u64_le(self.offset);
-        out.put_u64_le(self.old_chunk_len);
-        out.put_u64_le(self.old_bytes.len() as u64);
-        out.extend_from_slice(&self.old_bytes);
-        Bytes::from(out)
+        encode_record(
+            ROLLBACK_FORMAT_VERSION,
+            self.shard,
+            self.offset,
+            &[self.old_chunk_len],
+            &self.old_bytes,
+        )
     }
 
     /// Decodes [`encode`](Self::encode)'s output without copying the bytes.
     pub fn decode(buf: Bytes) -> Result<Self> {
-        let malformed = |reason: String| EcError::Malformed {
-            what: "EC rollback record",
-            reason,
-        };
-        if buf.len() < ROLLBACK_HEADER_BYTES {
-            return Err(malformed(format!(
-                "{} bytes, header needs {ROLLBACK_HEADER_BYTES}",
-                buf.len()
-            )));
-        }
-        let mut b = buf.clone();
-        let version = b.get_u8();
-        if version != ROLLBACK_FORMAT_VERSION {
-            return Err(EcError::UnsupportedFormat {
-                what: "EC rollback record",
-                found: version,
-                min: ROLLBACK_FORMAT_VERSION,
-                max: ROLLBACK_FORMAT_VERSION,
-            });
-        }
-        let shard = b.get_u8() as usize;
-        let offset = b.get_u64_le();
-        let old_chunk_len = b.get_u64_le();
-        let len = b.get_u64_le();
-        if len != b.remaining() as u64 {
-            return Err(malformed(format!(
-                "says {len} bytes follow, {} do",
-                b.remaining()
-            )));
-        }
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > old_chunk_len)
-        {
-            return Err(malformed(format!(
-                "range {offset}+{len} lies outside the old chunk of {old_chunk_len} bytes"
-            )));
-        }
+        let (shard, offset, [old_chunk_len], old_bytes) =
+            decode_record(buf, "EC rollback record", ROLLBACK_FORMAT_VERSION, "old")?;
         Ok(Self {
             shard,
             offset,
-            old_bytes: buf.slice(ROLLBACK_HEADER_BYTES..),
+            old_bytes,
             old_chunk_len,
         })
     }

@@ -137,43 +137,25 @@ impl NbdServer {
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> std::io::Result<()> {
-        let slots = Arc::new(Semaphore::new(self.inner.cfg.max_connections));
-        let mut conns = JoinSet::new();
-        tokio::pin!(shutdown);
-        loop {
-            let permit = tokio::select! {
-                _ = &mut shutdown => break,
-                p = slots.clone().acquire_owned() => p.map_err(std::io::Error::other)?,
-            };
-            let accepted = tokio::select! {
-                _ = &mut shutdown => break,
-                r = listener.accept() => r,
-            };
-            let (stream, peer) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    accept_backoff(e).await;
-                    continue;
-                }
-            };
-            if let Err(e) = stream.set_nodelay(true) {
-                debug!(%peer, "could not set TCP_NODELAY: {e}");
-            }
-            let server = self.clone();
-            conns.spawn(async move {
-                server.log_connection(stream, peer.to_string()).await;
-                drop(permit);
-            });
-            while conns.try_join_next().is_some() {}
-        }
-        conns.shutdown().await;
-        Ok(())
+        self.serve_accepted(&listener, shutdown).await
     }
 
     /// Accepts unix-socket connections until `shutdown` resolves.
     pub async fn serve_unix(
         &self,
         listener: tokio::net::UnixListener,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        self.serve_accepted(&listener, shutdown).await
+    }
+
+    /// Serves the connections `listener` accepts, at most
+    /// `max_connections` at once, until `shutdown` resolves; then drops
+    /// (aborts) the connections still open. A failed accept is retried
+    /// after a pause.
+    async fn serve_accepted<L: AcceptNbd>(
+        &self,
+        listener: &L,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> std::io::Result<()> {
         let slots = Arc::new(Semaphore::new(self.inner.cfg.max_connections));
@@ -186,9 +168,9 @@ impl NbdServer {
             };
             let accepted = tokio::select! {
                 _ = &mut shutdown => break,
-                r = listener.accept() => r,
+                r = listener.accept_nbd() => r,
             };
-            let (stream, _) = match accepted {
+            let (stream, peer) = match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     accept_backoff(e).await;
@@ -197,7 +179,7 @@ impl NbdServer {
             };
             let server = self.clone();
             conns.spawn(async move {
-                server.log_connection(stream, "unix".to_string()).await;
+                server.log_connection(stream, peer).await;
                 drop(permit);
             });
             while conns.try_join_next().is_some() {}
@@ -453,6 +435,34 @@ impl NbdServer {
 /// Pause after a failed accept (out of fds, aborted connection) instead of
 /// giving up on the listener.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// A listener NBD clients connect to: yields a stream and a name for the
+/// logs.
+trait AcceptNbd {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn accept_nbd(
+        &self,
+    ) -> impl std::future::Future<Output = std::io::Result<(Self::Stream, String)>> + Send;
+}
+
+impl AcceptNbd for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn accept_nbd(&self) -> std::io::Result<(Self::Stream, String)> {
+        let (stream, peer) = self.accept().await?;
+        if let Err(e) = stream.set_nodelay(true) {
+            debug!(%peer, "could not set TCP_NODELAY: {e}");
+        }
+        Ok((stream, peer.to_string()))
+    }
+}
+
+impl AcceptNbd for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn accept_nbd(&self) -> std::io::Result<(Self::Stream, String)> {
+        let (stream, _) = self.accept().await?;
+        Ok((stream, "unix".to_string()))
+    }
+}
 
 async fn accept_backoff(e: std::io::Error) {
     warn!("accepting an NBD connection failed: {e}; retrying in {ACCEPT_BACKOFF:?}");

@@ -8,7 +8,7 @@
 use crate::error::{Result, StoreError};
 use crate::ids::{CollectionId, ObjectId};
 use crate::meta::*;
-use crate::overlay::{GroupChanges, KvRead, ReadView, Val, TABLES, TID_EXTENTS};
+use crate::overlay::{no_stop, GroupChanges, KvRead, ReadView, Val, TABLES, TID_EXTENTS};
 use crate::store::Inner;
 use crate::txn::{Op, Transaction};
 use crate::wal::SharedRedo;
@@ -54,23 +54,37 @@ impl<'w> LoggedTable<'w> {
     pub fn scan(&self, lo: &[u8], hi: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         match &self.back {
             Back::Redb(t) => scan_redb(t, lo, hi, limit),
-            Back::Overlay { view, local } => view.scan_under(local, self.id, lo, hi, limit, false),
+            Back::Overlay { view, local } => {
+                view.scan_under(local, self.id, lo, hi, limit, false, &no_stop)
+            }
         }
     }
-    /// The last entry of `[lo, hi)`.
-    pub fn last(&self, lo: &[u8], hi: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    /// Entries of `[lo, hi)` from the last one backwards, up to and including
+    /// the first whose key `stop` accepts (see [`KvRead::kv_rev_until`]).
+    pub fn rev_until(
+        &self,
+        lo: &[u8],
+        hi: &[u8],
+        stop: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         match &self.back {
             Back::Redb(t) => {
+                let mut out = Vec::new();
                 if lo >= hi {
-                    return Ok(None);
+                    return Ok(out);
                 }
-                Ok(t.range::<&[u8]>(lo..hi)?
-                    .next_back()
-                    .transpose()?
-                    .map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
+                for e in t.range::<&[u8]>(lo..hi)?.rev() {
+                    let (k, v) = e?;
+                    let done = stop(k.value());
+                    out.push((k.value().to_vec(), v.value().to_vec()));
+                    if done {
+                        break;
+                    }
+                }
+                Ok(out)
             }
             Back::Overlay { view, local } => {
-                Ok(view.scan_under(local, self.id, lo, hi, 1, true)?.pop())
+                view.scan_under(local, self.id, lo, hi, usize::MAX, true, stop)
             }
         }
     }
@@ -86,6 +100,18 @@ impl<'w> LoggedTable<'w> {
             }
         }
         Ok(())
+    }
+    /// Removes a key the caller just read (so it exists): no lookup first.
+    pub fn remove_existing(&mut self, key: &[u8]) -> Result<()> {
+        match &mut self.back {
+            Back::Redb(_) => self.remove(key),
+            Back::Overlay { local, .. } => {
+                self.redo.borrow_mut().delete(self.id, key);
+                overflow_check(&self.redo)?;
+                local.insert(key.to_vec(), None);
+                Ok(())
+            }
+        }
     }
     pub fn remove(&mut self, key: &[u8]) -> Result<()> {
         match &mut self.back {
@@ -253,8 +279,14 @@ impl KvRead for Tables<'_> {
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.by_id_ref(table)?.scan(lo, hi, limit)
     }
-    fn kv_last(&self, table: u8, lo: &[u8], hi: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        self.by_id_ref(table)?.last(lo, hi)
+    fn kv_rev_until(
+        &self,
+        table: u8,
+        lo: &[u8],
+        hi: &[u8],
+        stop: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.by_id_ref(table)?.rev_until(lo, hi, stop)
     }
 }
 
@@ -325,8 +357,9 @@ impl<'a, 'w> Batch<'a, 'w> {
                     Some(pw),
                 ) => {
                     let mut on = self.onode_or_new(coll, obj)?;
+                    let size0 = on.size;
                     self.write_prewritten(coll, obj, &mut on, *offset, pw)?;
-                    self.put_onode(coll, obj, &on)?;
+                    self.put_onode_if_resized(coll, obj, &on, size0)?;
                 }
                 _ => {
                     let before = self.freed.len();
@@ -372,8 +405,9 @@ impl<'a, 'w> Batch<'a, 'w> {
                 data,
             } => {
                 let mut on = self.onode_or_new(coll, obj)?;
+                let size0 = on.size;
                 self.write_data(coll, obj, &mut on, *offset, data)?;
-                self.put_onode(coll, obj, &on)?;
+                self.put_onode_if_resized(coll, obj, &on, size0)?;
             }
             Op::Zero {
                 coll,
@@ -382,13 +416,15 @@ impl<'a, 'w> Batch<'a, 'w> {
                 len,
             } => {
                 let mut on = self.onode_or_new(coll, obj)?;
+                let size0 = on.size;
                 self.zero(coll, obj, &mut on, *offset, *len)?;
-                self.put_onode(coll, obj, &on)?;
+                self.put_onode_if_resized(coll, obj, &on, size0)?;
             }
             Op::Truncate { coll, obj, size } => {
                 let mut on = self.onode_or_new(coll, obj)?;
+                let size0 = on.size;
                 self.truncate(coll, obj, &mut on, *size)?;
-                self.put_onode(coll, obj, &on)?;
+                self.put_onode_if_resized(coll, obj, &on, size0)?;
             }
             Op::Remove(c, o) => {
                 let on = self.onode_req(c, o)?;
@@ -533,6 +569,22 @@ impl<'a, 'w> Batch<'a, 'w> {
         Ok(())
     }
 
+    /// Data ops (write, zero, truncate) change only an onode's size: an
+    /// overwrite that keeps it leaves the onode record alone (a new onode
+    /// was already stored by `onode_or_new`).
+    fn put_onode_if_resized(
+        &mut self,
+        c: &CollectionId,
+        o: &ObjectId,
+        on: &Onode,
+        size0: u64,
+    ) -> Result<()> {
+        if on.size != size0 {
+            self.put_onode(c, o, on)?;
+        }
+        Ok(())
+    }
+
     fn check_size(&self, c: &CollectionId, o: &ObjectId, end: Option<u64>) -> Result<u64> {
         let limit = self.inner.cfg.max_object_size;
         match end {
@@ -566,7 +618,8 @@ impl<'a, 'w> Batch<'a, 'w> {
         let end = self.check_size(c, o, offset.checked_add(len))?;
         let bs = self.inner.block_size;
         let b0 = offset / bs;
-        self.punch(on.id, b0, end / bs)?;
+        // The first extent written below goes to key b0.
+        self.punch_keeping(on.id, b0, end / bs, true)?;
         let mut lb = b0;
         let mut i = 0usize;
         for &(pstart, plen) in &pw.runs {
@@ -598,15 +651,27 @@ impl<'a, 'w> Batch<'a, 'w> {
 
     /// Unmaps logical blocks `[b0, b1)` of object `id`, splitting extents and freeing blocks.
     fn punch(&mut self, id: u64, b0: u64, b1: u64) -> Result<()> {
+        self.punch_keeping(id, b0, b1, false)
+    }
+
+    /// [`Batch::punch`]; with `rewrite_b0` the caller puts a new extent at
+    /// block `b0` right after, so an extent starting there is not deleted
+    /// first (its key is simply overwritten: one change in the log, not two).
+    fn punch_keeping(&mut self, id: u64, b0: u64, b1: u64, rewrite_b0: bool) -> Result<()> {
         if b0 >= b1 {
             return Ok(());
         }
         for (lb, e) in self.extents_overlapping(id, b0, b1)? {
-            self.t.extents.remove(ext_key(id, lb).as_slice())?;
             let end = lb + e.blocks();
             let cut0 = b0.max(lb);
             let cut1 = b1.min(end);
-            if lb < cut0 {
+            // A left part keeps the extent's key (replaced below); otherwise
+            // the key goes.
+            if lb >= cut0 {
+                if !(rewrite_b0 && lb == b0) {
+                    self.t.extents.remove_existing(ext_key(id, lb).as_slice())?;
+                }
+            } else {
                 let left = ExtentRec {
                     pblock: e.pblock,
                     crcs: e.crcs[..(cut0 - lb) as usize].to_vec(),
@@ -665,7 +730,9 @@ impl<'a, 'w> Batch<'a, 'w> {
         } else {
             None
         };
-        self.punch(on.id, b0, b1)?;
+        // The first extent written below goes to key b0, unless allocation
+        // fails (then the whole attempt is dropped).
+        self.punch_keeping(on.id, b0, b1, true)?;
         let runs = self.allocate(b1 - b0)?;
         let mut lb = b0;
         for (pstart, plen) in runs {
@@ -940,15 +1007,13 @@ pub(crate) fn extents_overlapping(
         return Ok(out);
     }
     debug_assert!(max_run_blocks > 0);
-    // The only extent starting before b0 that can overlap is the last one before it.
+    // One backward scan from b1: every extent starting in [b0, b1), then
+    // the last one starting at or before b0 (extents never overlap, so no
+    // earlier one can reach b0). It stops there.
     let first = ext_key(id, 0);
-    let at = ext_key(id, b0);
-    let before = kv.kv_last(TID_EXTENTS, &first, &at)?;
     let hi = ext_key(id, b1);
-    for (k, v) in before
-        .into_iter()
-        .chain(kv.kv_scan(TID_EXTENTS, &at, &hi, usize::MAX)?)
-    {
+    let at_or_before_b0 = |k: &[u8]| ext_key_parse(k).is_none_or(|(_, lb)| lb <= b0);
+    for (k, v) in kv.kv_rev_until(TID_EXTENTS, &first, &hi, &at_or_before_b0)? {
         let (_, lb) =
             ext_key_parse(&k).ok_or_else(|| StoreError::Corrupt("bad extent key".into()))?;
         let e = ExtentRec::decode(&v)?;
@@ -956,6 +1021,7 @@ pub(crate) fn extents_overlapping(
             out.push((lb, e));
         }
     }
+    out.reverse();
     Ok(out)
 }
 

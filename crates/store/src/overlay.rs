@@ -149,8 +149,15 @@ pub(crate) trait KvRead {
         hi: &[u8],
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
-    /// The last entry of `[lo, hi)`.
-    fn kv_last(&self, table: u8, lo: &[u8], hi: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>>;
+    /// Entries of `[lo, hi)` from the last one backwards, up to and
+    /// including the first whose key `stop` accepts (or down to `lo`).
+    fn kv_rev_until(
+        &self,
+        table: u8,
+        lo: &[u8],
+        hi: &[u8],
+        stop: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
 }
 
 /// One source of a merged scan: (key, value or deletion) in scan order.
@@ -158,47 +165,58 @@ pub(crate) type Src<'a> = Box<dyn Iterator<Item = Item> + 'a>;
 
 /// Merges sorted sources, the first one winning on equal keys; deletions
 /// hide the key. `rev`: the sources run backwards (largest key first).
+/// Stops after `limit` entries, or right after an entry whose key `stop`
+/// accepts (that entry is returned).
 pub(crate) fn merge(
     srcs: Vec<Src<'_>>,
     rev: bool,
     limit: usize,
+    stop: &dyn Fn(&[u8]) -> bool,
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let mut srcs: Vec<Peekable<Src<'_>>> = srcs.into_iter().map(|s| s.peekable()).collect();
     let mut out = Vec::new();
     while out.len() < limit {
-        let mut best: Option<Vec<u8>> = None;
-        for s in srcs.iter_mut() {
-            if let Some(Err(_)) = s.peek() {
+        // The source holding the next key (the first source wins a tie).
+        let mut best: Option<(usize, &Vec<u8>)> = None;
+        for (i, s) in srcs.iter_mut().enumerate() {
+            if matches!(s.peek(), Some(Err(_))) {
                 if let Some(Err(e)) = s.next() {
                     return Err(e);
                 }
             }
             if let Some(Ok((k, _))) = s.peek() {
-                let better = match &best {
+                let better = match best {
                     None => true,
-                    Some(b) => (k < b) != rev && k != b,
+                    Some((_, b)) => (k < b) != rev && k != b,
                 };
                 if better {
-                    best = Some(k.clone());
+                    best = Some((i, k));
                 }
             }
         }
-        let Some(key) = best else { break };
-        let mut winner: Option<Option<Vec<u8>>> = None;
-        for s in srcs.iter_mut() {
+        let Some((bi, _)) = best else { break };
+        let Some(Ok((key, winner))) = srcs[bi].next() else {
+            break;
+        };
+        for s in srcs.iter_mut().skip(bi + 1) {
             if matches!(s.peek(), Some(Ok((k, _))) if *k == key) {
-                if let Some(Ok((_, v))) = s.next() {
-                    if winner.is_none() {
-                        winner = Some(v);
-                    }
-                }
+                s.next();
             }
         }
-        if let Some(Some(v)) = winner {
+        if let Some(v) = winner {
+            let done = stop(&key);
             out.push((key, v));
+            if done {
+                break;
+            }
         }
     }
     Ok(out)
+}
+
+/// Never stops a merge early.
+pub(crate) fn no_stop(_: &[u8]) -> bool {
+    false
 }
 
 /// Overlay versions of `[lo, hi)` visible at `limit`, as a merge source.
@@ -323,12 +341,18 @@ impl KvRead for ReadView {
             overlay_src(&st.tables[table as usize], lo, hi, self.limit, false),
             redb_src(t, lo, hi, false)?,
         ];
-        merge(srcs, false, limit)
+        merge(srcs, false, limit, &no_stop)
     }
 
-    fn kv_last(&self, table: u8, lo: &[u8], hi: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    fn kv_rev_until(
+        &self,
+        table: u8,
+        lo: &[u8],
+        hi: &[u8],
+        stop: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         if lo >= hi {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         let t = self.table(table)?;
         let st = self.overlay.read();
@@ -336,13 +360,14 @@ impl KvRead for ReadView {
             overlay_src(&st.tables[table as usize], lo, hi, self.limit, true),
             redb_src(t, lo, hi, true)?,
         ];
-        Ok(merge(srcs, true, 1)?.pop())
+        merge(srcs, true, usize::MAX, stop)
     }
 }
 
 /// The overlay's map of table `id`, for the committer's group-local layer
 /// on top of a [`ReadView`] (see `apply::LoggedTable`).
 impl ReadView {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn scan_under(
         &self,
         local: &BTreeMap<Vec<u8>, Val>,
@@ -351,6 +376,7 @@ impl ReadView {
         hi: &[u8],
         limit: usize,
         rev: bool,
+        stop: &dyn Fn(&[u8]) -> bool,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         if lo >= hi || limit == 0 {
             return Ok(Vec::new());
@@ -369,7 +395,7 @@ impl ReadView {
             overlay_src(&st.tables[table as usize], lo, hi, self.limit, rev),
             redb_src(t, lo, hi, rev)?,
         ];
-        merge(srcs, rev, limit)
+        merge(srcs, rev, limit, stop)
     }
 }
 
@@ -408,12 +434,12 @@ mod tests {
             ("e", Some("E0")),
             ("f", Some("F0")),
         ]);
-        let out = merge(vec![top, mid, base], false, 10).unwrap();
+        let out = merge(vec![top, mid, base], false, 10, &no_stop).unwrap();
         assert_eq!(keys(&out), ["a=A1", "c=C0", "d=D2", "f=F0"]);
         let top = src(&[("b", None), ("d", Some("D2"))]);
         let base = src(&[("a", Some("A0")), ("b", Some("B0")), ("c", Some("C0"))]);
         assert_eq!(
-            keys(&merge(vec![top, base], false, 2).unwrap()),
+            keys(&merge(vec![top, base], false, 2, &no_stop).unwrap()),
             ["a=A0", "c=C0"]
         );
     }
@@ -422,8 +448,13 @@ mod tests {
     fn merge_backwards() {
         let top = src(&[("d", None), ("b", Some("B1"))]);
         let base = src(&[("d", Some("D0")), ("c", Some("C0")), ("a", Some("A0"))]);
-        let out = merge(vec![top, base], true, 1).unwrap();
+        let out = merge(vec![top, base], true, 1, &no_stop).unwrap();
         assert_eq!(keys(&out), ["c=C0"]);
+        // Backwards until a key at or below "b": deletions never stop it.
+        let top = src(&[("d", None), ("b", Some("B1"))]);
+        let base = src(&[("d", Some("D0")), ("c", Some("C0")), ("a", Some("A0"))]);
+        let out = merge(vec![top, base], true, usize::MAX, &|k| k <= b"b".as_slice()).unwrap();
+        assert_eq!(keys(&out), ["c=C0", "b=B1"]);
     }
 
     #[test]

@@ -1776,59 +1776,85 @@ struct WalJob {
     results: Vec<Option<Result<()>>>,
 }
 
-/// The WAL writer thread: writes the records of the groups the committer
-/// hands it (several at a time when they queue up) and passes them to the
-/// sync threads, then goes on writing the next records while those syncs
-/// run (up to [`WAL_SYNCS_IN_FLIGHT`] fdatasyncs of the log at once, which
-/// the block layer merges). The committer meanwhile applies the next group.
+/// The WAL sync threads. The committer writes each group's record itself
+/// (O_DIRECT, right after applying the group: no thread hand-off before the
+/// write) and queues it here; a sync thread takes every record written and
+/// not yet covered by a started sync and runs `fdatasync(wal)` while the
+/// committer goes on (up to [`WAL_SYNCS_IN_FLIGHT`] syncs at once, which the
+/// block layer merges).
 struct WalPipeline {
-    tx: Option<SyncSender<WalJob>>,
-    handle: Option<JoinHandle<()>>,
+    q: Arc<SyncQueue>,
+    wal: Arc<dyn StoreFile>,
+    syncers: Vec<JoinHandle<()>>,
 }
 
-/// Groups queued for the WAL writer before the committer waits.
-const WAL_PIPELINE_DEPTH: usize = 4;
-/// Most groups the WAL writer puts in one write.
-const WAL_JOBS_PER_WRITE: usize = 16;
-/// fdatasyncs of the log that may run at once: a record is written while
-/// the previous ones sync.
+/// fdatasyncs of the log that may run at once: the committer writes the
+/// next record while the previous ones sync.
 const WAL_SYNCS_IN_FLIGHT: usize = 3;
-/// Written batches waiting for their sync before the WAL writer waits.
+/// Written batches waiting for their sync before the committer waits.
 const WAL_WRITTEN_UNSYNCED_MAX: usize = 64;
 
 impl WalPipeline {
     fn spawn(inner: Arc<Inner>, wal: Arc<dyn StoreFile>) -> Result<WalPipeline> {
-        let (tx, rx) = sync_channel::<WalJob>(WAL_PIPELINE_DEPTH);
-        let handle = std::thread::Builder::new()
-            .name("store-wal".into())
-            .spawn(move || wal_writer_loop(inner, wal, rx))
-            .map_err(|e| StoreError::io("spawn WAL writer thread", e))?;
-        Ok(WalPipeline {
-            tx: Some(tx),
-            handle: Some(handle),
-        })
+        let q = Arc::new(SyncQueue {
+            state: Mutex::new(SyncState::default()),
+            cv: Condvar::new(),
+        });
+        let mut syncers = Vec::new();
+        for i in 0..WAL_SYNCS_IN_FLIGHT {
+            let (inner2, wal2, q2) = (inner.clone(), wal.clone(), q.clone());
+            match std::thread::Builder::new()
+                .name(format!("store-wal-sync{i}"))
+                .spawn(move || wal_sync_loop(&inner2, &*wal2, &q2))
+            {
+                Ok(h) => syncers.push(h),
+                Err(e) if syncers.is_empty() => {
+                    return Err(StoreError::io("spawn WAL sync thread", e));
+                }
+                // Fewer sync threads only means fewer syncs in flight.
+                Err(e) => tracing::warn!(error = %e, "could not spawn every WAL sync thread"),
+            }
+        }
+        Ok(WalPipeline { q, wal, syncers })
     }
+    /// Writes the group's record from the committer thread and queues it
+    /// for a sync thread, which acknowledges it once durable.
     fn send(&self, inner: &Inner, job: WalJob) {
         if let Ok(mut n) = inner.wal_jobs.lock() {
             *n += 1;
         }
-        let sent = match &self.tx {
-            Some(tx) => tx.send(job).map_err(|e| e.0),
-            None => Err(job),
-        };
-        if let Err(job) = sent {
-            let msg = "WAL writer thread is gone";
+        if let Err(e) = write_records(inner, &*self.wal, std::slice::from_ref(&job)) {
+            // Written or failed: the sync threads fail it in order.
+            poison(inner, &e.to_string());
+        }
+        let Ok(mut st) = self.q.state.lock() else {
+            let msg = "WAL sync queue lock poisoned";
             poison(inner, msg);
             finish_group(inner, job.batch, job.results, Some(msg));
             job_done(inner, 1);
+            return;
+        };
+        while st.written.len() >= WAL_WRITTEN_UNSYNCED_MAX {
+            st = match self.q.cv.wait(st) {
+                Ok(g) => g,
+                Err(_) => return,
+            };
         }
+        st.last_written += 1;
+        let t = st.last_written;
+        st.written.push_back((t, vec![job]));
+        drop(st);
+        self.q.cv.notify_all();
     }
 }
 
 impl Drop for WalPipeline {
     fn drop(&mut self) {
-        self.tx.take();
-        if let Some(h) = self.handle.take() {
+        if let Ok(mut st) = self.q.state.lock() {
+            st.closed = true;
+        }
+        self.q.cv.notify_all();
+        for h in self.syncers.drain(..) {
             let _ = h.join();
         }
     }
@@ -1857,68 +1883,6 @@ struct SyncState {
 struct SyncQueue {
     state: Mutex<SyncState>,
     cv: Condvar,
-}
-
-fn wal_writer_loop(inner: Arc<Inner>, wal: Arc<dyn StoreFile>, rx: Receiver<WalJob>) {
-    let q = Arc::new(SyncQueue {
-        state: Mutex::new(SyncState::default()),
-        cv: Condvar::new(),
-    });
-    let mut syncers = Vec::new();
-    for i in 0..WAL_SYNCS_IN_FLIGHT {
-        let (inner2, wal2, q2) = (inner.clone(), wal.clone(), q.clone());
-        match std::thread::Builder::new()
-            .name(format!("store-wal-sync{i}"))
-            .spawn(move || wal_sync_loop(&inner2, &*wal2, &q2))
-        {
-            Ok(h) => syncers.push(h),
-            Err(e) => poison(&inner, &format!("spawn WAL sync thread: {e}")),
-        }
-    }
-    if syncers.is_empty() {
-        // Nothing could make a record durable: fail everything sent.
-        for job in rx {
-            let msg = poisoned_msg(&inner).unwrap_or_else(|| "no WAL sync thread".into());
-            finish_group(&inner, job.batch, job.results, Some(&msg));
-            job_done(&inner, 1);
-        }
-        return;
-    }
-    while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
-        while jobs.len() < WAL_JOBS_PER_WRITE {
-            match rx.try_recv() {
-                Ok(j) => jobs.push(j),
-                Err(_) => break,
-            }
-        }
-        if let Err(e) = write_records(&inner, &*wal, &jobs) {
-            poison(&inner, &e.to_string());
-        }
-        // Written (or failed: the sync threads fail them in order).
-        let Ok(mut st) = q.state.lock() else {
-            poison(&inner, "WAL sync queue lock poisoned");
-            break;
-        };
-        while st.written.len() >= WAL_WRITTEN_UNSYNCED_MAX {
-            st = match q.cv.wait(st) {
-                Ok(g) => g,
-                Err(_) => return,
-            };
-        }
-        st.last_written += 1;
-        let t = st.last_written;
-        st.written.push_back((t, jobs));
-        drop(st);
-        q.cv.notify_all();
-    }
-    if let Ok(mut st) = q.state.lock() {
-        st.closed = true;
-    }
-    q.cv.notify_all();
-    for h in syncers {
-        let _ = h.join();
-    }
 }
 
 /// One sync thread: takes everything written and not yet covered by a

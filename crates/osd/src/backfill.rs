@@ -37,6 +37,7 @@
 //! `norebalance` stops it for PGs that are only misplaced (not degraded).
 //! Owns no peering decisions (`peering_sm` picks targets and pg_temp).
 
+use crate::backfill_target::{AckOutcome, PgTempClear, SentBatch, TargetProgress};
 use crate::ec_peering::rebuild_chunk;
 use crate::ec_pool::{EcPg, SHARD_HOLE};
 use crate::exec;
@@ -51,7 +52,7 @@ use cairn_ops::{
 };
 use cairn_store::{CollectionId, Store, Transaction};
 use cairn_types::{Epoch, PgId};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -71,10 +72,6 @@ const MIN_INFLIGHT_BYTES: u64 = 2 * BACKFILL_BATCH_BYTES_MAX;
 /// before the target is dropped from the PG's writes (and resumed later
 /// from its durable cursor).
 pub const BACKFILL_WRITE_WAIT: Duration = Duration::from_secs(2);
-/// A stalled target resumes after this (doubled at each stall in a row,
-/// up to [`RESTART_AFTER_MAX`]).
-const RESTART_AFTER: Duration = Duration::from_millis(500);
-const RESTART_AFTER_MAX: Duration = Duration::from_secs(30);
 /// Objects removed per transaction when a stray copy is deleted.
 const STRAY_REMOVE_BATCH: usize = 1024;
 /// A copy episode of the meter ends after this long with nothing in flight.
@@ -399,63 +396,23 @@ fn report_episode(osd: i32, e: &CopyEpisode) {
     );
 }
 
-/// One batch sent to a target and not yet acknowledged.
-#[derive(Debug)]
-struct Batch {
-    seq: u64,
-    sent_at: Instant,
-    objects: u64,
-    bytes: u64,
-    /// The target holds every object up to here once this batch is durable.
-    through: Option<ListCursor>,
-    complete: bool,
-    acked: bool,
-    /// Counts the batch in the meter (and its throttle slot) until acked.
-    ticket: Option<CopyTicket>,
-}
-
-/// One backfill target's progress.
-#[derive(Debug, Default)]
-struct TargetRun {
-    /// Last object sent (store order): the next batch starts after it.
-    sent_through: Option<ListCursor>,
-    /// Last object the target holds durably (every batch up to there
-    /// acknowledged): where it resumes after a stall.
-    durable: Option<ListCursor>,
-    /// Batches in flight, in send order.
-    inflight: VecDeque<Batch>,
-    done: bool,
-    /// Why the target stopped (a failed or lost batch, a write it did not
-    /// acknowledge in time); it resumes after `restart_at`.
-    stalled: Option<String>,
-    /// When a stalled target resumes (it was dropped from the PG's writes
-    /// until then).
-    restart_at: Option<Instant>,
-    /// Stalls in a row (the back-off grows with them).
-    stalls: u32,
-    /// Client writes sent to the target and not acknowledged yet: version
-    /// seq -> (sent at, object).
-    unacked_writes: BTreeMap<u64, (Instant, ObjectName)>,
-    /// Objects whose writes the target may have missed (unacknowledged
-    /// when it was dropped, or written while it was dropped): sent again
-    /// when it resumes.
-    dirty: BTreeSet<ObjectName>,
-    copied_objects: u64,
-}
-
 /// Backfill progress of one PG, as `pg query` and the beacon show it.
 pub type BackfillStat = cairn_map::BackfillProgress;
 
 /// The backfill of one PG in one interval, driven by its actor.
 pub(crate) struct BackfillRun {
     pub interval_since: Epoch,
-    targets: BTreeMap<i32, TargetRun>,
+    targets: BTreeMap<i32, TargetProgress>,
+    /// What each batch in flight holds (its count in the meter and its
+    /// throttle slot) until acknowledged, by (target, batch seq).
+    tickets: BTreeMap<(i32, u64), CopyTicket>,
     next_seq: u64,
     reserved: bool,
     not_before: Instant,
     total_objects: u64,
     pub waiting: Option<String>,
-    clear_sent: bool,
+    /// The request to clear pg_temp once every target is complete.
+    clear: PgTempClear,
     /// Objects and bytes copied by this run (for the recovery rate).
     pub copied_objects: u64,
     pub copied_bytes: u64,
@@ -526,12 +483,13 @@ impl BackfillRun {
         let mut run = BackfillRun {
             interval_since,
             targets: BTreeMap::new(),
+            tickets: BTreeMap::new(),
             next_seq: 1,
             reserved: false,
             not_before: Instant::now(),
             total_objects: count_objects(&cx.shared.store, cx.coll),
             waiting: None,
-            clear_sent: false,
+            clear: PgTempClear::default(),
             copied_objects: 0,
             copied_bytes: 0,
         };
@@ -545,11 +503,7 @@ impl BackfillRun {
                     continue;
                 }
             };
-            let mut tr = TargetRun {
-                sent_through: through.clone(),
-                durable: through.clone(),
-                ..TargetRun::default()
-            };
+            let mut tr = TargetProgress::starting_at(through.clone());
             let start_info = PgInfo {
                 backfill: Some(BackfillMark {
                     through: through.clone(),
@@ -569,7 +523,7 @@ impl BackfillRun {
                 through: through.clone(),
                 complete: false,
             };
-            send_unslotted(cx.shared, t.osd, &mut tr, msg).await;
+            send_unslotted(cx.shared, t.osd, &mut tr, &mut run.tickets, msg).await;
             tracing::info!(
                 "pg {}: backfilling osd.{} from {}",
                 cx.pgid,
@@ -589,7 +543,7 @@ impl BackfillRun {
 
     /// Progress for `pg query` and the beacon.
     pub(crate) fn stat(&self) -> BackfillStat {
-        let active: Vec<&TargetRun> = self.targets.values().filter(|t| !t.done).collect();
+        let active: Vec<&TargetProgress> = self.targets.values().filter(|t| !t.done).collect();
         let slowest = active
             .iter()
             .min_by_key(|t| t.durable.as_ref().map(cursor_key))
@@ -628,18 +582,14 @@ impl BackfillRun {
     pub(crate) fn note_write(&mut self, seq: u64, oid: &ObjectName, replicas: &[i32]) {
         let now = Instant::now();
         for (o, t) in self.targets.iter_mut() {
-            if replicas.contains(o) {
-                t.unacked_writes.insert(seq, (now, oid.clone()));
-            } else if t.stalled.is_some() {
-                t.dirty.insert(oid.clone());
-            }
+            t.note_write(now, seq, oid, replicas.contains(o));
         }
     }
 
     /// Backfill target `from` acknowledged the client write `seq`.
     pub(crate) fn write_acked(&mut self, from: i32, seq: u64) {
         if let Some(t) = self.targets.get_mut(&from) {
-            t.unacked_writes.remove(&seq);
+            t.write_acked(seq);
         }
     }
 
@@ -651,9 +601,7 @@ impl BackfillRun {
         let Some(t) = self.targets.get_mut(&from) else {
             return false;
         };
-        if t.stalled.is_none() {
-            t.stalled = Some(format!("write {seq} failed: {why}"));
-        }
+        t.write_failed(seq, why);
         true
     }
 
@@ -671,40 +619,42 @@ impl BackfillRun {
         let Some(t) = self.targets.get_mut(&from) else {
             return;
         };
-        let Some(b) = t.inflight.iter_mut().find(|b| b.seq == seq && !b.acked) else {
-            return; // an older run's batch, or a duplicate
-        };
-        b.acked = true;
-        let ticket = b.ticket.take();
-        let (bytes, objects) = (b.bytes, b.objects);
-        if let Err(e) = result {
-            drop(ticket);
-            tracing::warn!("pg {pgid}: backfill batch {seq} failed on osd.{from}: {e}");
-            t.stalled = Some(format!("batch {seq} failed: {e}"));
-            return;
-        }
-        if let Some(tk) = ticket {
-            tk.finish(bytes, objects);
-        }
-        // The durable cursor moves over every batch acknowledged in order.
-        while t.inflight.front().is_some_and(|b| b.acked) {
-            let Some(b) = t.inflight.pop_front() else {
-                break;
-            };
-            shared.add_recovered(
-                pgid,
-                cairn_map::PgRecoveryCounts {
-                    backfill_objects: b.objects,
-                    ..Default::default()
-                },
-            );
-            t.copied_objects += b.objects;
-            self.copied_objects += b.objects;
-            self.copied_bytes += b.bytes;
-            t.durable = b.through.clone();
-            t.stalls = 0;
-            if b.complete {
-                t.done = true;
+        let moved = t
+            .inflight
+            .iter()
+            .find(|b| b.seq == seq && !b.acked)
+            .map(|b| (b.bytes, b.objects));
+        let ticket = self.tickets.remove(&(from, seq));
+        match t.on_ack(seq, result.clone()) {
+            // An older run's batch, or a duplicate.
+            AckOutcome::Unknown => {
+                if let Some(tk) = ticket {
+                    self.tickets.insert((from, seq), tk);
+                }
+                return;
+            }
+            AckOutcome::Failed => {
+                drop(ticket);
+                if let Err(e) = result {
+                    tracing::warn!("pg {pgid}: backfill batch {seq} failed on osd.{from}: {e}");
+                }
+                return;
+            }
+            AckOutcome::Acked { durable } => {
+                if let (Some(tk), Some((bytes, objects))) = (ticket, moved) {
+                    tk.finish(bytes, objects);
+                }
+                for (objects, bytes) in durable {
+                    shared.add_recovered(
+                        pgid,
+                        cairn_map::PgRecoveryCounts {
+                            backfill_objects: objects,
+                            ..Default::default()
+                        },
+                    );
+                    self.copied_objects += objects;
+                    self.copied_bytes += bytes;
+                }
             }
         }
         if sleep > 0.0 {
@@ -763,12 +713,7 @@ impl BackfillRun {
             let ready: Vec<i32> = self
                 .targets
                 .iter()
-                .filter(|(_, t)| {
-                    !t.done
-                        && t.stalled.is_none()
-                        && t.inflight.len() < window
-                        && !t.inflight.back().is_some_and(|b| b.complete)
-                })
+                .filter(|(_, t)| t.ready_for_batch(window))
                 .map(|(o, _)| *o)
                 .collect();
             for osd in ready {
@@ -805,28 +750,7 @@ impl BackfillRun {
             if t.stalled.is_some() {
                 continue;
             }
-            let batch = t
-                .inflight
-                .iter()
-                .find(|b| !b.acked)
-                .filter(|b| now.duration_since(b.sent_at) > batch_wait);
-            if let Some(b) = batch {
-                t.stalled = Some(format!(
-                    "batch {} not acknowledged within {batch_wait:?}",
-                    b.seq
-                ));
-            }
-            let write = t
-                .unacked_writes
-                .iter()
-                .find(|(_, (at, _))| now.duration_since(*at) > BACKFILL_WRITE_WAIT)
-                .map(|(seq, (_, oid))| {
-                    format!("write {seq} to {oid} not acknowledged within {BACKFILL_WRITE_WAIT:?}")
-                });
-            if t.stalled.is_none() {
-                t.stalled = write;
-            }
-            if let Some(why) = &t.stalled {
+            if let Some(why) = t.detect_stall(now, batch_wait, BACKFILL_WRITE_WAIT) {
                 tracing::warn!("pg {pgid}: backfill target osd.{o} is too slow: {why}");
             }
         }
@@ -845,27 +769,21 @@ impl BackfillRun {
             let Some(t) = self.targets.get_mut(&osd) else {
                 continue;
             };
-            if t.stalled.is_some() && t.restart_at.is_none() {
-                let delay = RESTART_AFTER
-                    .saturating_mul(1 << t.stalls.min(8))
-                    .min(RESTART_AFTER_MAX);
+            let why = t.stalled.clone().unwrap_or_default();
+            if let Some((delay, dropped)) = t.begin_backoff(now) {
                 tracing::info!(
-                    "pg {}: backfill of osd.{osd} stalled ({}); resuming it from {} in {delay:?}",
+                    "pg {}: backfill of osd.{osd} stalled ({why}); resuming it from {} in {delay:?}",
                     cx.pgid,
-                    t.stalled.as_deref().unwrap_or(""),
                     cursor_text(&t.durable)
                 );
-                t.stalls += 1;
                 // Unacknowledged batches release their slots (tickets dropped).
-                t.inflight.clear();
-                let unacked = std::mem::take(&mut t.unacked_writes);
-                t.dirty.extend(unacked.into_values().map(|(_, oid)| oid));
-                t.done = false;
-                t.restart_at = Some(now + delay);
+                for seq in dropped {
+                    self.tickets.remove(&(osd, seq));
+                }
                 acts.extend(cx.pg.drop_backfill_target(osd));
                 continue;
             }
-            if t.restart_at.is_none_or(|at| at > now) {
+            if !t.resume_due(now) {
                 continue;
             }
             // Objects written while the target was out must be read after
@@ -886,16 +804,10 @@ impl BackfillRun {
             return;
         };
         // An erasure-coded target starts over: its objects are chunks
-        // rebuilt from k shards, not this OSD's own state.
-        let through = if cx.ec.is_some() {
-            None
-        } else {
-            t.durable.clone()
-        };
-        let dirty: Vec<ObjectName> = std::mem::take(&mut t.dirty).into_iter().collect();
-        t.stalled = None;
-        t.restart_at = None;
-        t.sent_through = through.clone();
+        // rebuilt from k shards, not this OSD's own state. Nothing durable
+        // yet: the target starts over (drops what it holds), and the dirty
+        // objects come with the normal batches.
+        let (through, resend) = t.resume(cx.ec.is_some());
         let info = PgInfo {
             backfill: Some(BackfillMark {
                 through: through.clone(),
@@ -903,9 +815,6 @@ impl BackfillRun {
             ..cx.pg.info.clone()
         };
         let mut first = Some((info, cx.pg.log().cloned().collect::<Vec<_>>()));
-        // Nothing durable yet: the target starts over (drops what it holds),
-        // and the dirty objects come with the normal batches.
-        let resend = if through.is_some() { dirty } else { Vec::new() };
         let store = cx.shared.store.clone();
         let coll = cx.coll;
         let mut chunks: Vec<Vec<ObjectName>> = Vec::new();
@@ -939,7 +848,7 @@ impl BackfillRun {
                 through: through.clone(),
                 complete: false,
             };
-            send_unslotted(cx.shared, osd, t, msg).await;
+            send_unslotted(cx.shared, osd, t, &mut self.tickets, msg).await;
             if t.stalled.is_some() {
                 return;
             }
@@ -1024,17 +933,19 @@ impl BackfillRun {
             return Err(e);
         }
         if let Some(t) = self.targets.get_mut(&osd) {
-            t.sent_through = through.clone();
-            t.inflight.push_back(Batch {
-                seq,
-                sent_at: Instant::now(),
-                objects: n_objects,
-                bytes,
-                through,
-                complete,
-                acked: false,
-                ticket: Some(ticket),
-            });
+            t.sent(
+                SentBatch {
+                    seq,
+                    sent_at: Instant::now(),
+                    objects: n_objects,
+                    bytes,
+                    through,
+                    complete,
+                    acked: false,
+                },
+                true,
+            );
+            self.tickets.insert((osd, seq), ticket);
         }
         Ok(bytes)
     }
@@ -1048,10 +959,12 @@ impl BackfillRun {
         }
         cx.pg.state.backfilling = false;
         cx.pg.state.backfill_wait = false;
-        if self.clear_sent || !map.pg_temp.contains_key(&cx.pgid) {
+        // Resent while the map keeps the pg_temp: a request lost with the
+        // monitor connection (or refused) would leave the PG remapped.
+        let has_temp = map.pg_temp.contains_key(&cx.pgid);
+        if !self.clear.due(Instant::now(), has_temp, true) {
             return;
         }
-        self.clear_sent = true;
         tracing::info!("pg {}: backfill complete; clearing pg_temp", cx.pgid);
         if let Some(mon) = &cx.shared.mon {
             let _ = mon
@@ -1137,7 +1050,13 @@ async fn read_ec_batch(
 
 /// Sends a start or resend message (no throttle slot) and records it in
 /// flight; a failure stalls the target.
-async fn send_unslotted(shared: &Arc<Shared>, osd: i32, t: &mut TargetRun, msg: PgBackfill) {
+async fn send_unslotted(
+    shared: &Arc<Shared>,
+    osd: i32,
+    t: &mut TargetProgress,
+    tickets: &mut BTreeMap<(i32, u64), CopyTicket>,
+    msg: PgBackfill,
+) {
     let bytes: u64 = msg
         .objects
         .iter()
@@ -1147,16 +1066,23 @@ async fn send_unslotted(shared: &Arc<Shared>, osd: i32, t: &mut TargetRun, msg: 
     // A bare start message moves nothing: only object-carrying ones count.
     let ticket = (objects > 0).then(|| CopyTicket::new(shared, None));
     match send(shared, osd, &msg).await {
-        Ok(()) => t.inflight.push_back(Batch {
-            seq: msg.seq,
-            sent_at: Instant::now(),
-            objects,
-            bytes,
-            through: msg.through.clone(),
-            complete: false,
-            acked: false,
-            ticket,
-        }),
+        Ok(()) => {
+            t.sent(
+                SentBatch {
+                    seq: msg.seq,
+                    sent_at: Instant::now(),
+                    objects,
+                    bytes,
+                    through: msg.through.clone(),
+                    complete: false,
+                    acked: false,
+                },
+                false,
+            );
+            if let Some(tk) = ticket {
+                tickets.insert((osd, msg.seq), tk);
+            }
+        }
         Err(e) => t.stalled = Some(e),
     }
 }

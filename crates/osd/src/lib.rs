@@ -12,6 +12,9 @@
 //!   dropped and resumed from their durable cursor), its throttles and
 //!   flags, the copy meter shared with recovery pushes, and stray removal
 //!   once a PG is clean.
+//! - `backfill_target`: one backfill target's progress as a pure machine
+//!   (durable cursor, stalls, back-off, resume); `backfill` and the
+//!   simulator drive it.
 //! - `auth`: who may connect (keys from the map's auth table, or tickets
 //!   sealed with the OSD service secret) and what they may do (osd caps).
 //! - `peering_sm`: replicated activation as a pure state machine (the
@@ -33,6 +36,7 @@
 
 pub mod auth;
 mod backfill;
+pub mod backfill_target;
 mod beacon;
 pub mod budget;
 pub mod cache;

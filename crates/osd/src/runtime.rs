@@ -683,6 +683,7 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
         backfill: None,
         strays: Vec::new(),
         stray_told_at: None,
+        pg_temp_clear: Default::default(),
         recovered: (0, 0),
         local_commits: std::collections::VecDeque::new(),
     };
@@ -1264,6 +1265,9 @@ struct PgActor {
     strays: Vec<i32>,
     /// Stray side: when this copy last told the primary it exists.
     stray_told_at: Option<std::time::Instant>,
+    /// Replicated primary with no backfill to run: the request to clear a
+    /// pg_temp that every up member already serves in.
+    pg_temp_clear: crate::backfill_target::PgTempClear,
     /// (objects, bytes) copied by finished backfill runs of this PG.
     recovered: (u64, u64),
     /// This OSD's own write commits in flight, oldest first.
@@ -2705,8 +2709,47 @@ impl PgActor {
         self.pg.state.backfill_wait = false;
     }
 
+    /// A replicated active primary with no backfill whose up members all
+    /// serve in its pg_temp acting set (the up set changed back to them,
+    /// maybe reordered): the pg_temp is not needed any more, and nothing
+    /// else would clear it. Asks the monitors to, again while the map
+    /// keeps it.
+    async fn clear_unneeded_pg_temp(&mut self) {
+        let Some(mon) = &self.shared.mon else {
+            return;
+        };
+        if self.ec.is_some() || self.backfill.is_some() || self.peering.is_some() {
+            return;
+        }
+        let unneeded = self.pg.role == Role::Primary
+            && self.pg.state.active
+            && self
+                .pg
+                .placement()
+                .is_some_and(|p| crate::backfill_target::pg_temp_unneeded(&p.up, &p.acting));
+        let has_temp = self.shared.map_rx.borrow().pg_temp.contains_key(&self.pgid);
+        if !self
+            .pg_temp_clear
+            .due(std::time::Instant::now(), has_temp, unneeded)
+        {
+            return;
+        }
+        tracing::info!(
+            "pg {}: every up member serves in the pg_temp acting set; clearing pg_temp",
+            self.pgid
+        );
+        let _ = mon
+            .send(cairn_map::MonCommand::PgTemp {
+                from: self.me(),
+                pgid: self.pgid,
+                osds: Vec::new(),
+            })
+            .await;
+    }
+
     /// One backfill step (active primary with targets only).
     async fn backfill_step(&mut self) {
+        self.clear_unneeded_pg_temp().await;
         if self.pg.role != Role::Primary || !self.pg.state.active {
             return;
         }

@@ -41,6 +41,8 @@ pub enum TxOp {
     LogReplace(PgId, Vec<LogEntry>),
     Info(PgId, PgInfo),
     Past(PgId, Vec<PastInterval>),
+    /// Delete the whole collection (a stray copy removed).
+    RemoveColl(PgId),
 }
 
 impl DiskState {
@@ -75,6 +77,9 @@ impl DiskState {
             }
             TxOp::Info(pg, i) => self.colls.entry(*pg).or_default().info = Some(i.clone()),
             TxOp::Past(pg, p) => self.colls.entry(*pg).or_default().past = p.clone(),
+            TxOp::RemoveColl(pg) => {
+                self.colls.remove(pg);
+            }
         }
     }
 }

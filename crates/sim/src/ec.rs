@@ -526,6 +526,7 @@ impl World {
                         mutations: Some(per_osd.remove(&r).unwrap_or_default()),
                         roll_forward_to,
                         trim_to,
+                        log_only: false,
                     },
                 )
             })

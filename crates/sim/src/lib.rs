@@ -11,8 +11,11 @@
 //!   capacity, failing commits, damaged objects).
 //! - `world`: scheduler, network, clocks, monitor, clients + oracle, faults.
 //! - `osd`: one OSD process driving the real machines.
+//! - `backfill`: background backfill with `pg_temp` and stray removal
+//!   (replicated PGs) on top of `osd`.
 //! - `ec`: erasure-coded PGs (write path, reads, activation) on top of `osd`.
 
+mod backfill;
 pub mod disk;
 mod ec;
 mod osd;

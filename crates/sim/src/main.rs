@@ -57,8 +57,17 @@ fn main() -> ExitCode {
         _ => return usage(),
     };
     let mut failed = 0;
+    let mut totals = [0u64; 4];
     for s in &seeds {
         let o = cairn_sim::run_seed(*s, profile, verbose);
+        for (t, v) in totals.iter_mut().zip([
+            o.pg_temp_requests,
+            o.backfill_batches,
+            o.strays_removed,
+            o.remapped_ops,
+        ]) {
+            *t += v;
+        }
         if o.violations.is_empty() {
             if seeds.len() == 1 {
                 println!(
@@ -80,6 +89,10 @@ fn main() -> ExitCode {
             println!("  replay: cargo run -p cairn-sim -- --profile {profile_name} --seed {s} -v");
         }
     }
+    println!(
+        "background backfill: {} pg_temp requests, {} batches, {} stray copies removed, {} client ops answered while remapped",
+        totals[0], totals[1], totals[2], totals[3]
+    );
     if seeds.len() > 1 {
         println!("{} seeds, {failed} failed", seeds.len());
     }

@@ -16,7 +16,7 @@ use cairn_ops::{
 };
 use cairn_osd::ec_pool::EcPg;
 use cairn_osd::heartbeat::{heartbeat_peers, HbAction, HeartbeatTracker};
-use cairn_osd::peering_sm::{Peering, PeeringInput, PeeringOutput, PeeringParams};
+use cairn_osd::peering_sm::{BackfillStart, Peering, PeeringInput, PeeringOutput, PeeringParams};
 use cairn_osd::pg::{Pg, PgAction, PgEvent, PgLimits, Placement, Token};
 use cairn_types::{Epoch, PgId, PoolId};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -37,6 +37,9 @@ pub struct RepOpMsg {
     /// EC: entries up to here are on every shard (their stashes can go).
     pub roll_forward_to: Version,
     pub trim_to: Version,
+    /// A backfill target that has not reached this object yet: the log
+    /// entry alone (the runtime's sub-op without mutations).
+    pub log_only: bool,
 }
 
 /// A member's answer to a repair fetch (`Msg::FetchedObj`).
@@ -60,13 +63,20 @@ struct Call {
 
 /// What to do once a transaction is durable.
 #[derive(Debug, Clone)]
-enum Waiter {
+pub(crate) enum Waiter {
     LocalCommit {
         pgid: PgId,
         seq: u64,
         interval_since: Epoch,
     },
     RepAck {
+        pgid: PgId,
+        primary: i32,
+        seq: u64,
+        interval_since: Epoch,
+    },
+    /// A backfill target acknowledges batch `seq` once it is durable.
+    BackfillAck {
         pgid: PgId,
         primary: i32,
         seq: u64,
@@ -82,6 +92,8 @@ pub(crate) struct Run {
     up_thru: Option<(Epoch, u64)>,
     /// And, with this, the PG's history to end with this acting set.
     recording: Option<Vec<i32>>,
+    /// What activation found: backfill targets and stray copies.
+    activated: Option<(Vec<BackfillStart>, Vec<i32>)>,
 }
 
 pub(crate) struct SimPg {
@@ -91,6 +103,16 @@ pub(crate) struct SimPg {
     pub(crate) repops: BTreeMap<u64, BTreeMap<i32, RepOpMsg>>,
     /// Connection generation each replica was last sent to on.
     pub(crate) sent_gen: BTreeMap<i32, u64>,
+    /// The background backfill of this interval (acting primary).
+    pub(crate) backfill: Option<crate::backfill::SimBackfill>,
+    /// OSDs holding copies outside the up and acting sets, told to delete
+    /// them once the PG is clean.
+    pub(crate) strays: Vec<i32>,
+    /// Stray side: local time this copy last told the primary it exists.
+    pub(crate) stray_told_at: Option<u64>,
+    /// No backfill to run: the request to clear a pg_temp that every up
+    /// member already serves in (the runtime's `clear_unneeded_pg_temp`).
+    pub(crate) pg_temp_clear: cairn_osd::backfill_target::PgTempClear,
 }
 
 /// The volatile state of a running OSD (lost on a crash).
@@ -98,7 +120,7 @@ pub struct OsdProc {
     pub(crate) map: Option<Arc<ClusterMap>>,
     /// Erasure-coded PGs' activation runs, reads and calls (`ec.rs`).
     pub(crate) ec: crate::ec::EcProc,
-    pgs: BTreeMap<PgId, SimPg>,
+    pub(crate) pgs: BTreeMap<PgId, SimPg>,
     hb: HeartbeatTracker,
     hb_epoch: Epoch,
     last_boot: Option<u64>,
@@ -111,8 +133,18 @@ pub struct OsdProc {
     waiters: BTreeMap<u64, Vec<Waiter>>,
     /// Client ops for a newer map than ours: (client, op, local deadline).
     held_ops: Vec<(u32, OpRequest, u64)>,
-    held_repops: Vec<RepOpMsg>,
+    /// Sub-ops and backfill messages for a newer map than ours, in
+    /// arrival order (the two share a connection, so their order holds).
+    pub(crate) held_repops: Vec<Held>,
     held_queries: Vec<(Ep, Msg, u64)>,
+    /// PGs holding one of this OSD's `osd_max_backfills` slots.
+    pub(crate) backfill_slots: BTreeSet<PgId>,
+}
+
+/// A peer message held until this OSD has the map it was sent in.
+pub(crate) enum Held {
+    Rep(RepOpMsg),
+    Backfill(cairn_ops::PgBackfill),
 }
 
 impl OsdProc {
@@ -149,11 +181,11 @@ fn pgid_of(seed: u32) -> PgId {
 }
 
 impl World {
-    fn proc_mut(&mut self, id: i32) -> Option<&mut OsdProc> {
+    pub(crate) fn proc_mut(&mut self, id: i32) -> Option<&mut OsdProc> {
         self.osds.get_mut(&id).and_then(|o| o.proc_.as_mut())
     }
 
-    fn local_now(&self, id: i32) -> u64 {
+    pub(crate) fn local_now(&self, id: i32) -> u64 {
         self.osds
             .get(&id)
             .map(|o| o.clock.local(self.now))
@@ -208,6 +240,7 @@ impl World {
             held_ops: Vec::new(),
             held_repops: Vec::new(),
             held_queries: Vec::new(),
+            backfill_slots: BTreeSet::new(),
         });
         self.reset_links_of(id);
         self.send(Ep::Osd(id), Ep::Mon, Msg::MapSub { have: Epoch(0) });
@@ -219,7 +252,7 @@ impl World {
 
     // ---- disk ----
 
-    fn submit(&mut self, id: i32, ops: Vec<TxOp>, waiter: Option<Waiter>) {
+    pub(crate) fn submit(&mut self, id: i32, ops: Vec<TxOp>, waiter: Option<Waiter>) {
         let now = self.now;
         let lat = self.rng.range(300, 4 * MS);
         let Some(o) = self.osds.get_mut(&id) else {
@@ -237,7 +270,7 @@ impl World {
 
     /// Makes everything submitted durable now (a store flush) and runs
     /// what waited for it.
-    fn flush(&mut self, id: i32) {
+    pub(crate) fn flush(&mut self, id: i32) {
         if let Some(o) = self.osds.get_mut(&id) {
             o.disk.sync_all();
         }
@@ -299,6 +332,22 @@ impl World {
                         interval_since,
                     },
                 ),
+                Waiter::BackfillAck {
+                    pgid,
+                    primary,
+                    seq,
+                    interval_since,
+                } => self.send(
+                    Ep::Osd(id),
+                    Ep::Osd(primary),
+                    Msg::BackfillAck(cairn_ops::PgBackfillAck {
+                        pgid,
+                        from: id,
+                        interval_since,
+                        seq,
+                        result: Ok(()),
+                    }),
+                ),
             }
         }
     }
@@ -324,6 +373,10 @@ impl World {
                 ..
             } => self.ec_on_rollback(id, from, call, pgid, entries),
             Msg::EcRollbackReply { .. } => {}
+            Msg::Backfill(bf) => self.on_backfill(id, bf),
+            Msg::BackfillAck(ack) => self.on_backfill_ack(id, ack),
+            Msg::PgRemove(r) => self.on_pg_remove(id, r),
+            Msg::PgStray(n) => self.on_pg_stray(id, n),
             Msg::Map(m) => self.osd_map(id, m),
             Msg::Op(req) => {
                 if let Ep::Client(c) = from {
@@ -394,6 +447,22 @@ impl World {
                 if interval_since != s.pg.info.same_interval_since {
                     return;
                 }
+                let acting = s.pg.placement().is_some_and(|p| p.acting.contains(&r));
+                if !acting
+                    && s.backfill
+                        .as_mut()
+                        .is_some_and(|b| b.write_failed(r, seq, &error))
+                {
+                    // A backfill target, not an acting member: it leaves the
+                    // PG's writes and resumes its backfill later (the
+                    // runtime's `RepOpAck` error path).
+                    for w in s.repops.values_mut() {
+                        w.remove(&r);
+                    }
+                    s.repops.retain(|_, w| !w.is_empty());
+                    self.backfill_step(id, pgid);
+                    return;
+                }
                 // As the runtime's `on_commit_failed`: fail the op, re-peer.
                 s.repops.clear();
                 s.sent_gen.clear();
@@ -412,6 +481,9 @@ impl World {
                 };
                 if interval_since != p.pg.info.same_interval_since {
                     return;
+                }
+                if let Some(b) = p.backfill.as_mut() {
+                    b.write_acked(r, seq);
                 }
                 if let Some(w) = p.repops.get_mut(&seq) {
                     w.remove(&r);
@@ -525,7 +597,7 @@ impl World {
         }
     }
 
-    fn osd_epoch(&self, id: i32) -> Epoch {
+    pub(crate) fn osd_epoch(&self, id: i32) -> Epoch {
         self.osds
             .get(&id)
             .and_then(|o| o.proc_.as_ref())
@@ -751,8 +823,11 @@ impl World {
                 p.held_ops.push((c, req, dl));
             }
         }
-        for rep in reps {
-            self.on_repop(id, rep);
+        for h in reps {
+            match h {
+                Held::Rep(rep) => self.on_repop(id, rep),
+                Held::Backfill(bf) => self.on_backfill(id, bf),
+            }
         }
         for (from, q, dl) in queries {
             match &q {
@@ -810,6 +885,11 @@ impl World {
             s.repops.clear();
             s.sent_gen.clear();
             s.run = None;
+            s.backfill = None;
+            s.strays.clear();
+            if let Some(p) = self.proc_mut(id) {
+                p.backfill_slots.remove(&pgid);
+            }
             self.ec_drop_run(id, pgid);
         }
         self.pg_actions(id, pgid, acts);
@@ -825,7 +905,7 @@ impl World {
         self.pg_actions(id, pgid, acts);
     }
 
-    fn pg_actions(&mut self, id: i32, pgid: PgId, acts: Vec<PgAction>) {
+    pub(crate) fn pg_actions(&mut self, id: i32, pgid: PgId, acts: Vec<PgAction>) {
         let mut queue: VecDeque<PgAction> = acts.into();
         while let Some(a) = queue.pop_front() {
             match a {
@@ -871,8 +951,9 @@ impl World {
                     version,
                     trim_to,
                     replicas,
+                    log_only,
                     ..
-                } => queue.extend(self.write(id, pgid, req, version, trim_to, replicas)),
+                } => queue.extend(self.write(id, pgid, req, version, trim_to, replicas, log_only)),
                 PgAction::Peer {
                     interval_since,
                     epoch,
@@ -1068,7 +1149,9 @@ impl World {
         self.submit(id, vec![TxOp::Put(pgid, f.oid, f.state)], None);
     }
 
-    /// The replicated write path (the runtime's `write` for WriteFull).
+    /// The replicated write path (the runtime's `write` for WriteFull):
+    /// backfill targets in `log_only` get the log entry without the data.
+    #[allow(clippy::too_many_arguments)]
     fn write(
         &mut self,
         id: i32,
@@ -1077,6 +1160,7 @@ impl World {
         version: Version,
         trim_to: Version,
         replicas: Vec<i32>,
+        log_only: Vec<i32>,
     ) -> Vec<PgAction> {
         let room = self.osds.get(&id).map(|o| o.disk.available_bytes());
         let (state, op, outcome) = match req.ops.as_slice() {
@@ -1139,12 +1223,31 @@ impl World {
             mutations: None,
             roll_forward_to: Version::default(),
             trim_to,
+            log_only: false,
         };
+        let per_replica: BTreeMap<i32, RepOpMsg> = replicas
+            .iter()
+            .map(|&r| {
+                let only = log_only.contains(&r);
+                let m = RepOpMsg {
+                    state: if only { None } else { rep.state.clone() },
+                    log_only: only,
+                    ..rep.clone()
+                };
+                (r, m)
+            })
+            .collect();
         if !replicas.is_empty() {
-            s.repops.insert(
-                version.seq,
-                replicas.iter().map(|&r| (r, rep.clone())).collect(),
-            );
+            s.repops.insert(version.seq, per_replica.clone());
+        }
+        let now = self.osds.get(&id).map(|o| self.instant(&o.clock));
+        if let (Some(b), Some(now)) = (
+            self.proc_mut(id)
+                .and_then(|p| p.pgs.get_mut(&pgid))
+                .and_then(|s| s.backfill.as_mut()),
+            now,
+        ) {
+            b.note_write(now, version.seq, &req.oid, &replicas);
         }
         self.submit(
             id,
@@ -1155,8 +1258,8 @@ impl World {
                 interval_since,
             }),
         );
-        for r in replicas {
-            self.send_repop(id, pgid, r, version.seq, rep.clone());
+        for (r, m) in per_replica {
+            self.send_repop(id, pgid, r, version.seq, m);
         }
         more
     }
@@ -1202,15 +1305,16 @@ impl World {
         if rep.epoch > s.pg.epoch() {
             if let Some(p) = self.proc_mut(id) {
                 if p.held_repops.len() < 1024 {
-                    p.held_repops.push(rep);
+                    p.held_repops.push(Held::Rep(rep));
                 }
             }
             return;
         }
         s.pg.adopt_primary_interval_start(rep.from, rep.interval_since);
-        let ok_sender =
-            s.pg.placement()
-                .is_some_and(|p| p.primary == Some(rep.from) && p.acting.contains(&id));
+        // Acting members and backfill targets (up, not acting).
+        let ok_sender = s.pg.placement().is_some_and(|p| {
+            p.primary == Some(rep.from) && (p.acting.contains(&id) || p.up.contains(&id))
+        });
         if !ok_sender || rep.interval_since < s.pg.info.same_interval_since {
             let ours = s.pg.info.same_interval_since.0;
             self.trace(|| {
@@ -1272,7 +1376,7 @@ impl World {
             }
             if let Some(e) = ec_ops {
                 ops.extend(e);
-            } else if !matches!(rep.entry.op, LogOp::Error(_)) {
+            } else if !matches!(rep.entry.op, LogOp::Error(_)) && !rep.log_only {
                 ops.push(TxOp::Put(pgid, rep.entry.oid.clone(), rep.state.clone()));
             }
             ops.push(TxOp::LogAppend(pgid, rep.entry.clone()));
@@ -1371,13 +1475,18 @@ impl World {
             history,
             up_osds,
             batch_bytes: 1 << 20,
-            // The simulator does not drive background backfill yet: no
-            // pg_temp requests (activation copies inside peering).
-            up: acting.clone(),
+            // As the runtime with a monitor: members of the up set that
+            // need a backfill get one in the background while pg_temp
+            // keeps complete copies serving.
+            up: s
+                .pg
+                .placement()
+                .map(|p| p.up.clone())
+                .unwrap_or_else(|| acting.clone()),
             size: s.pg.placement().map(|p| p.size).unwrap_or(0),
             min_size: s.pg.placement().map(|p| p.min_size).unwrap_or(0),
             lost: Vec::new(),
-            may_remap: false,
+            may_remap: true,
         });
         let outs = sm.start();
         s.run = Some(Run {
@@ -1386,6 +1495,7 @@ impl World {
             sm,
             up_thru: None,
             recording: None,
+            activated: None,
         });
         self.trace(|| {
             format!(
@@ -1417,9 +1527,30 @@ impl World {
         let mut todo: VecDeque<PeeringOutput> = outs.into();
         while let Some(out) = todo.pop_front() {
             let input = match out {
-                // Only with `may_remap` / backfill targets, which the
-                // simulator does not use yet.
-                PeeringOutput::RequestPgTemp { .. } | PeeringOutput::Activated { .. } => None,
+                PeeringOutput::RequestPgTemp { osds } => {
+                    self.trace(|| format!("osd.{id} pg {pgid}: asks for pg_temp {osds:?}"));
+                    self.stats_pg_temp_request();
+                    self.send(
+                        Ep::Osd(id),
+                        Ep::Mon,
+                        Msg::MonCmd(MonCommand::PgTemp {
+                            from: id,
+                            pgid,
+                            osds,
+                        }),
+                    );
+                    None
+                }
+                PeeringOutput::Activated { backfill, strays } => {
+                    if let Some(r) = self
+                        .proc_mut(id)
+                        .and_then(|p| p.pgs.get_mut(&pgid))
+                        .and_then(|s| s.run.as_mut())
+                    {
+                        r.activated = Some((backfill, strays));
+                    }
+                    None
+                }
                 PeeringOutput::Done(result) => {
                     let Some(s) = self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid)) else {
                         return;
@@ -1439,6 +1570,21 @@ impl World {
                             )
                         }),
                     }
+                    // As the runtime: backfill starts before the first op
+                    // is admitted (its start messages precede every sub-op).
+                    let current = self
+                        .pg_mut(id, pgid)
+                        .is_some_and(|s| r.interval_since == s.pg.info.same_interval_since);
+                    if let (Ok((info, log)), Some((targets, strays)), true) =
+                        (&result, r.activated.clone(), current)
+                    {
+                        if let Some(s) = self.pg_mut(id, pgid) {
+                            s.strays = strays;
+                        }
+                        if !targets.is_empty() {
+                            self.backfill_start(id, pgid, r.interval_since, targets, info, log);
+                        }
+                    }
                     self.pg_event(
                         id,
                         pgid,
@@ -1447,6 +1593,7 @@ impl World {
                             result,
                         },
                     );
+                    self.after_activation(id, pgid);
                     return;
                 }
                 PeeringOutput::PersistInfo(info) => {
@@ -1743,6 +1890,8 @@ impl World {
             if !acts.is_empty() {
                 self.pg_actions(id, pgid, acts);
             }
+            self.backfill_step(id, pgid);
+            self.tell_primary_if_stray(id, pgid);
         }
     }
 
@@ -1898,6 +2047,10 @@ fn new_simpg(pg: Pg) -> SimPg {
         run: None,
         repops: BTreeMap::new(),
         sent_gen: BTreeMap::new(),
+        backfill: None,
+        strays: Vec::new(),
+        stray_told_at: None,
+        pg_temp_clear: Default::default(),
     }
 }
 
@@ -1945,7 +2098,7 @@ fn serve_pull(c: &crate::disk::Coll, what: &PullWhat) -> PullReply {
 
 /// The client-facing error of a write osd.`id` has no room for (the
 /// runtime's words, so the oracle sees the same kind of refusal).
-fn no_space(id: i32, needed: u64, available: u64) -> OpError {
+pub(crate) fn no_space(id: i32, needed: u64, available: u64) -> OpError {
     OpError::NoSpace(format!(
         "osd.{id} is full: {needed} bytes needed, {available} available; delete data or add capacity"
     ))

@@ -146,6 +146,13 @@ pub enum Msg {
     Pong {
         from: i32,
     },
+    /// Primary -> backfill target (on the sub-ops' link, so ordered with them).
+    Backfill(cairn_ops::PgBackfill),
+    BackfillAck(cairn_ops::PgBackfillAck),
+    /// Primary of a clean PG -> stray copy: delete it.
+    PgRemove(cairn_ops::PgRemove),
+    /// Stray copy -> acting primary: I still hold a copy.
+    PgStray(cairn_ops::PgStray),
 }
 
 /// A node's clock: `local = true * (1 + drift) + offset + jumps`. Only
@@ -255,6 +262,9 @@ pub struct SimConfig {
     pub fault_gap: Time,
     /// EC profile only: (k, m, min_size, CRUSH failure domain).
     pub ec: Option<(u32, u32, u32, &'static str)>,
+    /// Objects per background backfill batch (small, so that a PG's few
+    /// objects take several batches and the cursor and resume matter).
+    pub backfill_batch_objects: usize,
 }
 
 impl SimConfig {
@@ -275,8 +285,16 @@ impl SimConfig {
             dup_ppm: r.range(0, 20_000),
             fault_gap: r.range(500, 3000) * MS,
             ec: None,
+            backfill_batch_objects: 2,
         }
         .with_ec(r)
+        .with_backfill(r)
+    }
+
+    /// Drawn last (the other draws of a seed stay as they were).
+    fn with_backfill(mut self, r: &mut Rng) -> SimConfig {
+        self.backfill_batch_objects = r.range(1, 4) as usize;
+        self
     }
 
     /// The EC profile draws its code after everything else (the other
@@ -365,6 +383,14 @@ pub struct Outcome {
     pub failed_commits: u64,
     /// Simulated time from the end of faults to all PGs active+clean.
     pub heal_time: Option<Time>,
+    /// Client ops answered while their PG had a `pg_temp` in the
+    /// monitor's map (served by the old acting set while remapped).
+    pub remapped_ops: u64,
+    /// `pg_temp` requests sent, background backfill batches sent, stray
+    /// copies removed.
+    pub pg_temp_requests: u64,
+    pub backfill_batches: u64,
+    pub strays_removed: u64,
 }
 
 pub struct World {
@@ -466,6 +492,10 @@ impl World {
                 damaged_objects: 0,
                 failed_commits: 0,
                 heal_time: None,
+                remapped_ops: 0,
+                pg_temp_requests: 0,
+                backfill_batches: 0,
+                strays_removed: 0,
             },
             cfg,
         };
@@ -742,6 +772,18 @@ impl World {
 
     pub fn stats_failed_commit(&mut self) {
         self.stats.failed_commits += 1;
+    }
+
+    pub(crate) fn stats_pg_temp_request(&mut self) {
+        self.stats.pg_temp_requests += 1;
+    }
+
+    pub(crate) fn stats_backfill_batch(&mut self) {
+        self.stats.backfill_batches += 1;
+    }
+
+    pub(crate) fn stats_stray_removed(&mut self) {
+        self.stats.strays_removed += 1;
     }
 
     pub fn running(&self, id: i32, inc: u64) -> bool {
@@ -1388,6 +1430,12 @@ impl World {
         if let Some(cl) = self.clients.get_mut(&c) {
             cl.op = None;
         }
+        let obj = match op.kind {
+            OpKind::Write { obj, .. } | OpKind::Read { obj, .. } => obj,
+        };
+        if self.map.pg_temp.contains_key(&self.pg_of(obj)) {
+            self.stats.remapped_ops += 1;
+        }
         match (op.kind, result) {
             (OpKind::Write { obj, k }, Ok(_)) => {
                 let t = &mut self.objects[obj as usize];
@@ -1486,9 +1534,30 @@ impl World {
         self.osds.values().all(|o| !o.disk.has_pending())
     }
 
-    /// PGs whose primary (in the monitor's map) is not active+clean on it.
+    /// PGs whose primary (in the monitor's map) is not active+clean on it,
+    /// that still have a `pg_temp`, or whose copies are held outside their
+    /// up set (replicated pools: strays must be removed).
     fn unclean_pgs(&self) -> Vec<String> {
         let mut out = Vec::new();
+        for (pgid, osds) in &self.map.pg_temp {
+            out.push(format!("{pgid}: pg_temp {osds:?} still set"));
+        }
+        if self.cfg.ec.is_none() {
+            for (id, o) in &self.osds {
+                for pgid in o.disk.live.colls.keys() {
+                    let up = self
+                        .map
+                        .pg_to_up(pgid.pool.0, pgid.seed)
+                        .map(|m| m.up)
+                        .unwrap_or_default();
+                    if !up.contains(id) {
+                        out.push(format!(
+                            "{pgid}: osd.{id} still holds a copy outside up {up:?}"
+                        ));
+                    }
+                }
+            }
+        }
         let Some(pool) = self.map.pools.get(&POOL) else {
             return vec!["no pool".into()];
         };

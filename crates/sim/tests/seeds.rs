@@ -29,6 +29,10 @@ fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) -> 
                         disk.refused_writes += o.refused_writes;
                         disk.damaged_objects += o.damaged_objects;
                         disk.failed_commits += o.failed_commits;
+                        disk.pg_temp_requests += o.pg_temp_requests;
+                        disk.backfill_batches += o.backfill_batches;
+                        disk.strays_removed += o.strays_removed;
+                        disk.remapped_ops += o.remapped_ops;
                         if !o.violations.is_empty() {
                             failures.push(format!(
                                 "seed {seed}: {}\n  replay: cargo run -p cairn-sim -- --profile {name} --seed {seed} -v",
@@ -50,6 +54,10 @@ fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) -> 
         refused_writes: results.iter().map(|r| r.1.refused_writes).sum(),
         damaged_objects: results.iter().map(|r| r.1.damaged_objects).sum(),
         failed_commits: results.iter().map(|r| r.1.failed_commits).sum(),
+        pg_temp_requests: results.iter().map(|r| r.1.pg_temp_requests).sum(),
+        backfill_batches: results.iter().map(|r| r.1.backfill_batches).sum(),
+        strays_removed: results.iter().map(|r| r.1.strays_removed).sum(),
+        remapped_ops: results.iter().map(|r| r.1.remapped_ops).sum(),
     };
     let failures: Vec<String> = results.into_iter().flat_map(|r| r.2).collect();
     assert!(
@@ -60,12 +68,17 @@ fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) -> 
     disk
 }
 
-/// Disk faults the seeds of one run met, summed.
+/// Disk faults the seeds of one run met, and what background backfill
+/// did, summed.
 #[derive(Debug, Default)]
 struct DiskFaults {
     refused_writes: u64,
     damaged_objects: u64,
     failed_commits: u64,
+    pg_temp_requests: u64,
+    backfill_batches: u64,
+    strays_removed: u64,
+    remapped_ops: u64,
 }
 
 fn soak() -> bool {
@@ -80,11 +93,20 @@ fn seeds_pass_the_oracle() {
 
 /// A slice of the `full` profile (out/in, reweight, new OSDs, auto-out on
 /// top of `basic`): the seeds from 1000 on, where the bugs 4–7 of the
-/// README showed; `CAIRN_SOAK=1` runs 1000 of them.
+/// README showed; `CAIRN_SOAK=1` runs 1000 of them. Placement changes
+/// must really have driven background backfill: pg_temp requested,
+/// batches sent, client ops served while remapped, strays removed.
 #[test]
 fn full_profile_seeds_pass_the_oracle() {
     let count: u64 = if soak() { 1000 } else { 100 };
-    run_seeds(FaultProfile::Full, "full", 1000..1000 + count);
+    let b = run_seeds(FaultProfile::Full, "full", 1000..1000 + count);
+    assert!(
+        b.pg_temp_requests > 0
+            && b.backfill_batches > 0
+            && b.remapped_ops > 0
+            && b.strays_removed > 0,
+        "placement changes did not drive background backfill: {b:?}"
+    );
 }
 
 /// The `disk` profile (basic plus full disks that get room again, commits

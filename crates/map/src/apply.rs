@@ -41,10 +41,14 @@ pub const CRUSH_RULES_MAX: usize = 256;
 pub const OSD_ADDRS_MAX: usize = 8;
 /// Longest state string an OSD may report.
 pub const OSD_STATE_MAX_LEN: usize = 256;
-/// Version byte of the encoded cluster map. 3: each PG's activation
-/// history (`pg_history`); maps of version 2 are refused with a clear error
-/// (a dev cluster made before it must be recreated).
-pub const MAP_FORMAT_VERSION: u8 = 3;
+/// Version byte of the encoded cluster map. 4: the full ratios and the
+/// OSDs' fullness marks (`crate::fullness`), the last two fields; a map of
+/// version 3 is read with their defaults. 3: each PG's activation history
+/// (`pg_history`); maps of version 2 are refused with a clear error (a dev
+/// cluster made before it must be recreated).
+pub const MAP_FORMAT_VERSION: u8 = 4;
+/// Oldest map version still read.
+const MAP_FORMAT_MIN_VERSION: u8 = 3;
 /// Largest encoded cluster map we decode.
 pub const MAP_MAX_BYTES: usize = 256 * 1024 * 1024;
 
@@ -108,6 +112,8 @@ impl ClusterMap {
             created: Epoch(1),
             scrub_orders: Vec::new(),
             pg_history: Default::default(),
+            full_ratios: Default::default(),
+            osd_fullness: Default::default(),
         };
         map.ec_profiles
             .insert("default".into(), EcProfile::default_profile());
@@ -141,10 +147,26 @@ impl ClusterMap {
     }
 
     pub fn decode(buf: &[u8]) -> Result<ClusterMap, cairn_types::DecodeError> {
+        if buf.first() == Some(&MAP_FORMAT_MIN_VERSION) && buf.len() <= MAP_MAX_BYTES {
+            // Version 3 lacks only the trailing fields of version 4: its
+            // body followed by their default encoding is a version-4 body.
+            let tail = cairn_types::encode_versioned(
+                MAP_FORMAT_VERSION,
+                &(
+                    crate::fullness::FullRatios::default(),
+                    std::collections::BTreeMap::<i32, crate::fullness::OsdFullness>::new(),
+                ),
+            );
+            let mut v4 = Vec::with_capacity(buf.len() + tail.len());
+            v4.push(MAP_FORMAT_VERSION);
+            v4.extend_from_slice(&buf[1..]);
+            v4.extend_from_slice(&tail[1..]);
+            return ClusterMap::decode(&v4);
+        }
         cairn_types::decode_versioned(
             "cluster map",
             buf,
-            MAP_FORMAT_VERSION,
+            MAP_FORMAT_MIN_VERSION,
             MAP_FORMAT_VERSION,
             MAP_MAX_BYTES,
         )
@@ -343,6 +365,12 @@ impl ClusterMap {
             OsdAutoOut { id } => self.osd_auto_out(*id),
             OsdPurge { id, sure } => self.osd_purge(*id, *sure),
             OsdLost { id, sure } => self.osd_lost(*id, *sure),
+            OsdSetFullRatio { which, ratio } => self.set_full_ratio(*which, *ratio),
+            OsdFullness {
+                id,
+                used_bytes,
+                total_bytes,
+            } => self.record_fullness(*id, *used_bytes, *total_bytes),
             PgTemp { from, pgid, osds } => self.set_pg_temp(*from, *pgid, osds),
             MonAdd { name, addr } => self.mon_add(name, addr),
             MonRemove { name } => self.mon_remove(name),
@@ -1288,6 +1316,11 @@ impl ClusterMap {
     ) -> Result<Reply, CommandError> {
         let section = validate_section(who).map_err(CommandError::invalid)?;
         let key = normalize_key(key);
+        if let Some(verb) = crate::fullness::ratio_in_map(&key) {
+            return Err(CommandError::invalid(format!(
+                "{key} is kept in the OSD map, where the three ratios are checked against each other: run 'cairn osd {verb} {value}'"
+            )));
+        }
         let value = match known_option(&key) {
             Some(opt) => validate_value(opt, value).map_err(CommandError::invalid)?,
             None if force => {
@@ -1666,6 +1699,7 @@ impl ClusterMap {
             self.crush.remove_device(id).map_err(crush_err)?;
         }
         self.osds.remove(&id);
+        self.osd_fullness.remove(&id);
         self.auth.remove(&EntityName::osd(id));
         Ok(done(format!("purged osd.{id}")))
     }

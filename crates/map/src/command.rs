@@ -287,6 +287,20 @@ pub enum MonCommand {
     ScrubOrdersDone {
         done: Vec<(PgId, u64)>,
     },
+
+    // ---- full disks (crate::fullness; last, so earlier variants keep their encoding) ----
+    /// `osd set-nearfull-ratio|set-backfillfull-ratio|set-full-ratio R`.
+    OsdSetFullRatio {
+        which: crate::fullness::FullRatioKind,
+        ratio: f64,
+    },
+    /// Internal (monitor leader): osd.`id` reported `used_bytes` of
+    /// `total_bytes` and its nearfull/backfillfull/full mark changes.
+    OsdFullness {
+        id: i32,
+        used_bytes: u64,
+        total_bytes: u64,
+    },
 }
 
 impl MonCommand {
@@ -364,9 +378,11 @@ impl MonCommand {
             MonAdd { .. } | MonRemove { .. } | OsdFailed { .. } | OsdAutoOut { .. } => {
                 CapsNeed::mon(Perms::RWX)
             }
-            OsdNew { .. } | OsdPurge { .. } | OsdLost { .. } | ScrubOrdersDone { .. } => {
-                CapsNeed::mon(Perms::RWX)
-            }
+            OsdNew { .. }
+            | OsdPurge { .. }
+            | OsdLost { .. }
+            | ScrubOrdersDone { .. }
+            | OsdFullness { .. } => CapsNeed::mon(Perms::RWX),
             OsdBoot { id, .. }
             | OsdAlive { id, .. }
             | PgTemp { from: id, .. }
@@ -457,6 +473,12 @@ impl MonCommand {
                 crate::scrub::ScrubKind::Repair => "osd repair",
             },
             ScrubOrdersDone { .. } => "scrub orders done",
+            OsdSetFullRatio { which, .. } => match which {
+                crate::fullness::FullRatioKind::Nearfull => "osd set-nearfull-ratio",
+                crate::fullness::FullRatioKind::Backfillfull => "osd set-backfillfull-ratio",
+                crate::fullness::FullRatioKind::Full => "osd set-full-ratio",
+            },
+            OsdFullness { .. } => "osd fullness",
             OsdBeacon { .. } => "osd beacon",
             OsdFailureReport { .. } => "osd failure report",
         }

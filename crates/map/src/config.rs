@@ -143,12 +143,6 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "mark a new OSD in on its first boot",
     ),
     opt(
-        "mon_osd_backfillfull_ratio",
-        OptKind::Float { min: 0.0, max: 1.0 },
-        "0.90",
-        "usage ratio above which an OSD refuses backfill",
-    ),
-    opt(
         "mon_osd_down_out_interval",
         OptKind::Secs {
             min: 0,
@@ -164,12 +158,6 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "CRUSH subtree type (e.g. host) whose OSDs are not marked out automatically when all of them are down (Ceph defaults to rack; a small cluster wants host)",
     ),
     opt(
-        "mon_osd_full_ratio",
-        OptKind::Float { min: 0.0, max: 1.0 },
-        "0.95",
-        "usage ratio above which writes stop",
-    ),
-    opt(
         "mon_osd_min_down_reporters",
         OptKind::Uint { min: 1, max: 1000 },
         "2",
@@ -180,12 +168,6 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         OptKind::Float { min: 0.0, max: 1.0 },
         "0.75",
         "do not mark OSDs out automatically below this fraction of OSDs in",
-    ),
-    opt(
-        "mon_osd_nearfull_ratio",
-        OptKind::Float { min: 0.0, max: 1.0 },
-        "0.85",
-        "usage ratio above which OSD_NEARFULL is reported",
     ),
     opt(
         "mon_osd_reporter_subtree_level",

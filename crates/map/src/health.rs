@@ -142,6 +142,7 @@ impl ClusterMap {
         checks.extend(self.check_too_few_osds());
         checks.extend(self.check_no_redundancy());
         checks.extend(self.check_placement());
+        checks.extend(self.check_fullness());
         if let Some(view) = &obs.pgmap {
             checks.extend(self.pg_health_checks(view));
         }

@@ -267,6 +267,13 @@ pub struct ClusterMap {
     /// saw those intervals still knows whose copies it must reach.
     #[serde(default, with = "pg_history_as_seq")]
     pub pg_history: BTreeMap<PgId, Vec<PgActivation>>,
+    /// `full_ratio`, `backfillfull_ratio`, `nearfull_ratio` (`crate::fullness`).
+    #[serde(default)]
+    pub full_ratios: crate::fullness::FullRatios,
+    /// OSDs the monitors marked nearfull, backfillfull or full from their
+    /// reported usage (absent = below every ratio).
+    #[serde(default)]
+    pub osd_fullness: BTreeMap<i32, crate::fullness::OsdFullness>,
 }
 
 /// An interval in which a PG may have gone active (and accepted writes):

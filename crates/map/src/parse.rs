@@ -29,6 +29,9 @@ const HELP: &[(&str, &str)] = &[
     ("osd purge ID --yes-i-really-mean-it", "remove a down OSD from the OSD map, CRUSH and auth"),
     ("osd lost ID --yes-i-really-mean-it", "give up the writes only a down OSD may hold, so its PGs stop waiting for it"),
     ("osd reweight ID WEIGHT", "set an OSD's override weight between 0.0 and 1.0"),
+    ("osd set-nearfull-ratio RATIO", "usage above which an OSD is marked nearfull (OSD_NEARFULL; default 0.85)"),
+    ("osd set-backfillfull-ratio RATIO", "usage above which an OSD is marked backfillfull: no backfill onto it (OSD_BACKFILLFULL; default 0.90)"),
+    ("osd set-full-ratio RATIO", "usage above which an OSD is marked full: writes to its PGs are refused (OSD_FULL; default 0.95, at most 0.97)"),
     ("osd scrub ID|all", "scrub every PG whose primary is osd.ID (or any up OSD)"),
     ("osd deep-scrub ID|all", "deep-scrub every PG whose primary is osd.ID (or any up OSD)"),
     ("osd repair ID|all", "repair every PG whose primary is osd.ID (or any up OSD)"),
@@ -321,6 +324,20 @@ fn parse_osd(w: &[&str], input: Option<&[u8]>) -> Result<MonCommand, ParseError>
             osd: parse_osd_id(id).map_err(|e| usage_err("osd reweight", &e))?,
             weight: parse_weight(weight).map_err(|e| usage_err("osd reweight", &e))?,
         }),
+        [verb @ ("set-nearfull-ratio" | "set-backfillfull-ratio" | "set-full-ratio"), ratio] => {
+            let which = match *verb {
+                "set-nearfull-ratio" => crate::fullness::FullRatioKind::Nearfull,
+                "set-backfillfull-ratio" => crate::fullness::FullRatioKind::Backfillfull,
+                _ => crate::fullness::FullRatioKind::Full,
+            };
+            let ratio: f64 = ratio.parse().map_err(|_| {
+                usage_err(
+                    &format!("osd {verb}"),
+                    &format!("'{ratio}' is not a number (a ratio such as 0.95)"),
+                )
+            })?;
+            Ok(MonCommand::OsdSetFullRatio { which, ratio })
+        }
         ["getcrushmap"] | ["getcrushmap", "-o" | "--out-file", _] => Ok(MonCommand::GetCrushMap),
         ["setcrushmap", "-i" | "--in-file", path] => match input {
             Some(bytes) => Ok(MonCommand::SetCrushMap {
@@ -344,7 +361,8 @@ fn parse_osd(w: &[&str], input: Option<&[u8]>) -> Result<MonCommand, ParseError>
         ["erasure-code-profile", rest @ ..] => parse_ec_profile(rest),
         ["pool", rest @ ..] => parse_pool(rest),
         [verb @ ("tree" | "dump" | "ls" | "stat" | "set" | "unset" | "purge" | "lost" | "reweight"
-        | "getcrushmap" | "setcrushmap" | "scrub" | "deep-scrub" | "repair"), ..] => Err(usage_err(
+        | "getcrushmap" | "setcrushmap" | "scrub" | "deep-scrub" | "repair"
+        | "set-nearfull-ratio" | "set-backfillfull-ratio" | "set-full-ratio"), ..] => Err(usage_err(
             &format!("osd {verb}"),
             "wrong number of arguments",
         )),

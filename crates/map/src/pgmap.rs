@@ -4,7 +4,7 @@
 //! the whole cluster is derived from those reports and the current map
 //! (`unknown` without a report, `stale+…` when the reporting primary went
 //! quiet or lost the PG), the summaries `status`, `pg stat`, `pg dump` and
-//! `osd df` print, and the PG and usage health checks. Pure: the runtime
+//! `osd df` print, and the PG health checks. Pure: the runtime
 //! says how old each report is.
 
 use crate::health::{HealthCheck, HealthStatus};
@@ -296,16 +296,16 @@ impl ClusterMap {
         n
     }
 
-    /// Health checks from PG states and reported usage: PG_AVAILABILITY,
-    /// PG_DEGRADED, OSD_SCRUB_ERRORS, PG_DAMAGED, OSD_FULL, OSD_NEARFULL. (TOO_MANY_PGS needs only the
-    /// map: [`ClusterMap::check_too_many_pgs`].)
+    /// Health checks from PG states: PG_AVAILABILITY, PG_DEGRADED,
+    /// OSD_SCRUB_ERRORS, PG_DAMAGED. (TOO_MANY_PGS needs only the map:
+    /// [`ClusterMap::check_too_many_pgs`]; OSD_FULL & co. come from the
+    /// marks in the map, `crate::fullness`.)
     pub fn pg_health_checks(&self, view: &PgMapView) -> Vec<HealthCheck> {
         let entries = self.pg_entries(view);
         let mut out = Vec::new();
         out.extend(check_availability(&entries));
         out.extend(self.check_degraded(&entries));
         out.extend(self.check_scrub_errors(&entries));
-        out.extend(self.check_fullness(view));
         out
     }
 
@@ -377,56 +377,6 @@ impl ClusterMap {
             summary: format!("too many PGs per OSD ({worst} > max {max})"),
             detail,
         })
-    }
-
-    fn check_fullness(&self, view: &PgMapView) -> Vec<HealthCheck> {
-        let ratio = |k: &str, d: f64| {
-            self.config_value("mon", k)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(d)
-        };
-        let full = ratio("mon_osd_full_ratio", 0.95);
-        let near = ratio("mon_osd_nearfull_ratio", 0.85);
-        let (mut fulls, mut nears) = (Vec::new(), Vec::new());
-        for o in self.osds.values().filter(|o| o.up) {
-            let Some(b) = view.fresh(o.id) else {
-                continue;
-            };
-            if b.total_bytes == 0 {
-                continue;
-            }
-            let used = b.used_bytes as f64 / b.total_bytes as f64;
-            let line = format!(
-                "osd.{} is {:.1}% full ({} of {}); add capacity, delete data, or rebalance",
-                o.id,
-                used * 100.0,
-                crate::query::format_bytes(b.used_bytes),
-                crate::query::format_bytes(b.total_bytes)
-            );
-            if used >= full {
-                fulls.push(line);
-            } else if used >= near {
-                nears.push(line);
-            }
-        }
-        let mut out = Vec::new();
-        if !fulls.is_empty() {
-            out.push(HealthCheck {
-                code: "OSD_FULL".into(),
-                severity: HealthStatus::Err,
-                summary: format!("{} full osd(s)", fulls.len()),
-                detail: fulls,
-            });
-        }
-        if !nears.is_empty() {
-            out.push(HealthCheck {
-                code: "OSD_NEARFULL".into(),
-                severity: HealthStatus::Warn,
-                summary: format!("{} nearfull osd(s)", nears.len()),
-                detail: nears,
-            });
-        }
-        out
     }
 }
 

@@ -318,7 +318,11 @@ impl ClusterMap {
                 let u = util(r);
                 let var = if avg > 0.0 { u / avg } else { 0.0 };
                 let n = pgs.get(&r.id).copied().unwrap_or(0);
-                let status = if o.up { "up" } else { "down" };
+                let mut status = if o.up { "up" } else { "down" }.to_string();
+                let full = self.full_state(o.id);
+                if full != crate::fullness::FullState::Ok {
+                    status = format!("{status},{}", full.as_str());
+                }
                 let (size, used, avail, pct) = if r.reported {
                     (
                         format_bytes(r.size),
@@ -340,7 +344,7 @@ impl ClusterMap {
                     pct,
                     format!("{var:.2}"),
                     n.to_string(),
-                    status.into(),
+                    status.clone(),
                     format!("{}osd.{}", if tree { "    " } else { "" }, o.id),
                 ]);
                 js.push(json!({

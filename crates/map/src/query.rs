@@ -543,8 +543,12 @@ impl ClusterMap {
     }
 
     fn osd_line(&self, o: &crate::model::OsdInfo) -> String {
+        let full = match self.full_state(o.id) {
+            crate::fullness::FullState::Ok => String::new(),
+            s => format!(" {}", s.as_str()),
+        };
         format!(
-            "osd.{} {} {} weight {} up_from {} up_thru {} down_at {} [{}] {} host {}",
+            "osd.{} {} {}{full} weight {} up_from {} up_thru {} down_at {} [{}] {} host {}",
             o.id,
             if o.up { "up  " } else { "down" },
             if o.is_in { "in " } else { "out" },
@@ -563,8 +567,11 @@ impl ClusterMap {
             "epoch {}\nfsid {}\ncreated e{}\n",
             self.epoch.0, self.fsid, self.created.0
         );
-        let flags: Vec<&str> = self.flags.iter().map(|f| f.as_str()).collect();
+        let mut flags: Vec<&str> = self.flags.iter().map(|f| f.as_str()).collect();
+        flags.extend(self.fullness_flags());
         let _ = writeln!(s, "flags {}", flags.join(","));
+        let (ratios, ratios_json) = self.full_ratio_lines();
+        s.push_str(&ratios);
         for p in self.pools.values() {
             let _ = writeln!(s, "{}", self.pool_line(p));
         }
@@ -580,13 +587,21 @@ impl ClusterMap {
             "pools": self.pools.values().map(|p| self.pool_json(p)).collect::<Vec<_>>(),
             "max_osd": max_osd,
             "osds": self.osds.values().collect::<Vec<_>>(),
+            "full_ratio": ratios_json["full_ratio"],
+            "backfillfull_ratio": ratios_json["backfillfull_ratio"],
+            "nearfull_ratio": ratios_json["nearfull_ratio"],
+            "osd_fullness": self.osd_fullness.iter().map(|(id, f)| json!({
+                "osd": id, "state": f.state.as_str(), "used_bytes": f.used_bytes,
+                "total_bytes": f.total_bytes, "percent": f.percent(),
+            })).collect::<Vec<_>>(),
         });
         Reply::new(s, json)
     }
 
     fn q_osd_stat(&self) -> Reply {
         let (n, up, inn) = self.osd_counts();
-        let flags: Vec<&str> = self.flags.iter().map(|f| f.as_str()).collect();
+        let mut flags: Vec<&str> = self.flags.iter().map(|f| f.as_str()).collect();
+        flags.extend(self.fullness_flags());
         let mut plain = format!("{n} osds: {up} up, {inn} in; epoch: e{}", self.epoch.0);
         if !flags.is_empty() {
             let _ = write!(plain, "\n            flags {}", flags.join(","));

@@ -121,6 +121,7 @@ fn every_help_usage_parses() {
             .replace("[CLASS] ", "")
             .replace("osd.N WEIGHT", "osd.1 1.5")
             .replace("ID WEIGHT", "1 0.5")
+            .replace("RATIO", "0.9")
             .replace("ID --yes", "1 --yes")
             .replace("ID|all", "1")
             .replace("-o FILE", "-o f")

@@ -226,8 +226,15 @@ fn degraded_and_full_checks() {
         e.beacon.used_bytes = 960;
     }
     if let Some(e) = v.osds.get_mut(&1) {
-        e.beacon.used_bytes = 900;
+        e.beacon.used_bytes = 860;
     }
+    // The leader marks OSDs from their beacons' usage; health follows the marks.
+    let changes: Vec<MonCommand> = v
+        .osds
+        .iter()
+        .filter_map(|(id, e)| m.fullness_change(*id, &e.beacon))
+        .collect();
+    apply_all(&mut m, changes);
     let h = m.health(&HealthInputs {
         pgmap: Some(v),
         ..Default::default()

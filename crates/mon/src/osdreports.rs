@@ -57,14 +57,14 @@ impl LeaderReports {
         }
     }
 
-    /// Handles a report command from an OSD; returns a map change to
-    /// propose, if the report settles one. Errors say why it was refused.
+    /// Handles a report command from an OSD; returns the map changes to
+    /// propose, if the report settles any. Errors say why it was refused.
     pub fn handle(
         &mut self,
         now: Instant,
         map: &ClusterMap,
         cmd: &MonCommand,
-    ) -> Result<Option<MonCommand>, String> {
+    ) -> Result<Vec<MonCommand>, String> {
         match cmd {
             MonCommand::OsdBeacon { id, beacon } => {
                 if !map.osds.contains_key(id) {
@@ -74,8 +74,12 @@ impl LeaderReports {
                 self.judge.beacon(now.into_std(), map, *id);
                 self.beacons.insert(*id, (now, beacon.clone()));
                 self.sample_recovery(now);
-                // Operator scrub orders the beacon shows carried out leave the map.
-                Ok(map.scrub_orders_settled_by(*id, beacon))
+                // The OSD's own usage figures against the map's full
+                // ratios (no clock involved); then operator scrub orders
+                // the beacon shows carried out leave the map.
+                let mut out: Vec<MonCommand> = map.fullness_change(*id, beacon).into_iter().collect();
+                out.extend(map.scrub_orders_settled_by(*id, beacon));
+                Ok(out)
             }
             MonCommand::OsdFailureReport { id, target, failed } => {
                 if !map.osds.contains_key(target) {
@@ -90,7 +94,7 @@ impl LeaderReports {
                         self.judge.reporters(*t)
                     );
                 }
-                Ok(decision)
+                Ok(decision.into_iter().collect())
             }
             other => Err(format!("'{}' is not an OSD report", other.verb())),
         }
@@ -231,7 +235,7 @@ mod tests {
                 pgs: Vec::new(),
             },
         };
-        assert_eq!(r.handle(t0, &m, &beacon(100)), Ok(None));
+        assert_eq!(r.handle(t0, &m, &beacon(100)), Ok(vec![]));
         // More used than total: refused, nothing kept changes.
         assert!(r.handle(t0, &m, &beacon(5)).is_err());
         let v = r.view(t0 + Duration::from_secs(2), &m);
@@ -246,11 +250,35 @@ mod tests {
             target: 2,
             failed: true,
         };
-        assert_eq!(r.handle(t0, &m, &rep(0)), Ok(None));
+        assert_eq!(r.handle(t0, &m, &rep(0)), Ok(vec![]));
         assert_eq!(
             r.handle(t0, &m, &rep(1)),
-            Ok(Some(MonCommand::OsdFailed { id: 2 }))
+            Ok(vec![MonCommand::OsdFailed { id: 2 }])
         );
+        // A beacon over the full ratio: the leader proposes the mark (once).
+        let full = MonCommand::OsdBeacon {
+            id: 1,
+            beacon: OsdBeacon {
+                epoch: m.epoch.0,
+                total_bytes: 100,
+                used_bytes: 96,
+                available_bytes: 4,
+                pgs: Vec::new(),
+            },
+        };
+        let mark = MonCommand::OsdFullness {
+            id: 1,
+            used_bytes: 96,
+            total_bytes: 100,
+        };
+        assert_eq!(r.handle(t0, &m, &full), Ok(vec![mark.clone()]));
+        let mut marked = m.clone();
+        let ctx = ApplyContext {
+            caller: EntityName::mon("a"),
+            generated_secret: None,
+        };
+        marked.apply(&mark, &ctx).expect("mark");
+        assert_eq!(r.handle(t0, &marked, &full), Ok(vec![]));
         let unknown = MonCommand::OsdFailureReport {
             id: 0,
             target: 9,

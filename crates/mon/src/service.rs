@@ -629,11 +629,19 @@ impl MonService {
         map: &ClusterMap,
         cmd: &MonCommand,
     ) -> Result<Reply, CommandFailure> {
-        let decision = self
+        let decisions = self
             .with_reports(view, |r| r.handle(Instant::now(), map, cmd))
             .map_err(CommandFailure::Refused)?;
-        if let Some(change) = decision {
-            self.propose_decision(map, change).await;
+        for (i, change) in decisions.into_iter().enumerate() {
+            // Each decision on the map as it is after the previous one.
+            let map = match i {
+                0 => map.clone(),
+                _ => self
+                    .mon
+                    .read_local(|m| m.cloned())
+                    .unwrap_or_else(|| map.clone()),
+            };
+            self.propose_decision(&map, change).await;
         }
         Ok(Reply::new("", serde_json::Value::Null))
     }

@@ -90,6 +90,10 @@ impl OsdRecord {
         cfg.data_bytes = self.data_bytes;
         cfg.cache_bytes = OSD_STORE_CACHE_BYTES;
         cfg.meta_reserve_bytes = 16 << 20;
+        // The monitors mark an OSD full at the map's full_ratio (0.95) and
+        // its PGs refuse writes from then on; the store's own limit is the
+        // failsafe behind it.
+        cfg.full_ratio = cairn_map::OSD_FAILSAFE_FULL_RATIO;
         cfg
     }
 

@@ -40,9 +40,7 @@ pub use decisions::{stable_mod, PgMapping};
 pub use ecprofile::EC_MAX_CHUNKS;
 pub use error::{CommandError, ErrorKind, ParseError};
 pub use failure::FailureJudge;
-pub use fullness::{
-    FullRatioKind, FullRatios, FullState, OsdFullness, OSD_FAILSAFE_FULL_RATIO,
-};
+pub use fullness::{FullRatioKind, FullRatios, FullState, OsdFullness, OSD_FAILSAFE_FULL_RATIO};
 pub use health::{HealthCheck, HealthInputs, HealthReport, HealthStatus, PlacementShortfall};
 pub use model::{
     decode_secret, encode_secret, ApplyContext, AuthEntity, ClusterMap, EcProfile, Incremental,

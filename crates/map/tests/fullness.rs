@@ -63,7 +63,10 @@ fn ratios_default_like_ceph_and_are_set_checked_and_ordered() {
     // The Ceph config keys point at the commands.
     let e = fails(&mut m, "config set mon mon_osd_full_ratio 0.9");
     assert!(e.contains("cairn osd set-full-ratio 0.9"), "{e}");
-    let e = fails(&mut m, "config set global mon_osd_nearfull_ratio 0.7 --force");
+    let e = fails(
+        &mut m,
+        "config set global mon_osd_nearfull_ratio 0.7 --force",
+    );
     assert!(e.contains("set-nearfull-ratio"), "{e}");
 }
 
@@ -103,12 +106,20 @@ fn beacons_mark_osds_and_health_names_them() {
     let nf = h.check("OSD_NEARFULL").expect("OSD_NEARFULL");
     assert!(nf.detail[0].starts_with("osd.0 is nearfull: 86% used"));
     let detail = ok(&mut m, "health detail");
-    for want in ["OSD_FULL", "OSD_BACKFILLFULL", "OSD_NEARFULL", "osd.2 is full"] {
+    for want in [
+        "OSD_FULL",
+        "OSD_BACKFILLFULL",
+        "OSD_NEARFULL",
+        "osd.2 is full",
+    ] {
         assert!(detail.contains(want), "{want} missing from: {detail}");
     }
     let df = ok(&mut m, "osd df");
     assert!(df.contains("up,full"), "{df}");
-    assert!(df.contains("up,backfillfull") && df.contains("up,nearfull"), "{df}");
+    assert!(
+        df.contains("up,backfillfull") && df.contains("up,nearfull"),
+        "{df}"
+    );
     let dump = ok(&mut m, "osd dump");
     assert!(dump.contains("flags full,backfillfull,nearfull"), "{dump}");
     let stat = ok(&mut m, "osd stat");
@@ -122,7 +133,10 @@ fn beacons_mark_osds_and_health_names_them() {
     );
     assert!(m.full_refusal(1, &[0, 1, 3]).is_none(), "only full refuses");
     let wait = m.backfill_toofull(&[3, 1]).expect("osd.1 is backfillfull");
-    assert!(wait.starts_with("backfill_toofull: osd.1 is 91% used"), "{wait}");
+    assert!(
+        wait.starts_with("backfill_toofull: osd.1 is 91% used"),
+        "{wait}"
+    );
     assert!(m.backfill_toofull(&[0, 3]).is_none());
 
     // Raising the full ratio re-judges the marks at once; deleting data
@@ -133,7 +147,11 @@ fn beacons_mark_osds_and_health_names_them() {
     assert_eq!(m.full_state(2), FullState::Ok);
     assert!(m.full_refusal(1, &[2]).is_none());
     ok(&mut m, "osd set-backfillfull-ratio 0.95");
-    assert_eq!(m.full_state(1), FullState::Nearfull, "re-judged: 91% < 0.95");
+    assert_eq!(
+        m.full_state(1),
+        FullState::Nearfull,
+        "re-judged: 91% < 0.95"
+    );
     // A purged OSD leaves no mark behind.
     ok(&mut m, "osd down 0");
     ok(&mut m, "osd purge 0 --yes-i-really-mean-it");

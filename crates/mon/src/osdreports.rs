@@ -77,7 +77,8 @@ impl LeaderReports {
                 // The OSD's own usage figures against the map's full
                 // ratios (no clock involved); then operator scrub orders
                 // the beacon shows carried out leave the map.
-                let mut out: Vec<MonCommand> = map.fullness_change(*id, beacon).into_iter().collect();
+                let mut out: Vec<MonCommand> =
+                    map.fullness_change(*id, beacon).into_iter().collect();
                 out.extend(map.scrub_orders_settled_by(*id, beacon));
                 Ok(out)
             }

@@ -315,7 +315,7 @@ pub enum OpError {
     Invalid(String),
     #[error("too large: {0}")]
     TooBig(String),
-    #[error("OSD is full: {0}")]
+    #[error("no space: {0}")]
     NoSpace(String),
     #[error("I/O error on the OSD: {0}")]
     Io(String),

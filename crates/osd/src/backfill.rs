@@ -35,6 +35,8 @@
 //! (pause after each batch), `osd_recovery_max_bytes_per_sec` (0 =
 //! unlimited). Flags: `nobackfill` and `norecover` stop backfill;
 //! `norebalance` stops it for PGs that are only misplaced (not degraded).
+//! A target the monitors marked backfillfull or full holds the PG's
+//! backfill (`backfill_toofull`) until the mark goes.
 //! Owns no peering decisions (`peering_sm` picks targets and pg_temp).
 
 use crate::backfill_target::{AckOutcome, PgTempClear, SentBatch, TargetProgress};
@@ -557,11 +559,19 @@ impl BackfillRun {
                 .collect(),
             copied_objects: self.targets.values().map(|t| t.copied_objects).sum(),
             total_objects: self.total_objects * self.targets.len() as u64,
-            waiting: self.waiting.clone().or_else(|| {
-                self.targets
-                    .iter()
-                    .find_map(|(o, t)| t.stalled.as_ref().map(|s| format!("osd.{o}: {s}")))
-            }),
+            // The run's own wait (flag, slot, throttle, toofull) and every
+            // stalled target's reason.
+            waiting: {
+                let why: Vec<String> =
+                    self.waiting
+                        .iter()
+                        .cloned()
+                        .chain(self.targets.iter().filter_map(|(o, t)| {
+                            t.stalled.as_ref().map(|s| format!("osd.{o}: {s}"))
+                        }))
+                        .collect();
+                (!why.is_empty()).then(|| why.join("; "))
+            },
             position: slowest,
         }
     }
@@ -683,6 +693,26 @@ impl BackfillRun {
             .is_some_and(|p| (p.acting.len() as u32) < p.size);
         if let Some(why) = blocked_by_flags(&map, degraded) {
             self.set_waiting(cx.pg, Some(why));
+            return acts;
+        }
+        // No data moves onto an OSD the monitors marked backfillfull (or
+        // full): the PG shows backfill_toofull and retries at every step,
+        // so it resumes once the mark is gone. Its reservation goes back
+        // to the other PGs meanwhile.
+        let pending: Vec<i32> = self
+            .targets
+            .iter()
+            .filter(|(_, t)| !t.done)
+            .map(|(o, _)| *o)
+            .collect();
+        if let Some(why) = map.backfill_toofull(&pending) {
+            if self.reserved {
+                shared.recovery.release(cx.pgid);
+                self.reserved = false;
+            }
+            self.set_waiting(cx.pg, Some(why));
+            cx.pg.state.backfill_wait = false;
+            cx.pg.state.backfill_toofull = true;
             return acts;
         }
         let max_backfills = cfg_u64(&map, me, "osd_max_backfills", 1) as usize;
@@ -866,6 +896,7 @@ impl BackfillRun {
 
     fn set_waiting(&mut self, pg: &mut Pg, why: Option<String>) {
         pg.state.backfill_wait = why.is_some();
+        pg.state.backfill_toofull = false;
         pg.state.backfilling = why.is_none() && !self.is_finished();
         self.waiting = why;
     }

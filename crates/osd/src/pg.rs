@@ -118,6 +118,8 @@ pub struct PgState {
     pub remapped: bool,
     /// A backfill waits for a reservation, a flag or the throttle.
     pub backfill_wait: bool,
+    /// A backfill waits because a target is marked backfillfull or full.
+    pub backfill_toofull: bool,
     /// A backfill copies objects to members of the up set.
     pub backfilling: bool,
     pub down: bool,
@@ -138,6 +140,7 @@ impl std::fmt::Display for PgState {
             (self.degraded, "degraded"),
             (self.remapped, "remapped"),
             (self.backfill_wait, "backfill_wait"),
+            (self.backfill_toofull, "backfill_toofull"),
             (self.backfilling, "backfilling"),
         ] {
             if on {
@@ -295,6 +298,18 @@ pub struct Pg {
     scrub_block: Option<ScrubRange>,
     /// Writes waiting for the scrubbed chunk to be released.
     scrub_waiting: VecDeque<(Token, OpRequest)>,
+}
+
+/// The request writes object data (write, write_full, append with bytes):
+/// what a full disk refuses. Removes, truncates, zeroing and metadata
+/// changes pass (they free space or take only the store's reserve).
+pub fn adds_data(req: &OpRequest) -> bool {
+    req.ops.iter().any(|o| match o {
+        SubOp::WriteFull { data } | SubOp::Write { data, .. } | SubOp::Append { data } => {
+            !data.is_empty()
+        }
+        _ => false,
+    })
 }
 
 fn reply(req_reqid: &ReqId, status: OpStatus, version: Version, epoch: Epoch) -> OpReply {
@@ -723,12 +738,7 @@ impl Pg {
             return;
         }
         if !self.state.active {
-            let adds_data = req.ops.iter().any(|o| {
-                matches!(
-                    o,
-                    SubOp::WriteFull { .. } | SubOp::Write { .. } | SubOp::Append { .. }
-                )
-            });
+            let adds_data = adds_data(&req);
             // A resend of a write that may have taken effect is never
             // refused: it waits for the log to say what became of it.
             let maybe_done =

@@ -686,6 +686,7 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
         pg_temp_clear: Default::default(),
         recovered: (0, 0),
         local_commits: std::collections::VecDeque::new(),
+        full_refusal: None,
     };
     shared.tasks.spawn(actor.run());
     let map = shared.map_rx.borrow().clone();
@@ -1272,6 +1273,9 @@ struct PgActor {
     recovered: (u64, u64),
     /// This OSD's own write commits in flight, oldest first.
     local_commits: std::collections::VecDeque<LocalCommit>,
+    /// Set while a member of the PG (acting or up) is marked full in the
+    /// map: why writes that add data are refused (`ClusterMap::full_refusal`).
+    full_refusal: Option<String>,
 }
 
 /// A write transaction of this PG submitted to the local store and not yet
@@ -1699,6 +1703,8 @@ impl PgActor {
             acting_up_from,
             last_recorded: map.pg_activations(self.pgid).pop(),
         };
+        let members: Vec<i32> = p.acting.iter().chain(&p.up).copied().collect();
+        self.full_refusal = map.full_refusal(self.pgid.pool.0, &members);
         let before = self.pg.info.same_interval_since;
         let acts = self.pg.handle(PgEvent::Map(p));
         if self.pg.info.same_interval_since != before {
@@ -2056,7 +2062,17 @@ impl PgActor {
         let ec = self.ec_target();
         // Mutations per acting member (EC: each shard its own chunk).
         let mut shard_muts: BTreeMap<i32, Vec<Mutation>> = BTreeMap::new();
-        let resolved = if let Some(t) = &ec {
+        // A member is marked full in the map: a write adding data is
+        // refused at once, logged like any failed op (so a late copy of
+        // the request gets the same answer and never applies later).
+        let refused = self
+            .full_refusal
+            .as_ref()
+            .filter(|_| crate::pg::adds_data(&req))
+            .map(|why| OpError::NoSpace(why.clone()));
+        let resolved = if let Some(e) = refused {
+            Err(e)
+        } else if let Some(t) = &ec {
             t.prepare_write(&req).await.map(|(plan, writes)| {
                 // Acting shards, then backfill targets (the chunk of the
                 // position CRUSH gives them).
@@ -2707,6 +2723,7 @@ impl PgActor {
         }
         self.pg.state.backfilling = false;
         self.pg.state.backfill_wait = false;
+        self.pg.state.backfill_toofull = false;
     }
 
     /// A replicated active primary with no backfill whose up members all

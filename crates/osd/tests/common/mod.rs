@@ -339,7 +339,8 @@ impl Cluster {
 
 /// Applies the OSDs' requests to the map like the monitors would: map
 /// changes (`OsdAlive`) directly; beacons and failure reports through a
-/// `FailureJudge`, ticked every 250 ms, whose decisions are applied.
+/// `FailureJudge`, ticked every 250 ms, whose decisions are applied, and
+/// beacons' usage through `fullness_change` (nearfull/backfillfull/full marks).
 async fn stand_in_monitor(
     map: Arc<Mutex<ClusterMap>>,
     tx: Arc<watch::Sender<Arc<ClusterMap>>>,
@@ -356,8 +357,9 @@ async fn stand_in_monitor(
                 match cmd {
                     MonCommand::OsdBeacon { id, beacon } => {
                         judge.beacon(Instant::now(), &m, id);
+                        let full = m.fullness_change(id, &beacon);
                         beacons.lock().unwrap().insert(id, (Instant::now(), beacon));
-                        Vec::new()
+                        full.into_iter().collect()
                     }
                     MonCommand::OsdFailureReport { id, target, failed } => {
                         judge.report(Instant::now(), &m, id, target, failed).into_iter().collect()
@@ -417,3 +419,4 @@ pub async fn preload(io: &cairn_client::IoCtx, count: u64, bytes: usize) {
 pub fn soak() -> bool {
     std::env::var("CAIRN_SOAK").is_ok_and(|v| v == "1")
 }
+

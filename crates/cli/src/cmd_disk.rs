@@ -53,6 +53,10 @@ pub enum DiskAction {
         /// Make PATH a file of --size even when it does not exist yet.
         #[arg(long)]
         file: bool,
+        /// Directory (created if missing) for the OSD's metadata and write-ahead log,
+        /// e.g. on a faster device than PATH; the data stays on PATH.
+        #[arg(long)]
+        meta_path: Option<PathBuf>,
     },
     /// List this node's OSDs.
     Ls {
@@ -151,6 +155,7 @@ pub fn run(args: DiskArgs, global: &GlobalArgs) -> Result<()> {
             host,
             data,
             file,
+            meta_path,
         } => {
             let (conf, dir) = node_dir(global, data)?;
             let size = size.as_deref().map(parse_size).transpose()?;
@@ -161,6 +166,7 @@ pub fn run(args: DiskArgs, global: &GlobalArgs) -> Result<()> {
                 size,
                 host: host.unwrap_or_else(hostname),
                 file,
+                meta_path,
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -213,6 +219,8 @@ pub struct AddOpts {
     pub size: Option<u64>,
     pub host: String,
     pub file: bool,
+    /// Where the store's metadata and WAL go (default: beside the data).
+    pub meta_path: Option<PathBuf>,
 }
 
 /// What kind of disk PATH is, and its data size.
@@ -276,6 +284,7 @@ fn absolute(p: &Path) -> Result<PathBuf> {
 pub async fn add(conf: &Path, node: &Path, o: AddOpts, wait: bool) -> Result<OsdRecord> {
     let (kind, data_bytes) = classify(&o)?;
     let device = absolute(&o.path)?;
+    let meta_path = o.meta_path.as_deref().map(check_meta_path).transpose()?;
     let probe = if kind == "dir" {
         std::fs::create_dir_all(&device)
             .with_context(|| format!("creating {}", device.display()))?;
@@ -314,8 +323,14 @@ pub async fn add(conf: &Path, node: &Path, o: AddOpts, wait: bool) -> Result<Osd
         .as_i64()
         .ok_or_else(|| anyhow!("the monitors answered 'osd new' without an id: {}", r.json))?
         as i32;
+    let target = StoreTarget {
+        kind: &kind,
+        device: &device,
+        meta_path: meta_path.as_deref(),
+        data_bytes,
+    };
     match create_store(
-        conf, node, &mon, id, &uuid, &kind, &device, data_bytes, &class, weight, &o.host,
+        conf, node, &mon, id, &uuid, &target, &class, weight, &o.host,
     )
     .await
     {
@@ -332,6 +347,12 @@ pub async fn add(conf: &Path, node: &Path, o: AddOpts, wait: bool) -> Result<Osd
         }
         Err(e) => {
             let _ = std::fs::remove_dir_all(OsdRecord::dir(node, id));
+            // check_meta_path saw no metadata there: whatever is now is ours.
+            if let Some(m) = &meta_path {
+                for f in [cairn_store::META_FILE, cairn_store::WAL_FILE] {
+                    let _ = std::fs::remove_file(m.join(f));
+                }
+            }
             let purge = MonCommand::OsdPurge { id, sure: true };
             let undo = match mon.command(&purge).await {
                 Ok(_) => format!("osd.{id} was purged again"),
@@ -344,6 +365,37 @@ pub async fn add(conf: &Path, node: &Path, o: AddOpts, wait: bool) -> Result<Osd
     }
 }
 
+/// `disk add --meta-path`: an absolute directory (created if missing) that
+/// holds no store metadata or WAL yet. Checked before anything is
+/// registered, so a bad path changes nothing.
+fn check_meta_path(p: &Path) -> Result<PathBuf> {
+    let dir = absolute(p)?;
+    match std::fs::metadata(&dir) {
+        Ok(md) if !md.is_dir() => bail!("--meta-path {} is not a directory", dir.display()),
+        Ok(_) => {
+            for f in [cairn_store::META_FILE, cairn_store::WAL_FILE] {
+                if dir.join(f).exists() {
+                    bail!(
+                        "--meta-path {} already holds a store's {f}; give each OSD its own directory",
+                        dir.display()
+                    );
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("inspecting {}", dir.display())),
+    }
+    Ok(dir)
+}
+
+/// Where a new OSD's store goes.
+struct StoreTarget<'a> {
+    kind: &'a str,
+    device: &'a Path,
+    meta_path: Option<&'a Path>,
+    data_bytes: u64,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn create_store(
     _conf: &Path,
@@ -351,13 +403,12 @@ async fn create_store(
     mon: &MonClient,
     id: i32,
     uuid: &str,
-    kind: &str,
-    device: &Path,
-    data_bytes: u64,
+    target: &StoreTarget<'_>,
     class: &str,
     weight: f64,
     host: &str,
 ) -> Result<OsdRecord> {
+    let (kind, device, data_bytes) = (target.kind, target.device, target.data_bytes);
     let r = mon
         .command(&MonCommand::AuthGet {
             entity: EntityName::osd(id),
@@ -392,6 +443,7 @@ async fn create_store(
         weight,
         data_bytes,
         host: host.to_string(),
+        meta_path: target.meta_path.map(Path::to_path_buf),
     };
     let cfg = rec.store_config();
     let store = tokio::task::spawn_blocking(move || Store::create(cfg))
@@ -481,6 +533,9 @@ fn ls(node: &Path, json: bool) -> Result<()> {
             r.host,
             r.device.display()
         );
+        if let Some(m) = &r.meta_path {
+            println!("{:<8} metadata and WAL in {}", "", m.display());
+        }
     }
     if recs.is_empty() {
         println!("(no disks under {}/{OSDS_DIR})", node.display());
@@ -516,6 +571,14 @@ async fn zap(conf: &Path, node: &Path, path: &Path) -> Result<()> {
         std::fs::remove_dir_all(OsdRecord::dir(node, r.id))
             .with_context(|| format!("removing the record of osd.{}", r.id))?;
         tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    if let Some(meta) = rec.as_ref().and_then(|r| r.meta_path.as_ref()) {
+        for f in [cairn_store::META_FILE, cairn_store::WAL_FILE] {
+            let p = meta.join(f);
+            if p.exists() {
+                std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+            }
+        }
     }
     let md = std::fs::metadata(&device).with_context(|| format!("{}", device.display()))?;
     if md.is_dir() {

@@ -78,6 +78,10 @@ pub struct OsdRecord {
     pub weight: f64,
     pub data_bytes: u64,
     pub host: String,
+    /// Directory holding the store's metadata and write-ahead log when they
+    /// live apart from the data (`disk add --meta-path`, e.g. on an SSD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta_path: Option<PathBuf>,
 }
 
 impl OsdRecord {
@@ -87,6 +91,7 @@ impl OsdRecord {
 
     pub fn store_config(&self) -> StoreConfig {
         let mut cfg = StoreConfig::new(&self.store_path);
+        cfg.meta_path = self.meta_path.clone();
         cfg.data_bytes = self.data_bytes;
         cfg.cache_bytes = OSD_STORE_CACHE_BYTES;
         cfg.meta_reserve_bytes = 16 << 20;

@@ -1,7 +1,8 @@
 //! `cairn disk add` on a raw block device (a loop device over a sparse
 //! file): the OSD comes up on it, `disk ls` shows it, a device holding a
 //! filesystem is refused, and `disk zap` makes the device reusable. Needs
-//! root and `losetup`; otherwise the test says it is skipped.
+//! root and `losetup`; otherwise the test says it is skipped. Also
+//! `disk add --meta-path` (metadata and WAL in another directory).
 
 mod common;
 
@@ -132,4 +133,62 @@ fn disk_add_on_a_block_device() {
     assert!(r.ok, "disk zap: {r:?}");
     let r = add(&dev);
     assert!(r.ok, "disk add after zap: {r:?}");
+}
+
+#[test]
+fn disk_add_with_metadata_and_wal_in_another_directory() {
+    let disks = tempfile::tempdir().unwrap();
+    // Declared after the disks: its daemons stop before they go.
+    let c = Cluster::bootstrap();
+    let node = c.nodes[0].dir.to_str().unwrap().to_string();
+    let path = |n: &str| disks.path().join(n).to_str().unwrap().to_string();
+    let add = |data: &str, meta: &str| {
+        c.cairn(&[
+            "disk",
+            "add",
+            data,
+            "--meta-path",
+            meta,
+            "--size",
+            "256M",
+            "--host",
+            "node-a",
+            "--data",
+            &node,
+        ])
+    };
+    // Bad input: refused before anything is registered.
+    std::fs::write(path("not-a-dir"), b"x").unwrap();
+    let r = add(&path("data0"), &path("not-a-dir"));
+    assert!(
+        !r.ok && r.stderr.contains("not a directory"),
+        "a --meta-path that is a file must be refused: {r:?}"
+    );
+    assert!(
+        !c.ok(&["osd", "tree"]).contains("osd.0"),
+        "nothing registered"
+    );
+
+    let r = add(&path("data0"), &path("meta0"));
+    assert!(r.ok, "disk add --meta-path: {r:?}");
+    let (data, meta) = (disks.path().join("data0"), disks.path().join("meta0"));
+    assert!(data.join("block").exists(), "the data stays on PATH");
+    assert!(
+        meta.join("meta.redb").exists() && meta.join("wal").exists(),
+        "metadata and WAL go to --meta-path"
+    );
+    assert!(!data.join("meta.redb").exists() && !data.join("wal").exists());
+    let ls = c.ok(&["disk", "ls", "--data", &node]);
+    assert!(
+        ls.contains(&format!("metadata and WAL in {}", meta.display())),
+        "{ls}"
+    );
+    let tree = c.ok(&["osd", "tree"]);
+    assert!(tree.contains("osd.0") && tree.contains(" up "), "{tree}");
+    // Another OSD cannot share the metadata directory.
+    let r = add(&path("data1"), &path("meta0"));
+    assert!(
+        !r.ok && r.stderr.contains("already holds"),
+        "a --meta-path holding a store must be refused: {r:?}"
+    );
 }

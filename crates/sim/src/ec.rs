@@ -222,6 +222,10 @@ enum Phase {
 struct EcRead {
     token: Token,
     pgid: PgId,
+    /// The layout of the interval the read was handed out in (the runtime's
+    /// `EcTarget::ec`): every attempt plans over its acting set, even after
+    /// a newer map arrived.
+    ec: EcPg,
     req: OpRequest,
     version: Version,
     plan: cairn_ec::ReadPlan,
@@ -589,13 +593,20 @@ impl World {
             return self.ec_read_finish(id, pgid, token, None);
         };
         let failed = vec![false; ec.code.total()];
-        self.ec_read_attempt(id, pgid, token, req, failed, 0);
+        self.ec_read_attempt(id, pgid, ec, token, req, failed, 0);
     }
 
+    /// One attempt of a client read over `ec`, the layout of the interval
+    /// the read began in (as the runtime's `EcTarget` keeps it: a map that
+    /// arrives meanwhile must not shrink the shards it may read, or a read
+    /// begun while active would fail with an I/O error instead of asking
+    /// the client to resend).
+    #[allow(clippy::too_many_arguments)]
     fn ec_read_attempt(
         &mut self,
         id: i32,
         pgid: PgId,
+        ec: EcPg,
         token: Token,
         req: OpRequest,
         failed: Vec<bool>,
@@ -607,12 +618,6 @@ impl World {
             status,
             version,
             epoch,
-        };
-        let Some(m) = self.ec_map(id) else {
-            return self.ec_read_finish(id, pgid, token, None);
-        };
-        let Ok(Some(ec)) = EcPg::from_map(&m, pgid.pool.0, pgid.seed) else {
-            return self.ec_read_finish(id, pgid, token, None);
         };
         if !matches!(req.ops.as_slice(), [SubOp::Read { offset: 0, len: 0 }]) {
             let r = reply(
@@ -646,7 +651,7 @@ impl World {
             // map says so): all of them again, as the runtime does.
             Err(_) if failed.iter().any(|&f| f) && attempt + 1 < READ_ATTEMPTS => {
                 let none = vec![false; failed.len()];
-                return self.ec_read_attempt(id, pgid, token, req, none, attempt + 1);
+                return self.ec_read_attempt(id, pgid, ec, token, req, none, attempt + 1);
             }
             Err(_) if failed.iter().any(|&f| f) => {
                 let r = reply(
@@ -679,6 +684,7 @@ impl World {
         let mut read = EcRead {
             token,
             pgid,
+            ec: ec.clone(),
             req: req.clone(),
             version,
             plan,
@@ -721,17 +727,11 @@ impl World {
         st: Option<ObjectState>,
         ok: bool,
     ) {
-        let Some(m) = self.ec_map(id) else {
-            return;
-        };
         let Some(r) = self.ec_proc(id).and_then(|p| p.reads.get_mut(&rid)) else {
             return;
         };
         r.waiting.remove(&call);
-        let Ok(Some(ec)) = EcPg::from_map(&m, r.pgid.pool.0, r.pgid.seed) else {
-            return;
-        };
-        if let Some(s) = ec.shard_of(osd) {
+        if let Some(s) = r.ec.shard_of(osd) {
             match (ok, st) {
                 (true, Some(st)) => {
                     r.got.insert(s, Some(st));
@@ -780,19 +780,11 @@ impl World {
         }
         let epoch = self.osd_epoch_pub(id);
         if ok {
-            let code = self.ec_map(id).and_then(|m| {
-                EcPg::from_map(&m, r.pgid.pool.0, r.pgid.seed)
-                    .ok()
-                    .flatten()
-            });
-            let res = match code {
-                Some(ec) => ec
-                    .code
+            let res =
+                r.ec.code
                     .assemble_read(&r.plan, &bytes)
                     .map(|b| vec![SubOpOutput::Data(b)])
-                    .map_err(|e| OpError::Io(format!("object {}: {e}", r.req.oid))),
-                None => Err(OpError::Io("the pool is gone".into())),
-            };
+                    .map_err(|e| OpError::Io(format!("object {}: {e}", r.req.oid)));
             let reply = OpReply {
                 reqid: r.req.reqid.clone(),
                 status: OpStatus::Done(res),
@@ -821,7 +813,7 @@ impl World {
         if r.attempt + 1 >= READ_ATTEMPTS / 2 {
             failed.iter_mut().for_each(|f| *f = false);
         }
-        self.ec_read_attempt(id, r.pgid, r.token, r.req, failed, r.attempt + 1);
+        self.ec_read_attempt(id, r.pgid, r.ec, r.token, r.req, failed, r.attempt + 1);
     }
 
     // ---- activation ----

@@ -2,7 +2,8 @@
 //! (crashes, partitions, resets, duplicates, clock faults) and 100 of the
 //! `full` profile (plus out/in, reweight, new OSDs, auto-out), 60 of
 //! the `disk` profile (full disks, commit EIO, damaged objects) and 100 of
-//! the `ec` profile (basic faults on an erasure-coded pool).
+//! the `ec` profile (basic faults on an erasure-coded pool), and the
+//! seeds that once failed outside those ranges (`REGRESSION_SEEDS`).
 //! `CAIRN_SOAK=1` runs 3000, 1000, 1000 and 1000.
 
 use cairn_sim::{run_seed, FaultProfile};
@@ -128,6 +129,33 @@ fn disk_profile_seeds_pass_the_oracle() {
 fn ec_profile_seeds_pass_the_oracle() {
     let count: u64 = if soak() { 1000 } else { 100 };
     run_seeds(FaultProfile::Ec, "ec", 0..count);
+}
+
+/// Seeds that failed once, outside the ranges above, replayed on every
+/// run: `ec` 927 and 1046 (a read begun while its PG was active, retried
+/// after a map marked shards down, planned over the new map's shards and
+/// failed with an I/O error; the simulator's fault, README "Bugs it
+/// found" 13).
+const REGRESSION_SEEDS: &[(FaultProfile, &str, u64)] = &[
+    (FaultProfile::Ec, "ec", 927),
+    (FaultProfile::Ec, "ec", 1046),
+];
+
+#[test]
+fn regression_seeds_pass_the_oracle() {
+    let failures: Vec<String> = REGRESSION_SEEDS
+        .iter()
+        .filter_map(|&(profile, name, seed)| {
+            let o = run_seed(seed, profile, false);
+            (!o.violations.is_empty()).then(|| {
+                format!(
+                    "seed {seed}: {}\n  replay: cargo run -p cairn-sim -- --profile {name} --seed {seed} -v",
+                    o.violations.join("\n  ")
+                )
+            })
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]

@@ -16,7 +16,11 @@
 //! stops before an object with a write in flight. The target records its
 //! position durably in its PG info (`backfill` mark); the primary tracks
 //! the *durable cursor* (the position of the last batch acknowledged with
-//! every earlier one).
+//! every earlier one). In a new interval the target resumes from its mark
+//! (peering reports it, `peering_sm::backfill_resume_point`), once the
+//! objects up to the mark that changed since its last update are sent
+//! again; erasure-coded targets too, when their copy holds the position
+//! they are a target for (objects sent again are rebuilt chunks).
 //!
 //! A slow target never holds client writes for long: a write that waited
 //! [`BACKFILL_WRITE_WAIT`] for a target (or a batch unacknowledged for a
@@ -498,7 +502,7 @@ impl BackfillRun {
         let mut positions = BTreeMap::new();
         for t in targets {
             let (through, resend) = t.resume.clone().unwrap_or((None, Vec::new()));
-            let objects = match read_states(&cx.shared.store, cx.coll, &resend) {
+            let objects = match resend_states(&cx, t.osd, &resend).await {
                 Ok(o) => o,
                 Err(e) => {
                     tracing::warn!("pg {}: backfill of osd.{}: {e}", cx.pgid, t.osd);
@@ -833,11 +837,9 @@ impl BackfillRun {
         let Some(t) = self.targets.get_mut(&osd) else {
             return;
         };
-        // An erasure-coded target starts over: its objects are chunks
-        // rebuilt from k shards, not this OSD's own state. Nothing durable
-        // yet: the target starts over (drops what it holds), and the dirty
-        // objects come with the normal batches.
-        let (through, resend) = t.resume(cx.ec.is_some());
+        // Erasure-coded targets resume too: the objects sent again are
+        // chunks rebuilt for their position (`resend_states`).
+        let (through, resend) = t.resume(false);
         let info = PgInfo {
             backfill: Some(BackfillMark {
                 through: through.clone(),
@@ -845,8 +847,6 @@ impl BackfillRun {
             ..cx.pg.info.clone()
         };
         let mut first = Some((info, cx.pg.log().cloned().collect::<Vec<_>>()));
-        let store = cx.shared.store.clone();
-        let coll = cx.coll;
         let mut chunks: Vec<Vec<ObjectName>> = Vec::new();
         for n in resend {
             match chunks.last_mut() {
@@ -858,12 +858,17 @@ impl BackfillRun {
             chunks.push(Vec::new());
         }
         for names in chunks {
-            let objects = match blocking_store_call(|| read_states(&store, coll, &names)) {
+            let objects = match resend_states(cx, osd, &names).await {
                 Ok(o) => o,
                 Err(e) => {
-                    t.stalled = Some(e);
+                    if let Some(t) = self.targets.get_mut(&osd) {
+                        t.stalled = Some(e);
+                    }
                     return;
                 }
+            };
+            let Some(t) = self.targets.get_mut(&osd) else {
+                return;
             };
             let seq = self.next_seq;
             self.next_seq += 1;
@@ -1116,6 +1121,38 @@ async fn send_unslotted(
         }
         Err(e) => t.stalled = Some(e),
     }
+}
+
+/// The state `osd` (a backfill target) must hold for `names`, sent again
+/// when its backfill resumes: read from the local store (replicated), or
+/// each object's chunk for the target's shard position rebuilt from the
+/// acting shards (erasure-coded; this OSD holds another position's chunk).
+async fn resend_states(
+    cx: &StepCtx<'_>,
+    osd: i32,
+    names: &[ObjectName],
+) -> Result<Vec<(u32, ObjectName, Option<ObjectState>)>, String> {
+    let Some(ec) = cx.ec else {
+        let store = cx.shared.store.clone();
+        let coll = cx.coll;
+        return blocking_store_call(|| read_states(&store, coll, names));
+    };
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let shard = ec
+        .up_shard_of(osd)
+        .ok_or_else(|| format!("osd.{osd} holds no shard of the up set any more"))?;
+    let sources: Vec<usize> = (0..ec.shards.len())
+        .filter(|&s| ec.shards[s] != SHARD_HOLE)
+        .collect();
+    let epoch = cx.pg.epoch();
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        let st = rebuild_chunk(cx.shared, cx.pgid, epoch, ec, n, shard, &sources).await?;
+        out.push((n.hash(), n.clone(), st));
+    }
+    Ok(out)
 }
 
 /// Reads the current state of `names` from the local store.

@@ -210,7 +210,7 @@ impl TargetProgress {
     }
 
     /// Resumes the target: from its durable cursor (`start_over`: from the
-    /// start, as an erasure-coded target does). Returns the position it
+    /// start). Returns the position it
     /// resumes from and the objects to send again first (none when it
     /// starts over: it drops what it holds, and they come with the
     /// normal batches). The caller sends the current log and info, then

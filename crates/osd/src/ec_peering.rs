@@ -19,7 +19,7 @@ use crate::ec_io::call_read;
 use crate::ec_pool::{EcPg, SHARD_HOLE};
 use crate::exec;
 use crate::peering::{commit, list_all, replace_log, PeeringJob};
-use crate::peering_sm::BackfillStart;
+use crate::peering_sm::{backfill_resume_point, BackfillStart};
 use crate::pg::{check_can_activate, plan_recovery, PastInterval, RecoveryPlan, PG_TEMP_WAIT};
 use crate::runtime::{Shared, META_INFO};
 use bytes::Bytes;
@@ -162,6 +162,27 @@ pub struct EcActivationPlan {
     pub recover: Vec<(usize, i32, RecoveryPlan)>,
     /// Ask for this positional `pg_temp` instead of activating now.
     pub pg_temp: Option<Vec<i32>>,
+}
+
+/// Where the interrupted backfill of `osd`, the backfill target of shard
+/// position `shard`, resumes (`BackfillStart::resume`): its answer's
+/// backfill mark, when its copy holds that very position (an OSD moved to
+/// another position starts that one from an empty copy) and the
+/// authoritative log covers what it missed (`backfill_resume_point`).
+/// The objects to send again are rebuilt for its position like any
+/// backfilled chunk. None = it starts over.
+pub fn ec_resume_point(
+    notes: &Notes,
+    osd: i32,
+    shard: usize,
+    auth_info: &PgInfo,
+    auth_log: &[LogEntry],
+) -> Option<(Option<cairn_ops::ListCursor>, Vec<ObjectName>)> {
+    let (info, log, held) = notes.get(&osd)?;
+    if usize::from(*held) != shard {
+        return None;
+    }
+    backfill_resume_point(info, log, auth_info, auth_log)
 }
 
 /// Decides an EC activation from the answers (`notes`) and the layout;
@@ -385,19 +406,35 @@ impl EcPeeringJob {
         let mut txn = Transaction::new();
         replace_log(&mut txn, b.coll, &new_info, &auth_log);
         commit(store, txn).await?;
-        self.report_activated(&notes);
+        self.report_activated(&notes, &new_info, &auth_log);
         Ok((new_info, auth_log))
     }
 
     /// Hands the PG actor the backfill targets (up members whose position
-    /// another OSD, or nobody, serves under `pg_temp`) and the strays
-    /// (copies outside the acting and up sets, removed once clean).
-    fn report_activated(&self, notes: &Notes) {
+    /// another OSD, or nobody, serves under `pg_temp`), each with where an
+    /// earlier, interrupted backfill of it resumes ([`ec_resume_point`]),
+    /// and the strays (copies outside the acting and up sets, removed once
+    /// clean).
+    fn report_activated(&self, notes: &Notes, auth_info: &PgInfo, auth_log: &[LogEntry]) {
         let backfill: Vec<BackfillStart> = self
             .ec
             .backfill_targets()
             .into_iter()
-            .map(|(_, osd)| BackfillStart { osd, resume: None })
+            .map(|(shard, osd)| {
+                let resume = ec_resume_point(notes, osd, shard, auth_info, auth_log);
+                if let Some((through, resend)) = &resume {
+                    tracing::info!(
+                        "pg {}: shard {shard} on osd.{osd}: its backfill resumes after {} ({} objects sent again)",
+                        self.base.pgid,
+                        through
+                            .as_ref()
+                            .map(|c| format!("{:08x}:{}", c.hash, c.name))
+                            .unwrap_or_else(|| "the start".into()),
+                        resend.len()
+                    );
+                }
+                BackfillStart { osd, resume }
+            })
             .collect();
         let strays: Vec<i32> = notes
             .keys()
@@ -679,7 +716,12 @@ pub(crate) async fn rebuild_chunk(
 }
 
 /// One store object (the head, or clone `snap`) of `name` for `shard`,
-/// rebuilt from the chunks of `sources`.
+/// rebuilt from the chunks of `sources`. `sources` may include `shard`
+/// itself when another OSD serves that position with a complete chunk
+/// (the `pg_temp` stand-in a backfill copies from): its chunk is then
+/// taken as it is. With exactly k acting shards that stand-in is one of
+/// the k, so leaving it out would leave too few to rebuild from.
+/// Activation and repair never pass the shard being rebuilt.
 #[allow(clippy::too_many_arguments)]
 async fn rebuild_store_object(
     shared: &Arc<Shared>,
@@ -693,7 +735,7 @@ async fn rebuild_store_object(
 ) -> Result<Option<ObjectState>, String> {
     let code = &ec.code;
     let mut set = tokio::task::JoinSet::new();
-    for &s in sources.iter().filter(|&&s| s != shard) {
+    for &s in sources {
         let req = EcRead {
             pgid,
             shard: s as u8,
@@ -1186,5 +1228,88 @@ mod tests {
             newest_on_k(&z, &[], &[(&z, &[]), (&z, &[])], 2),
             Some(Version::default())
         );
+    }
+
+    /// An interrupted EC backfill resumes from the target's mark when its
+    /// copy holds the target position and the log covers what it missed;
+    /// the objects up to the mark written since (or divergent there) are
+    /// sent again, later ones come with the batches.
+    #[test]
+    fn an_ec_backfill_target_resumes_from_its_mark_at_its_own_position() {
+        use crate::pg::{cursor_key, obj_key};
+        let (auth, auth_log) = trimmed(20);
+        // The target got batches through the 4th object of the PG's order
+        // (its mark) and the log through entry 15, plus an entry 16' that
+        // the authoritative log does not have.
+        let mut names: Vec<ObjectName> = (1..=20).map(|s| e(s).oid).collect();
+        names.sort_by_key(obj_key);
+        let mark = &names[3];
+        let through = cairn_ops::ListCursor {
+            hash: mark.hash(),
+            namespace: mark.namespace.clone(),
+            name: mark.name.clone(),
+        };
+        let divergent = LogEntry {
+            version: Version { epoch: 6, seq: 16 },
+            oid: names[0].clone(),
+            ..e(16)
+        };
+        let mut tlog: Vec<LogEntry> = (2..=15).map(e).collect();
+        tlog.push(divergent.clone());
+        let tinfo = PgInfo {
+            last_update: divergent.version,
+            log_tail: Version { epoch: 5, seq: 1 },
+            backfill: Some(cairn_ops::BackfillMark {
+                through: Some(through.clone()),
+            }),
+            ..Default::default()
+        };
+        let mut notes: Notes = BTreeMap::new();
+        notes.insert(7, (tinfo.clone(), tlog.clone(), 1));
+        let (at, resend) =
+            ec_resume_point(&notes, 7, 1, &auth, &auth_log).expect("the target resumes");
+        assert_eq!(at, Some(through.clone()));
+        let mut want: Vec<ObjectName> = (16..=20)
+            .map(|s| e(s).oid)
+            .chain(std::iter::once(divergent.oid.clone()))
+            .filter(|o| obj_key(o) <= cursor_key(&through))
+            .collect();
+        want.sort_by_key(obj_key);
+        want.dedup();
+        let mut got = resend.clone();
+        got.sort_by_key(obj_key);
+        assert_eq!(got, want);
+        assert!(
+            got.contains(&divergent.oid),
+            "the divergent object is sent again"
+        );
+        // Its copy holds another position: it starts over.
+        notes.insert(7, (tinfo.clone(), tlog.clone(), 2));
+        assert_eq!(ec_resume_point(&notes, 7, 1, &auth, &auth_log), None);
+        // No mark (never started, or finished): start over.
+        let plain = PgInfo {
+            backfill: None,
+            ..tinfo.clone()
+        };
+        notes.insert(7, (plain, tlog.clone(), 1));
+        assert_eq!(ec_resume_point(&notes, 7, 1, &auth, &auth_log), None);
+        // The log was trimmed past what it holds: start over.
+        let (auth_far, log_far) = {
+            let log: Vec<LogEntry> = (18..=20).map(e).collect();
+            let i = PgInfo {
+                log_tail: Version { epoch: 5, seq: 17 },
+                ..auth.clone()
+            };
+            (i, log)
+        };
+        let old = PgInfo {
+            last_update: Version { epoch: 5, seq: 12 },
+            ..tinfo.clone()
+        };
+        let old_log: Vec<LogEntry> = (2..=12).map(e).collect();
+        notes.insert(7, (old, old_log, 1));
+        assert_eq!(ec_resume_point(&notes, 7, 1, &auth_far, &log_far), None);
+        // Unknown to the query (did not answer): start over.
+        assert_eq!(ec_resume_point(&notes, 8, 1, &auth, &auth_log), None);
     }
 }

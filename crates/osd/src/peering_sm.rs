@@ -103,6 +103,42 @@ pub struct BackfillStart {
     pub resume: Option<(Option<ListCursor>, Vec<ObjectName>)>,
 }
 
+/// Where the interrupted backfill of a target whose copy has `info` and
+/// `log` resumes, given the authoritative `auth_info` and `auth_log` the
+/// PG activated with (`BackfillStart::resume`). None = start over: the
+/// copy has no backfill mark, or the authoritative log no longer covers
+/// what it missed since its last update. Otherwise its copy counts up to
+/// the mark's cursor, once the objects at or before the cursor that
+/// changed since its last update (or that it holds from entries the
+/// authoritative log does not have) are sent again. Replicated and
+/// erasure-coded PGs share it (an EC target's copy must hold the shard
+/// position it is a target for).
+pub fn backfill_resume_point(
+    info: &PgInfo,
+    log: &[LogEntry],
+    auth_info: &PgInfo,
+    auth_log: &[LogEntry],
+) -> Option<(Option<ListCursor>, Vec<ObjectName>)> {
+    let mark = info.backfill.as_ref()?;
+    let complete_info = PgInfo {
+        backfill: None,
+        ..info.clone()
+    };
+    let objects = match plan_recovery(auth_info, auth_log, Some((&complete_info, log))) {
+        RecoveryPlan::UpToDate => Vec::new(),
+        RecoveryPlan::Log { objects } => objects,
+        RecoveryPlan::Backfill => return None,
+    };
+    let through = mark.through.clone();
+    let within = |o: &ObjectName| {
+        through
+            .as_ref()
+            .is_some_and(|t| obj_key(o) <= cursor_key(t))
+    };
+    let resend = objects.into_iter().filter(within).collect();
+    Some((through, resend))
+}
+
 /// Inputs: answers to the outputs the machine emitted.
 #[derive(Debug, Clone)]
 pub enum PeeringInput {
@@ -991,27 +1027,8 @@ impl Peering {
     /// Where a backfill target's earlier, interrupted backfill can resume.
     fn resume_point(&self, osd: i32) -> Option<(Option<ListCursor>, Vec<ObjectName>)> {
         let (info, log) = self.notes.get(&osd)?;
-        let mark = info.backfill.as_ref()?;
         let (_, auth_info, auth_log) = self.auth.as_ref()?;
-        let complete_info = cairn_ops::PgInfo {
-            backfill: None,
-            ..info.clone()
-        };
-        let objects = match plan_recovery(auth_info, auth_log, Some((&complete_info, &log[..]))) {
-            RecoveryPlan::UpToDate => Vec::new(),
-            RecoveryPlan::Log { objects } => objects,
-            RecoveryPlan::Backfill => return None,
-        };
-        let through = mark.through.clone();
-        let within = |o: &ObjectName| {
-            through
-                .as_ref()
-                .is_some_and(|t| obj_key(o) <= cursor_key(t))
-        };
-        Some((
-            through.clone(),
-            objects.into_iter().filter(within).collect(),
-        ))
+        backfill_resume_point(info, log, auth_info, auth_log)
     }
 
     fn final_result(&self) -> Result<(PgInfo, Vec<LogEntry>), String> {

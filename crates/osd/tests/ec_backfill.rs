@@ -5,7 +5,8 @@
 //! get clean: every acknowledged object reads back, every chunk is on the
 //! new up set at its position, misplaced copies go to 0, and the out
 //! OSD's shards are deleted. Also: `nobackfill` holds an EC backfill (the
-//! PG stays remapped, active and writable) until it is unset.
+//! PG stays remapped, active and writable) until it is unset, and an EC
+//! backfill interrupted by new intervals resumes from the target's mark.
 
 mod common;
 use cairn_map::{MonCommand, OsdFlag, PoolKind};
@@ -335,4 +336,161 @@ async fn ec21_nobackfill_holds_the_backfill_while_the_pg_serves() {
     assert_eq!(misplaced(&c), 0);
     assert!(io.read("during-nobackfill", 0, 0).await.expect("read") == data);
     verify(&io, &BTreeMap::new(), "after nobackfill was unset").await;
+}
+
+/// Objects osd.`id` copied as a recovery or backfill sender since it
+/// started (0 when it is not running).
+fn copied_by(c: &Cluster, id: i32) -> u64 {
+    c.osds
+        .get(&id)
+        .and_then(|o| o.as_ref())
+        .and_then(|o| o.copy_window())
+        .map(|w| w.objects)
+        .unwrap_or(0)
+}
+
+/// An EC backfill interrupted mid-copy resumes from the target's durable
+/// mark instead of starting over. One PG (2+1, 400 objects: more than a
+/// clean log, so a new member needs a backfill), paced by
+/// `osd_recovery_sleep`; an OSD goes out and, once some batches of its
+/// replacement (the target) are durable, the primary is killed (a new
+/// interval: the out OSD, still serving its position under `pg_temp`,
+/// becomes primary and takes the backfill over) and later restarted
+/// (another interval, the old primary again). The objects copied after
+/// the kill, summed over every OSD (nothing else moves: no writes, and
+/// the replicated pool is empty), are no more than the target still
+/// lacked. Once clean, the third member is stopped and every object reads
+/// back through the target's chunks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ec21_interrupted_backfill_resumes_where_it_stopped() {
+    const OBJECTS: u64 = 400;
+    let mut c = Cluster::start_with(
+        4,
+        1,
+        1,
+        512 << 20,
+        vec![("osd_recovery_sleep", "0.4")],
+        true,
+    )
+    .await;
+    c.apply(MonCommand::EcProfileSet {
+        name: "ec21".into(),
+        params: [("k", "2"), ("m", "1"), ("crush-failure-domain", "host")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        force: false,
+    });
+    c.apply(MonCommand::PoolCreate {
+        name: "ecr".into(),
+        pg_num: Some(1),
+        pgp_num: None,
+        kind: PoolKind::Erasure,
+        profile: Some("ec21".into()),
+        rule: None,
+    });
+    assert!(c.current().pools.contains_key(&EC_POOL_ID));
+    c.wait_active(Duration::from_secs(30)).await;
+    let io = c.client().ioctx("ecr").expect("pool");
+    preload(&io, OBJECTS, OBJ_BYTES).await;
+    let up = c.current().pg_to_up(EC_POOL_ID, 0).unwrap().up;
+    let (primary, victim, other) = (up[0], up[1], up[2]);
+    let ids: Vec<i32> = c.current().osds.keys().copied().collect();
+    let total = |c: &Cluster| ids.iter().map(|&id| copied_by(c, id)).sum::<u64>();
+    assert_eq!(
+        total(&c),
+        0,
+        "something was copied before the placement change"
+    );
+    c.apply(MonCommand::OsdOut { ids: vec![victim] });
+    // Wait for the first durable batches on the target.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while total(&c) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no backfill batch acknowledged: {:?}",
+            ec_states(&c)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let target = c.current().pg_to_up(EC_POOL_ID, 0).unwrap().up[1];
+    assert!(target != victim && !up.contains(&target));
+    let before: BTreeMap<i32, u64> = ids.iter().map(|&id| (id, copied_by(&c, id))).collect();
+    let first: u64 = before.values().sum();
+    assert!(
+        first < OBJECTS,
+        "the backfill ended before the interruption"
+    );
+    eprintln!("{first} of {OBJECTS} objects copied to osd.{target}; killing primary osd.{primary}");
+    c.kill(primary).await;
+    // The out OSD (first live position) takes the backfill over.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while copied_by(&c, victim) <= before[&victim] {
+        let done = !c.current().pg_temp.keys().any(|p| p.pool.0 == EC_POOL_ID);
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "osd.{victim} did not take the backfill over: {:?}",
+            ec_states(&c)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    c.restart(primary).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = ec_states(&c);
+        let clean = st.len() == 1 && st.values().all(|s| s == "active+clean");
+        if clean && c.current().pg_temp.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not clean: {st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second: u64 = ids
+        .iter()
+        .map(|&id| {
+            let now = copied_by(&c, id);
+            if id == primary {
+                now
+            } else {
+                now - before[&id]
+            }
+        })
+        .sum();
+    eprintln!(
+        "after the interruption {second} objects were copied ({first} before, {OBJECTS} in the PG)"
+    );
+    assert!(second > 0, "nothing was copied after the interruption");
+    assert!(
+        second <= OBJECTS - first,
+        "the backfill started over: {second} copies after the interruption, {first} before, {OBJECTS} objects"
+    );
+    // Every object reads back, and through the target's chunks once the
+    // third member is gone (2+1: data chunks of the primary and target).
+    verify_ecr(&io, OBJECTS, "after the resumed backfill").await;
+    c.kill(other).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = ec_states(&c);
+        if st.len() == 1 && st.values().all(|s| s.starts_with("active")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not active without osd.{other}: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    verify_ecr(&io, OBJECTS, "with the target's chunks").await;
+}
+
+/// The preloaded objects `pre-0 .. pre-{count}` read back exactly.
+async fn verify_ecr(io: &cairn_client::IoCtx, count: u64, what: &str) {
+    for i in 0..count {
+        let name = format!("pre-{i}");
+        let got = io.read(&name, 0, 0).await.expect("read");
+        assert!(got == pattern(i, OBJ_BYTES), "{what}: {name} differs");
+    }
 }

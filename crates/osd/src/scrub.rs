@@ -2,8 +2,10 @@
 //! per-PG scrub bookkeeping (stamps, findings, operator orders, periodic
 //! scheduling from this OSD's own clock), the member side of a scrub map
 //! (object list, sizes, versions, attribute/omap digests and, deep, data
-//! checksums read back through the store), the comparison of the maps
-//! (pure: [`compare`]), the EC parity check and the repair of bad copies.
+//! checksums read back through the store; an object's snapshot clones are
+//! part of its head's entry), the comparison of the maps (pure:
+//! [`compare`]), the EC parity check (heads and clones) and the repair of
+//! bad copies.
 //!
 //! A scrub walks the PG in chunks of `osd_scrub_chunk_max` objects in the
 //! store's listing order. For each chunk the PG actor first blocks writes
@@ -384,19 +386,71 @@ fn scrub_object(
         }
     }
     entry.omap_digest = omap_crc;
-    if deep {
-        let mut crc = 0u32;
-        let mut off = 0u64;
-        while off < st.size {
-            let len = SCRUB_READ_PIECE_BYTES.min(st.size - off);
-            match store.read(&coll, &o, off, len) {
-                Ok(b) => crc = crc32c::crc32c_append(crc, &b),
-                Err(e) => {
-                    entry.read_error = Some(e.to_string());
+    // The object's snapshot clones, scrubbed with their head: each must be
+    // there, and their ids, sizes and versions agree between members (they
+    // join the attribute digest; an object without clones keeps the digest
+    // it always had).
+    let clones: Vec<u64> = match attrs.get(exec::ATTR_SNAPSET) {
+        None => Vec::new(),
+        Some(raw) => match exec::SnapSet::decode(raw) {
+            Ok(ss) => ss.clones.iter().map(|c| c.id).collect(),
+            Err(e) => {
+                entry.read_error = Some(format!("snapshot set: {e}"));
+                return Ok(Some(entry));
+            }
+        },
+    };
+    let mut clone_sizes = Vec::with_capacity(clones.len());
+    if !clones.is_empty() {
+        let mut parts: Vec<Vec<u8>> = Vec::with_capacity(clones.len());
+        for &id in &clones {
+            let co = o.clone().with_snap(id);
+            let cst = match store.stat(&coll, &co) {
+                Ok(cst) => cst,
+                Err(StoreError::NoSuchObject { .. }) => {
+                    entry.read_error = Some(format!("clone {id} is missing"));
                     return Ok(Some(entry));
                 }
+                Err(e) => return Err(e),
+            };
+            let version = store
+                .getattr(&coll, &co, ATTR_VERSION)?
+                .map(|v| exec::decode_version(&v))
+                .unwrap_or_default();
+            let mut part = id.to_le_bytes().to_vec();
+            part.extend_from_slice(&cst.size.to_le_bytes());
+            part.extend_from_slice(&version.epoch.to_le_bytes());
+            part.extend_from_slice(&version.seq.to_le_bytes());
+            parts.push(part);
+            clone_sizes.push((id, cst.size));
+        }
+        let clones_digest = digest_parts(parts.iter().map(|p| p.as_slice()));
+        entry.attrs_digest =
+            crc32c::crc32c_append(entry.attrs_digest, &clones_digest.to_le_bytes());
+    }
+    if deep {
+        // Head data, then each clone's, read through the store (which
+        // checks every block's crc32c).
+        let mut crc = 0u32;
+        let pieces = std::iter::once((cairn_store::SNAP_HEAD, st.size)).chain(clone_sizes);
+        for (snap, size) in pieces {
+            let obj = o.clone().with_snap(snap);
+            let mut off = 0u64;
+            while off < size {
+                let len = SCRUB_READ_PIECE_BYTES.min(size - off);
+                match store.read(&coll, &obj, off, len) {
+                    Ok(b) => crc = crc32c::crc32c_append(crc, &b),
+                    Err(e) if snap == cairn_store::SNAP_HEAD => {
+                        entry.read_error = Some(e.to_string());
+                        return Ok(Some(entry));
+                    }
+                    Err(e) => {
+                        entry.read_error = Some(format!("clone {snap}: {e}"));
+                        return Ok(Some(entry));
+                    }
+                }
+                off += len;
             }
-            off += len;
         }
         entry.data_digest = Some(crc);
     }
@@ -899,8 +953,8 @@ impl ScrubJob {
     }
 
     /// Deep scrub of an EC chunk: recomputes parity from the data chunks of
-    /// every object the shards agree on and compares it with the stored
-    /// coding chunks.
+    /// every object the shards agree on (its head and each snapshot clone)
+    /// and compares it with the stored coding chunks.
     async fn check_parity(
         &self,
         ec: &EcPg,
@@ -922,38 +976,99 @@ impl ScrubJob {
             let Some(obj) = maps[0].map.objects.iter().find(|o| &o.name == name) else {
                 continue;
             };
-            if obj.size == 0 {
+            // The head, then each clone (from this primary's own shard).
+            let mut targets = Vec::new();
+            if obj.size > 0 {
+                targets.push((cairn_ops::SNAP_HEAD, obj.version));
+            }
+            match self.own_clones(name) {
+                Ok(c) => targets.extend(c),
+                Err(e) => {
+                    tracing::warn!(
+                        "pg {}: parity check of {name}'s clones skipped: {e}",
+                        self.pgid
+                    )
+                }
+            }
+            // Shard -> what differs there.
+            let mut bad: BTreeMap<usize, String> = BTreeMap::new();
+            for (snap, version) in targets {
+                let what = if snap == cairn_ops::SNAP_HEAD {
+                    "coding chunk differs from the parity of the data chunks".to_string()
+                } else {
+                    format!("clone {snap}: coding chunk differs from the parity of the data chunks")
+                };
+                match self.parity_mismatches(ec, name, snap, version).await {
+                    Ok(shards) => {
+                        for s in shards {
+                            bad.entry(s).or_insert_with(|| what.clone());
+                        }
+                    }
+                    Err(e) => tracing::warn!(
+                        "pg {}: parity check of {name} (snap {snap:#x}) skipped: {e}",
+                        self.pgid
+                    ),
+                }
+            }
+            if bad.is_empty() {
                 continue;
             }
-            match self.parity_mismatches(ec, name, obj.version).await {
-                Ok(bad) if bad.is_empty() => {}
-                Ok(bad) => out.push(Finding {
-                    name: name.clone(),
-                    auth: Some((self.me(), obj.version)),
-                    should_exist: true,
-                    bad: bad
-                        .into_iter()
-                        .map(|s| BadCopy {
-                            osd: ec.shards[s],
-                            shard: Some(s as u8),
-                            errors: vec!["ec_parity_mismatch"],
-                            detail: Some(
-                                "coding chunk differs from the parity of the data chunks".into(),
-                            ),
-                        })
-                        .collect(),
-                }),
-                Err(e) => tracing::warn!("pg {}: parity check of {name} skipped: {e}", self.pgid),
-            }
+            out.push(Finding {
+                name: name.clone(),
+                auth: Some((self.me(), obj.version)),
+                should_exist: true,
+                bad: bad
+                    .into_iter()
+                    .map(|(s, detail)| BadCopy {
+                        osd: ec.shards[s],
+                        shard: Some(s as u8),
+                        errors: vec!["ec_parity_mismatch"],
+                        detail: Some(detail),
+                    })
+                    .collect(),
+            });
         }
         out
     }
 
-    /// Coding shards whose stored chunk differs from the recomputed parity.
+    /// The snapshot clones of `name` on this primary's own shard that hold
+    /// data: (clone id, version).
+    fn own_clones(&self, name: &ObjectName) -> Result<Vec<(u64, Version)>, String> {
+        let store = &self.shared.store;
+        let head = store_oid(name);
+        crate::runtime::blocking_store_call(|| {
+            let Some(raw) = store
+                .getattr(&self.coll, &head, exec::ATTR_SNAPSET)
+                .map_err(|e| e.to_string())?
+            else {
+                return Ok(Vec::new());
+            };
+            let ss = exec::SnapSet::decode(&raw).map_err(|e| e.to_string())?;
+            let mut out = Vec::with_capacity(ss.clones.len());
+            for c in &ss.clones {
+                let co = head.clone().with_snap(c.id);
+                let size = store.stat(&self.coll, &co).map_err(|e| e.to_string())?.size;
+                if size == 0 {
+                    continue;
+                }
+                let version = store
+                    .getattr(&self.coll, &co, ATTR_VERSION)
+                    .map_err(|e| e.to_string())?
+                    .map(|v| exec::decode_version(&v))
+                    .unwrap_or_default();
+                out.push((c.id, version));
+            }
+            Ok(out)
+        })
+    }
+
+    /// Coding shards whose stored chunk of the head (`snap` =
+    /// `SNAP_HEAD`) or of clone `snap` differs from the recomputed parity.
     async fn parity_mismatches(
         &self,
         ec: &EcPg,
         name: &ObjectName,
+        snap: u64,
         version: Version,
     ) -> Result<Vec<usize>, String> {
         let mut chunks = Vec::with_capacity(ec.shards.len());
@@ -966,7 +1081,7 @@ impl ScrubJob {
                 oid: name.clone(),
                 ranges: vec![(0, EC_READ_TO_END)],
                 with_attrs: false,
-                snap: cairn_ops::SNAP_HEAD,
+                snap,
             };
             let d = crate::ec_io::call_read(&self.shared, osd, &req)
                 .await

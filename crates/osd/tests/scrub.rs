@@ -2,7 +2,9 @@
 //! a replica's object corrupted on disk (bytes flipped in its store's data
 //! file) is found by deep-scrub, named in health, repaired and scrubs
 //! clean; an object removed from a replica is found by a shallow scrub; a
-//! corrupted chunk of an EC 2+1 object is found and rebuilt; a client read
+//! corrupted chunk of an EC 2+1 object is found and rebuilt, and so are
+//! damaged chunks of its snapshot clones (on-disk damage, and a coding
+//! chunk whose parity is wrong); a client read
 //! that hits a damaged primary copy queues a repair; and scrubs
 //! under a concurrent write load report nothing.
 
@@ -306,6 +308,114 @@ async fn ec21_corrupted_chunk_is_found_and_rebuilt() {
     c.wait_active(Duration::from_secs(60)).await;
     let got = io.read("chunky", 0, 0).await.unwrap();
     assert!(got == data, "chunky differs after repair");
+}
+
+/// Snapshot clones of an EC object are scrubbed with their head: a clone
+/// chunk damaged on disk (fails the store's crc32c) is found by deep-scrub
+/// and rebuilt by repair; a clone's coding chunk rewritten with wrong bytes
+/// (its crc32c valid) fails the parity check and is rebuilt too. The
+/// snapshot then reads back with the other data shard gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ec21_damaged_clone_chunks_are_found_and_rebuilt() {
+    use cairn_ops::SnapContext;
+    let mut c = Cluster::start(3, 1, 1, 256 << 20).await;
+    c.apply(MonCommand::EcProfileSet {
+        name: "p21".into(),
+        params: vec![
+            ("k".into(), "2".into()),
+            ("m".into(), "1".into()),
+            ("crush-failure-domain".into(), "host".into()),
+        ],
+        force: false,
+    });
+    c.apply(MonCommand::PoolCreate {
+        name: "ec21".into(),
+        pg_num: Some(1),
+        pgp_num: None,
+        kind: PoolKind::Erasure,
+        profile: Some("p21".into()),
+        rule: None,
+    });
+    c.wait_active(Duration::from_secs(60)).await;
+    let pool = c
+        .current()
+        .pools
+        .values()
+        .find(|p| p.name == "ec21")
+        .unwrap()
+        .id;
+    let io = c.client().ioctx("ec21").expect("pool");
+    let old = pattern(31, 64 << 10);
+    let new = pattern(32, 64 << 10);
+    io.write_full("snappy", old.clone()).await.unwrap();
+    // Snapshot 1, then a full write: clone 1 keeps `old` on every shard.
+    let io1 = io.with_snap_context(SnapContext {
+        seq: 1,
+        snaps: vec![1],
+    });
+    io1.write_full("snappy", new.clone()).await.unwrap();
+    // Later writes drop the rollback stash of that write (it holds the
+    // old chunk too), so only the clone holds `old`.
+    for i in 0..6 {
+        io.write_full(&format!("other-{i}"), pattern(400 + i, 9000))
+            .await
+            .unwrap();
+    }
+    let at1 = io.at_snap(1);
+    assert!(at1.read("snappy", 0, 0).await.unwrap() == old);
+    let pgid = pg0(pool);
+    assert_eq!(scrub(&mut c, pgid, ScrubKind::Deep).await.errors, 0);
+
+    // Shard 1's clone chunk holds `old`'s second stripe unit.
+    let shards = c.current().pg_to_up(pool, 0).unwrap().up;
+    let needle = old[4096 + 100..4096 + 164].to_vec();
+    with_store_offline(&mut c, shards[1], |_, dir| corrupt_data_file(dir, &needle)).await;
+    c.wait_active(Duration::from_secs(60)).await;
+    let r = scrub(&mut c, pgid, ScrubKind::Deep).await;
+    assert_eq!(r.errors, 1, "{r:?}");
+    assert_eq!(r.inconsistent[0].object, "snappy");
+    let bad = &r.inconsistent[0].shards[0];
+    assert_eq!((bad.osd, bad.shard), (shards[1], Some(1)), "{r:?}");
+    assert_eq!(bad.errors, vec!["read_error"]);
+    assert!(
+        bad.detail.as_deref().is_some_and(|d| d.contains("clone 1")),
+        "{r:?}"
+    );
+    let r = scrub(&mut c, pgid, ScrubKind::Repair).await;
+    assert_eq!(r.errors, 0, "{r:?}");
+    assert_eq!(scrub(&mut c, pgid, ScrubKind::Deep).await.errors, 0);
+
+    // Shard 2 (parity): wrong bytes with a valid crc32c.
+    let clone_oid = cairn_osd::exec::store_oid(&ObjectName::new("", "snappy")).with_snap(1);
+    let coll = CollectionId::new(pool, 0, 2);
+    with_store_offline(&mut c, shards[2], |store, _| {
+        let mut t = Transaction::new();
+        t.write(coll, clone_oid.clone(), 0, vec![0x5a_u8; 4096]);
+        store.commit(t).expect("rewrite the clone's coding chunk");
+    })
+    .await;
+    c.wait_active(Duration::from_secs(60)).await;
+    let r = scrub(&mut c, pgid, ScrubKind::Deep).await;
+    assert_eq!(r.errors, 1, "{r:?}");
+    let bad = &r.inconsistent[0].shards[0];
+    assert_eq!((bad.osd, bad.shard), (shards[2], Some(2)), "{r:?}");
+    assert_eq!(bad.errors, vec!["ec_parity_mismatch"]);
+    assert!(
+        bad.detail.as_deref().is_some_and(|d| d.contains("clone 1")),
+        "{r:?}"
+    );
+    let r = scrub(&mut c, pgid, ScrubKind::Repair).await;
+    assert_eq!(r.errors, 0, "{r:?}");
+    assert_eq!(scrub(&mut c, pgid, ScrubKind::Deep).await.errors, 0);
+
+    // The snapshot needs shards 1 and 2 once shard 0 is gone.
+    c.kill(shards[0]).await;
+    c.wait_active(Duration::from_secs(60)).await;
+    assert!(
+        at1.read("snappy", 0, 0).await.unwrap() == old,
+        "snapshot 1 differs after repair"
+    );
+    assert!(io.read("snappy", 0, 0).await.unwrap() == new);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -81,6 +81,32 @@ pub fn newest_on_k(
     None
 }
 
+/// [`newest_on_k`] over shard positions: the newest version of `auth_log`
+/// (or its tail) that at least `k` positions hold, a position holding it
+/// when any of its copies (`positions[s]`) does.
+pub fn newest_on_k_positions(
+    auth: &PgInfo,
+    auth_log: &[LogEntry],
+    positions: &[Vec<(&PgInfo, &[LogEntry])>],
+    k: usize,
+) -> Option<Version> {
+    let candidates = auth_log
+        .iter()
+        .rev()
+        .map(|e| e.version)
+        .chain(std::iter::once(auth.log_tail));
+    for v in candidates {
+        let n = positions
+            .iter()
+            .filter(|copies| copies.iter().any(|(i, l)| holds(i, l, v)))
+            .count();
+        if n >= k {
+            return Some(v);
+        }
+    }
+    None
+}
+
 /// EC's stricter form of `check_can_activate`: every past interval that
 /// may have accepted writes since the newest activation must have at
 /// least `k` of its members among `settled` (answered, or declared lost).
@@ -207,16 +233,26 @@ pub fn plan_activation(
         .filter(|(_, &o)| o != SHARD_HOLE)
         .map(|(s, &o)| (s, o))
         .collect();
-    let member_notes: Vec<(&PgInfo, &[LogEntry])> = members
-        .iter()
-        .filter_map(|(_, o)| notes.get(o))
-        .filter(|(i, _, _)| i.backfill.is_none())
-        .map(|(i, l, _)| (i, &l[..]))
+    // Per shard position, every complete copy of it that answered: the
+    // acting member's, and copies outside the acting set (an OSD marked
+    // out, or moved to another position, still holding it). An entry held
+    // at k positions may have been acknowledged, wherever those copies now
+    // are; counting acting members alone would take an empty new member
+    // (or one that moved position) as proof that entries were never
+    // acknowledged, and roll them back.
+    let position_notes: Vec<Vec<(&PgInfo, &[LogEntry])>> = (0..layout.shards.len())
+        .map(|s| {
+            notes
+                .values()
+                .filter(|(i, _, shard)| usize::from(*shard) == s && i.backfill.is_none())
+                .map(|(i, l, _)| (i, &l[..]))
+                .collect()
+        })
         .collect();
-    let v = newest_on_k(&auth_info, &auth_log, &member_notes, k).ok_or_else(|| {
+    let v = newest_on_k_positions(&auth_info, &auth_log, &position_notes, k).ok_or_else(|| {
         format!(
-            "fewer than k={k} shards hold any common point of the newest log (shards answering: {}); bring back OSDs that held this PG",
-            member_notes.len()
+            "fewer than k={k} shards hold any common point of the newest log (positions with a copy answering: {}); bring back OSDs that held this PG",
+            position_notes.iter().filter(|p| !p.is_empty()).count()
         )
     })?;
     let auth_log: Vec<LogEntry> = auth_log.into_iter().filter(|e| e.version <= v).collect();
@@ -267,25 +303,34 @@ pub fn plan_activation(
         .map(|&(s, o)| (s, o, plan_for(o)))
         .collect();
     // When the acting set is the up set and some members need a backfill
-    // (no copy, or one the log does not cover): per position, the up
-    // member when complete or a log away, else another up OSD whose copy
-    // holds that position completely, else a hole. Only if that still
-    // reaches min_size; otherwise activation rebuilds them itself.
+    // (no copy, or one the log does not cover), or fewer than k members
+    // are up to date (so nothing can be rebuilt from them; e.g. an OSD
+    // moved to another position and a new one both start empty): per
+    // position, the up member when complete or a log away (and enough
+    // members are up to date to rebuild from), else another up OSD whose
+    // copy holds that position completely, else a hole. Only if that still
+    // reaches min_size; otherwise activation rebuilds them itself (or
+    // fails, without k up-to-date shards, and waits).
+    let short_of_sources = sources.len() < k;
     let needs_backfill = |osd: i32| matches!(plan_for(osd), RecoveryPlan::Backfill);
     let behind: Vec<usize> = recover
         .iter()
-        .filter(|(_, _, p)| matches!(p, RecoveryPlan::Backfill))
+        .filter(|(_, _, p)| {
+            short_of_sources && !matches!(p, RecoveryPlan::UpToDate)
+                || matches!(p, RecoveryPlan::Backfill)
+        })
         .map(|(s, _, _)| *s)
         .collect();
     let mut pg_temp = None;
     if layout.may_remap && layout.shards == layout.up_shards && !behind.is_empty() {
         let mut want = layout.up_shards.to_vec();
         for &s in &behind {
-            let stand_in = notes.iter().find(|(o, (i, _, shard))| {
+            let stand_in = notes.iter().find(|(o, (i, l, shard))| {
                 usize::from(*shard) == s
                     && i.backfill.is_none()
                     && !want.contains(o)
                     && !needs_backfill(**o)
+                    && (!short_of_sources || holds(i, l, v))
                     && is_up(**o)
             });
             want[s] = stand_in.map(|(o, _)| *o).unwrap_or(SHARD_HOLE);
@@ -986,6 +1031,44 @@ mod tests {
             plan_activation(&notes, &l, &|_| true).unwrap().pg_temp,
             None
         );
+    }
+
+    /// 2+1, short log (no trim): osd.1 held shard 0 and went out; CRUSH
+    /// moved osd.3 from shard 2 to shard 0 (a fresh, empty collection) and
+    /// put osd.2, new, at shard 2. Only osd.0 of the acting set is up to
+    /// date, but the entries are on two positions (osd.1's shard 0 and
+    /// osd.0's shard 1): they may have been acknowledged and must not be
+    /// rolled back. Complete copies serve through pg_temp meanwhile.
+    #[test]
+    fn an_empty_moved_member_is_no_proof_that_entries_were_never_acknowledged() {
+        let log: Vec<LogEntry> = (1..=6).map(e).collect();
+        let full = PgInfo {
+            last_epoch_started: cairn_types::Epoch(5),
+            ..info(6)
+        };
+        let mut notes: Notes = BTreeMap::new();
+        notes.insert(0, (full.clone(), log.clone(), 1));
+        notes.insert(1, (full.clone(), log.clone(), 0));
+        notes.insert(3, (PgInfo::default(), vec![], 0));
+        notes.insert(2, (PgInfo::default(), vec![], 2));
+        let shards = [3, 0, 2];
+        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|_| true).unwrap();
+        assert_eq!(plan.point, e(6).version);
+        assert!(plan.rollbacks.is_empty(), "{:?}", plan.rollbacks);
+        assert_eq!(plan.sources, vec![1]);
+        assert_eq!(plan.pg_temp, Some(vec![1, 0, SHARD_HOLE]));
+        // Under that pg_temp: both complete copies act, the rest backfills.
+        let acting = [1, 0, SHARD_HOLE];
+        let plan = plan_activation(&notes, &layout(&acting, &shards, 2), &|_| true).unwrap();
+        assert_eq!((plan.point, plan.pg_temp.clone()), (e(6).version, None));
+        assert_eq!(plan.sources, vec![0, 1]);
+        assert!(plan.rollbacks.is_empty() && plan.recover.is_empty());
+        // osd.1 down: one complete position left; still nothing rolled
+        // back (the point stays: two positions hold it), and no pg_temp
+        // reaches min_size, so activation cannot rebuild and waits.
+        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|o| o != 1).unwrap();
+        assert!(plan.rollbacks.is_empty());
+        assert_eq!(plan.pg_temp, None);
     }
 
     #[test]

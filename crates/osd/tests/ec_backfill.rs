@@ -6,7 +6,9 @@
 //! new up set at its position, misplaced copies go to 0, and the out
 //! OSD's shards are deleted. Also: `nobackfill` holds an EC backfill (the
 //! PG stays remapped, active and writable) until it is unset, and an EC
-//! backfill interrupted by new intervals resumes from the target's mark.
+//! backfill interrupted by new intervals resumes from the target's mark,
+//! and an OSD moved to another position by CRUSH gets a fresh copy of it
+//! while its old position's copy is deleted once clean.
 
 mod common;
 use cairn_map::{MonCommand, OsdFlag, PoolKind};
@@ -493,4 +495,107 @@ async fn verify_ecr(io: &cairn_client::IoCtx, count: u64, what: &str) {
         let got = io.read(&name, 0, 0).await.expect("read");
         assert!(got == pattern(i, OBJ_BYTES), "{what}: {name} differs");
     }
+}
+
+/// The shard-move cleanup path: when CRUSH moves an OSD to another
+/// position of a PG (indep placement can shift a member when another goes
+/// out), the OSD serves the new position from a fresh collection (rebuilt
+/// like any new member's) and deletes its copy of the old position once
+/// the PG is clean. The test looks for an `osd out` that moves some other
+/// OSD between positions (pg_num 8, 2+1 over four hosts), applies it, and
+/// checks on disk: the moved OSD holds the new position's chunks of every
+/// object of that PG and nothing of the old position; every object reads
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ec21_a_shard_moved_by_crush_gets_a_fresh_copy_and_the_stale_one_goes() {
+    const OBJECTS: u64 = 160;
+    const PG_NUM: u32 = 8;
+    let mut c = Cluster::start_with(4, 1, 1, 512 << 20, vec![], true).await;
+    c.apply(MonCommand::EcProfileSet {
+        name: "ec21".into(),
+        params: [("k", "2"), ("m", "1"), ("crush-failure-domain", "host")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        force: false,
+    });
+    c.apply(MonCommand::PoolCreate {
+        name: "ecm".into(),
+        pg_num: Some(PG_NUM),
+        pgp_num: None,
+        kind: PoolKind::Erasure,
+        profile: Some("ec21".into()),
+        rule: None,
+    });
+    assert!(c.current().pools.contains_key(&EC_POOL_ID));
+    c.wait_active(Duration::from_secs(30)).await;
+    let io = c.client().ioctx("ecm").expect("pool");
+    preload(&io, OBJECTS, OBJ_BYTES).await;
+    // An `osd out` that moves another OSD from one position of a PG to
+    // another (found on a copy of the map).
+    let before = c.current();
+    let admin = cairn_map::ApplyContext {
+        caller: cairn_types::EntityName::client("admin"),
+        generated_secret: None,
+    };
+    let mut found = None;
+    'search: for &out in before.osds.keys() {
+        let mut after = before.clone();
+        after
+            .apply(&MonCommand::OsdOut { ids: vec![out] }, &admin)
+            .expect("out on a copy of the map");
+        for seed in 0..PG_NUM {
+            let old = before.pg_to_up(EC_POOL_ID, seed).unwrap().up;
+            let new = after.pg_to_up(EC_POOL_ID, seed).unwrap().up;
+            for (from, o) in old.iter().enumerate() {
+                if *o == out {
+                    continue;
+                }
+                if let Some(to) = new.iter().position(|x| x == o).filter(|&p| p != from) {
+                    found = Some((out, seed, *o, from, to));
+                    break 'search;
+                }
+            }
+        }
+    }
+    let (out, seed, moved, from, to) =
+        found.expect("no single 'osd out' moves an OSD between positions of an EC PG here");
+    eprintln!("osd out {out}: osd.{moved} moves from shard {from} to shard {to} of pg {EC_POOL_ID}.{seed:x}");
+    c.apply(MonCommand::OsdOut { ids: vec![out] });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = ec_states(&c);
+        let clean = st.len() == PG_NUM as usize && st.values().all(|s| s == "active+clean");
+        if clean && c.current().pg_temp.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not clean: {st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    verify_ecr(&io, OBJECTS, "after the shard move").await;
+    // The old position's copy is deleted asynchronously once clean.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let up = c.current().pg_to_up(EC_POOL_ID, seed).unwrap().up;
+    assert_eq!(up[to], moved);
+    let ids: Vec<i32> = c.current().osds.keys().copied().collect();
+    for id in &ids {
+        c.crash(*id);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held: BTreeMap<i32, BTreeMap<(u32, u8), usize>> =
+        ids.iter().map(|id| (*id, ec_shards(&c, *id))).collect();
+    assert!(
+        !held[&moved].contains_key(&(seed, from as u8)),
+        "osd.{moved} still holds shard {from} of pg {EC_POOL_ID}.{seed:x}: {:?}",
+        held[&moved]
+    );
+    let counts: Vec<usize> = up
+        .iter()
+        .enumerate()
+        .map(|(s, o)| held[o].get(&(seed, s as u8)).copied().unwrap_or(0))
+        .collect();
+    assert!(
+        counts.iter().all(|n| *n == counts[0] && *n > 0),
+        "pg {EC_POOL_ID}.{seed:x}: shards on {up:?} hold {counts:?} objects"
+    );
 }

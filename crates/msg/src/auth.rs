@@ -1,6 +1,7 @@
 //! Keys, tickets and the MAC/KDF primitives of the handshake and of frame
 //! signing. Owns the cryptography; not the socket I/O (see `handshake`).
 
+use crate::config::FrameMode;
 use crate::keyring::{Secret, SECRET_LEN};
 use bytes::Bytes;
 use cairn_types::{decode_versioned, encode_versioned, EntityName};
@@ -14,7 +15,8 @@ use subtle::ConstantTimeEq;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// Length of a frame MAC (HMAC-SHA256 truncated).
+/// Length of a frame MAC (keyed BLAKE3 truncated; in crc mode the field
+/// holds a crc32c and zeros).
 pub const FRAME_MAC_LEN: usize = 16;
 /// Length of handshake nonces.
 pub const NONCE_LEN: usize = 32;
@@ -188,6 +190,10 @@ pub(crate) struct Transcript<'a> {
     pub server: &'a EntityName,
     pub nonce_c: &'a [u8; NONCE_LEN],
     pub nonce_s: &'a [u8; NONCE_LEN],
+    /// The frame mode the client asked for (and the server accepted): bound
+    /// into both proofs, so an on-path attacker cannot downgrade a
+    /// connection from secure to crc.
+    pub mode: FrameMode,
 }
 
 impl Transcript<'_> {
@@ -197,7 +203,13 @@ impl Transcript<'_> {
         prf(
             k,
             label,
-            &[self.nonce_c, self.nonce_s, c.as_bytes(), s.as_bytes()],
+            &[
+                self.nonce_c,
+                self.nonce_s,
+                c.as_bytes(),
+                s.as_bytes(),
+                &[self.mode.wire()],
+            ],
         )
     }
     pub fn server_proof(&self, k: &Secret) -> [u8; 32] {
@@ -229,7 +241,8 @@ const FRAME_KEY_CONTEXT: &str = "cairn frame mac v2 2026-11-22";
 const HEADER_KEY_CONTEXT: &str = "cairn frame header mac v3 2026-11-22";
 
 /// A frame MAC key (one per direction): keyed BLAKE3 under a key derived
-/// from the direction's session secret.
+/// from the direction's session secret, and the connection's
+/// [`FrameMode`], which says what protects the payload.
 ///
 /// Why BLAKE3 and not HMAC-SHA256 (wire version 1): keyed BLAKE3 is a PRF
 /// designed to be used as a MAC, with the same 256-bit key and, truncated
@@ -238,30 +251,44 @@ const HEADER_KEY_CONTEXT: &str = "cairn frame header mac v3 2026-11-22";
 /// 3-4x faster (SIMD over 1 KiB chunks), and every payload byte is MACed
 /// twice per hop. What the MAC covers is unchanged: the whole header
 /// (sequence number included, so replays and reorders stay detectable) and
-/// every payload byte. A MAC over the header and the payload's crc32c
-/// instead was rejected: crc32c is linear and unkeyed, so an on-path
-/// attacker could change a payload while keeping its checksum.
+/// every payload byte.
 ///
 /// Since wire version 3 the header also carries a MAC of its own (under a
 /// second derived key) so that a receiver checks the payload length, the
 /// sequence number and the rest of the header before it reads or
-/// allocates the payload.
+/// allocates the payload. Since wire version 5 a connection negotiated in
+/// [`FrameMode::Crc`] keeps that header MAC but protects the payload with
+/// a crc32c instead of the frame MAC: crc32c is linear and unkeyed, so an
+/// on-path attacker could change a payload while keeping its checksum;
+/// that mode is for trusted networks only (see `FrameMode`).
 #[derive(Clone)]
 pub struct FrameKey {
     key: [u8; 32],
     header_key: [u8; 32],
+    mode: FrameMode,
 }
 
 impl FrameKey {
+    /// A key of a [`FrameMode::Secure`] connection.
     pub fn new(key: &Secret) -> FrameKey {
+        FrameKey::with_mode(key, FrameMode::Secure)
+    }
+
+    /// A key of a connection negotiated in `mode`.
+    pub fn with_mode(key: &Secret, mode: FrameMode) -> FrameKey {
         FrameKey {
             key: blake3::derive_key(FRAME_KEY_CONTEXT, key.as_bytes()),
             header_key: blake3::derive_key(HEADER_KEY_CONTEXT, key.as_bytes()),
+            mode,
         }
     }
 
+    pub fn mode(&self) -> FrameMode {
+        self.mode
+    }
+
     /// Keyed BLAKE3 (header key) over the signed header bytes, truncated
-    /// to 16 bytes.
+    /// to 16 bytes (in both modes).
     pub fn sign_header(&self, header: &[u8]) -> [u8; FRAME_MAC_LEN] {
         let full = blake3::keyed_hash(&self.header_key, header);
         let mut out = [0u8; FRAME_MAC_LEN];
@@ -273,34 +300,56 @@ impl FrameKey {
         mac_eq(&self.sign_header(header), mac)
     }
 
-    /// Keyed BLAKE3 over `header || payload`, truncated to 16 bytes. The
-    /// header has a fixed length, so the concatenation is unambiguous.
+    /// The frame tag over `header || payload`: keyed BLAKE3 truncated to
+    /// 16 bytes (secure mode), or crc32c little-endian in the first 4
+    /// bytes and zeros after (crc mode). The header has a fixed length, so
+    /// the concatenation is unambiguous.
     pub fn sign(&self, header: &[u8], payload: &[u8]) -> [u8; FRAME_MAC_LEN] {
-        let mut h = blake3::Hasher::new_keyed(&self.key);
-        h.update(header);
-        h.update(payload);
-        let full = h.finalize();
-        let mut out = [0u8; FRAME_MAC_LEN];
-        out.copy_from_slice(&full.as_bytes()[..FRAME_MAC_LEN]);
-        out
+        self.sign_parts_iter(header, std::iter::once(payload))
     }
 
     /// [`FrameKey::sign`] of a payload held as consecutive segments (the
-    /// MAC is the same as over their concatenation).
+    /// tag is the same as over their concatenation).
     pub fn sign_parts(&self, header: &[u8], parts: &[bytes::Bytes]) -> [u8; FRAME_MAC_LEN] {
-        let mut h = blake3::Hasher::new_keyed(&self.key);
-        h.update(header);
-        for p in parts {
-            h.update(p);
-        }
-        let full = h.finalize();
+        self.sign_parts_iter(header, parts.iter().map(|p| &p[..]))
+    }
+
+    fn sign_parts_iter<'a>(
+        &self,
+        header: &[u8],
+        parts: impl Iterator<Item = &'a [u8]>,
+    ) -> [u8; FRAME_MAC_LEN] {
         let mut out = [0u8; FRAME_MAC_LEN];
-        out.copy_from_slice(&full.as_bytes()[..FRAME_MAC_LEN]);
+        match self.mode {
+            FrameMode::Secure => {
+                let mut h = blake3::Hasher::new_keyed(&self.key);
+                h.update(header);
+                for p in parts {
+                    h.update(p);
+                }
+                out.copy_from_slice(&h.finalize().as_bytes()[..FRAME_MAC_LEN]);
+            }
+            FrameMode::Crc => {
+                let crc = parts.fold(crc32c::crc32c(header), crc32c::crc32c_append);
+                out[..4].copy_from_slice(&crc.to_le_bytes());
+            }
+        }
         out
     }
 
     pub fn verify(&self, header: &[u8], payload: &[u8], mac: &[u8]) -> bool {
         mac_eq(&self.sign(header, payload), mac)
+    }
+
+    /// Payloads at least this big are signed and verified on the blocking
+    /// pool, so that a long MAC does not stall the other tasks of a runtime
+    /// worker. A crc32c runs an order of magnitude faster than the MAC, so
+    /// in crc mode only very large payloads are worth the hand-off.
+    pub fn offload_bytes(&self) -> usize {
+        match self.mode {
+            FrameMode::Secure => 256 << 10,
+            FrameMode::Crc => 16 << 20,
+        }
     }
 }
 
@@ -353,6 +402,37 @@ mod tests {
             }
         )
         .is_err());
+    }
+
+    #[test]
+    fn proofs_and_session_keys_bind_the_frame_mode() {
+        let (c, srv) = (EntityName::osd(1), EntityName::osd(2));
+        let k = Secret::generate();
+        let t = |mode| Transcript {
+            client: &c,
+            server: &srv,
+            nonce_c: &[1; NONCE_LEN],
+            nonce_s: &[2; NONCE_LEN],
+            mode,
+        };
+        let (crc, secure) = (t(FrameMode::Crc), t(FrameMode::Secure));
+        assert_ne!(crc.server_proof(&k), secure.server_proof(&k));
+        assert_ne!(crc.client_proof(&k), secure.client_proof(&k));
+        assert_ne!(crc.session_keys(&k).0, secure.session_keys(&k).0);
+    }
+
+    #[test]
+    fn crc_tag_detects_changes_and_is_not_the_mac() {
+        let s = Secret::generate();
+        let k = FrameKey::with_mode(&s, FrameMode::Crc);
+        let m = k.sign(b"head", b"body");
+        assert!(k.verify(b"head", b"body", &m));
+        assert!(!k.verify(b"head", b"bodz", &m));
+        assert!(!k.verify(b"heae", b"body", &m));
+        assert_eq!(&m[4..], &[0u8; 12]);
+        assert!(!FrameKey::new(&s).verify(b"head", b"body", &m));
+        let parts = [Bytes::from_static(b"bo"), Bytes::from_static(b"dy")];
+        assert_eq!(k.sign_parts(b"head", &parts), m);
     }
 
     #[test]

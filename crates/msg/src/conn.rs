@@ -45,9 +45,6 @@ pub const MAX_PENDING_CALLS: usize = 65_536;
 pub const MAX_CONCURRENT_HANDSHAKES: usize = 128;
 /// Most authenticated connections waiting for `Listener::accept`.
 pub const ACCEPT_QUEUE_LEN: usize = 128;
-/// Payloads at least this big are signed/verified on the blocking pool so
-/// a 128 MiB MAC does not stall the other tasks of a runtime worker.
-pub const OFFLOAD_MAC_BYTES: usize = 256 << 10;
 /// Most frames written with one vectored write.
 const WRITE_BATCH_FRAMES: usize = 32;
 /// Queued frames are batched until their payloads reach this many bytes.
@@ -85,6 +82,7 @@ struct Shared {
     addr: SocketAddr,
     label: String,
     peer_caps: Option<String>,
+    mode: crate::config::FrameMode,
     cfg: MsgConfig,
     out_tx: mpsc::Sender<OutFrame>,
     send_window: Arc<Semaphore>,
@@ -250,6 +248,11 @@ impl Connection {
         self.handle.shared.peer_caps.as_deref()
     }
 
+    /// The frame mode negotiated at connect time.
+    pub fn mode(&self) -> crate::config::FrameMode {
+        self.handle.shared.mode
+    }
+
     /// Why the connection died, if it did.
     pub fn closed_reason(&self) -> Option<MsgError> {
         self.handle.shared.dead_error()
@@ -390,6 +393,44 @@ impl Connection {
             .await
     }
 
+    /// [`Connection::reply_parts`] without waiting: queues the answer if
+    /// the in-flight bound and the send queue have room right now. When
+    /// they do not, the payload is handed back (`Err(Some(payload))`) for
+    /// the caller to send with `reply_parts` from a task of its own; when
+    /// the connection is dead or the payload too large, `Err(None)` (the
+    /// answer cannot be sent at all). Saves a task per answer on the hot
+    /// path of a server that would otherwise spawn one to reply.
+    pub fn try_reply_parts(
+        &self,
+        to: &Message,
+        msg_type: u16,
+        payload: Vec<Bytes>,
+    ) -> Result<(), Option<Vec<Bytes>>> {
+        let sh = &self.handle.shared;
+        if sh.dead_error().is_some() {
+            return Err(None);
+        }
+        let len = parts_len(&payload);
+        if len > sh.cfg.max_message_bytes {
+            return Err(None);
+        }
+        let cost = (HEADER_LEN + len).min(sh.cfg.max_inflight_bytes) as u32;
+        let Ok(permit) = sh.send_window.clone().try_acquire_many_owned(cost) else {
+            return Err(Some(payload));
+        };
+        let header = self.header(msg_type, self.next_id(), Some(to.id), &payload);
+        let frame = OutFrame {
+            header,
+            payload,
+            _permit: Some(permit),
+        };
+        match sh.out_tx.try_send(frame) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(f)) => Err(Some(f.payload)),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(None),
+        }
+    }
+
     /// The next incoming request or one-way message. Messages that arrived
     /// before the connection died are still delivered, then the cause of
     /// death is returned. Ends when the connection dies (keepalive timeout
@@ -452,6 +493,7 @@ pub(crate) fn start(
         addr,
         label,
         peer_caps: est.peer_caps,
+        mode: est.mode,
         send_window: Arc::new(Semaphore::new(cfg.max_inflight_bytes)),
         cfg,
         out_tx,
@@ -535,7 +577,7 @@ async fn reader_loop(
             },
         )
         .await?;
-        let mac_ok = if f.payload.len() >= OFFLOAD_MAC_BYTES {
+        let mac_ok = if f.payload.len() >= verifier.key().offload_bytes() {
             let (key, raw, hdr_mac, payload) = (
                 verifier.key().clone(),
                 f.raw_header,
@@ -554,7 +596,9 @@ async fn reader_loop(
                 &f.header.mac,
             )
         };
-        FrameVerifier::accept_payload(&f.header, mac_ok).map_err(|e| frame_error(&sh.label, e))?;
+        verifier
+            .accept_payload(&f.header, mac_ok)
+            .map_err(|e| frame_error(&sh.label, e))?;
         match f.header.kind {
             FrameKind::Keepalive => {}
             FrameKind::Close => {
@@ -669,7 +713,7 @@ async fn seal_frame(
     frame: &mut OutFrame,
 ) -> Result<[u8; HEADER_LEN], MsgError> {
     let mut raw = signer.prepare(&mut frame.header);
-    let mac = if parts_len(&frame.payload) >= OFFLOAD_MAC_BYTES {
+    let mac = if parts_len(&frame.payload) >= signer.key().offload_bytes() {
         let (key, payload) = (signer.key().clone(), frame.payload.clone());
         tokio::task::spawn_blocking(move || key.sign_parts(&raw[..SIGNED_HEADER_LEN], &payload))
             .await
@@ -786,6 +830,7 @@ pub async fn connect(
             &label,
             creds,
             expect_peer,
+            cfg.mode,
             cfg.handshake_timeout,
         ),
     )
@@ -893,6 +938,7 @@ async fn accept_loop(
                     &label,
                     &me,
                     keys.as_ref(),
+                    cfg.accept,
                     cfg.handshake_timeout,
                 ),
             )

@@ -1,5 +1,6 @@
 //! The wire frame: a fixed 72-byte header (magic, version, kind, lengths,
-//! sequence, ids, a header MAC and a frame MAC) followed by the payload.
+//! sequence, ids, a header MAC and a frame MAC — or, on a connection
+//! negotiated in crc mode, a crc32c) followed by the payload.
 //! Owns encoding, pure decoding and the per-direction signing/verification
 //! state; not socket I/O.
 //!
@@ -13,7 +14,7 @@ use crate::auth::{FrameKey, FRAME_MAC_LEN};
 /// First bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"CAIR";
 /// Wire format version carried in every frame header.
-pub const WIRE_VERSION: u8 = 4;
+pub const WIRE_VERSION: u8 = 5;
 /// Size of the fixed frame header.
 pub const HEADER_LEN: usize = 72;
 /// Bytes of the header covered by both MACs (everything before them).
@@ -113,6 +114,8 @@ pub enum FrameError {
     Truncated { have: usize, need: usize },
     #[error("frame {seq} failed its MAC check (tampered or corrupted in transit)")]
     BadMac { seq: u64 },
+    #[error("frame {seq} failed its crc32c check (corrupted in transit; this connection runs in crc mode)")]
+    BadCrc { seq: u64 },
     #[error("frame header (sequence number {seq} as sent) failed its MAC check: not from the authenticated peer, or tampered or corrupted in transit; its payload was not read")]
     BadHeaderMac { seq: u64 },
     #[error("frame has sequence number {got}, expected {expected} (replayed, reordered or dropped frame)")]
@@ -315,7 +318,7 @@ impl FrameVerifier {
         let mac_ok = self
             .key
             .verify(&raw_header[..SIGNED_HEADER_LEN], payload, &hdr.mac);
-        Self::accept_payload(hdr, mac_ok)
+        self.accept_payload(hdr, mac_ok)
     }
 
     pub fn key(&self) -> &FrameKey {
@@ -345,12 +348,13 @@ impl FrameVerifier {
         Ok(())
     }
 
-    /// Second step when the frame MAC was checked elsewhere (`mac_ok`).
-    pub fn accept_payload(hdr: &FrameHeader, mac_ok: bool) -> Result<(), FrameError> {
-        if mac_ok {
-            Ok(())
-        } else {
-            Err(FrameError::BadMac { seq: hdr.seq })
+    /// Second step when the frame tag (MAC, or crc32c in crc mode) was
+    /// checked elsewhere (`mac_ok`).
+    pub fn accept_payload(&self, hdr: &FrameHeader, mac_ok: bool) -> Result<(), FrameError> {
+        match (mac_ok, self.key.mode()) {
+            (true, _) => Ok(()),
+            (false, crate::config::FrameMode::Secure) => Err(FrameError::BadMac { seq: hdr.seq }),
+            (false, crate::config::FrameMode::Crc) => Err(FrameError::BadCrc { seq: hdr.seq }),
         }
     }
 }
@@ -578,6 +582,25 @@ mod tests {
             bad[i] ^= 1 << bit;
             let mut v = FrameVerifier::new(key());
             let (n, err) = decode_stream(&bad, 1 << 20, &mut v);
+            prop_assert!(err.is_some() && n < bodies.len(), "flip at {} accepted", i);
+        }
+
+        #[test]
+        fn crc_mode_streams_verify_and_any_bit_flip_is_caught(
+            bodies in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 1..6),
+            flip in any::<proptest::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let crc = || FrameKey::with_mode(&Secret::from_bytes([7; 32]), crate::config::FrameMode::Crc);
+            let mut s = FrameSigner::new(crc());
+            let stream: Vec<u8> = bodies.iter().flat_map(|b| frame(&mut s, b, None)).collect();
+            prop_assert_eq!(decode_stream(&stream, 1 << 20, &mut FrameVerifier::new(crc())), (bodies.len(), None));
+            // A secure-mode receiver refuses crc frames.
+            prop_assert!(decode_stream(&stream, 1 << 20, &mut FrameVerifier::new(key())).1.is_some());
+            let mut bad = stream.clone();
+            let i = flip.index(bad.len());
+            bad[i] ^= 1 << bit;
+            let (n, err) = decode_stream(&bad, 1 << 20, &mut FrameVerifier::new(crc()));
             prop_assert!(err.is_some() && n < bodies.len(), "flip at {} accepted", i);
         }
 

@@ -3,7 +3,7 @@
 //! `auth`, the frame I/O in `io`.
 //!
 //! ```text
-//! C -> S  Hello        {client name, nonce_c, ticket?}
+//! C -> S  Hello        {client name, nonce_c, ticket?, frame mode}
 //! S -> C  ServerHello  {server name, nonce_s, HMAC_K(server-label, nonces, names)}   or AuthReject
 //! C -> S  ClientProof  {HMAC_K(client-label, nonces, names)}
 //! S -> C  AuthOk (first signed frame, seq 0)                                      or AuthReject
@@ -12,6 +12,7 @@
 use crate::auth::{
     random_nonce, unseal_ticket, Credentials, FrameKey, KeyServer, Ticket, Transcript, NONCE_LEN,
 };
+use crate::config::{AcceptModes, FrameMode};
 use crate::frame::{FrameKind, FrameSigner, FrameVerifier, HANDSHAKE_MAX_BYTES};
 use crate::io::{read_frame, write_frame, write_unsigned};
 use crate::keyring::Secret;
@@ -22,13 +23,17 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-const HANDSHAKE_VERSION: u8 = 1;
+/// Version 2 (wire version 5): `Hello` carries the frame mode the client
+/// asks for, and both proofs cover it.
+const HANDSHAKE_VERSION: u8 = 2;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Hello {
     pub name: EntityName,
     pub nonce: [u8; NONCE_LEN],
     pub ticket: Option<(u64, Vec<u8>)>,
+    /// [`FrameMode`] as its wire byte.
+    pub mode: u8,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -111,6 +116,7 @@ pub(crate) fn decode_handshake_payload(
 /// The result of a successful handshake.
 pub(crate) struct Established {
     pub peer: EntityName,
+    pub mode: FrameMode,
     pub peer_caps: Option<String>,
     pub signer: FrameSigner,
     pub verifier: FrameVerifier,
@@ -142,6 +148,7 @@ pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(
     addr_label: &str,
     creds: &Credentials,
     expect_peer: Option<&EntityName>,
+    mode: FrameMode,
     idle: Duration,
 ) -> Result<Established, MsgError> {
     let me = creds.name();
@@ -154,6 +161,7 @@ pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(
         name: me.clone(),
         nonce: nonce_c,
         ticket,
+        mode: mode.wire(),
     };
     write_unsigned(
         s,
@@ -191,6 +199,7 @@ pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(
         server: &sh.name,
         nonce_c: &nonce_c,
         nonce_s: &sh.nonce,
+        mode,
     };
     if !crate::auth::mac_eq(&t.server_proof(k), &sh.proof) {
         let what = match creds {
@@ -223,7 +232,7 @@ pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(
     )
     .await?;
     let (c2s, s2c) = t.session_keys(k);
-    let mut verifier = FrameVerifier::new(FrameKey::new(&s2c));
+    let mut verifier = FrameVerifier::new(FrameKey::with_mode(&s2c, mode));
 
     let f = read_frame(s, &label, 0, idle, |_, _| Ok(())).await?;
     match f.header.kind {
@@ -251,8 +260,9 @@ pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(
     }
     Ok(Established {
         peer: sh.name,
+        mode,
         peer_caps: None,
-        signer: FrameSigner::new(FrameKey::new(&c2s)),
+        signer: FrameSigner::new(FrameKey::with_mode(&c2s, mode)),
         verifier,
     })
 }
@@ -275,6 +285,7 @@ pub(crate) async fn server<S: AsyncRead + AsyncWrite + Unpin>(
     addr_label: &str,
     me: &EntityName,
     keys: &dyn KeyServer,
+    accept: AcceptModes,
     idle: Duration,
 ) -> Result<Established, MsgError> {
     let hello = match read_handshake(s, addr_label, idle).await? {
@@ -282,6 +293,26 @@ pub(crate) async fn server<S: AsyncRead + AsyncWrite + Unpin>(
         (kind, _) => return Err(unexpected(addr_label, "Hello", kind)),
     };
     let label = format!("{} ({addr_label})", hello.name);
+    // Both ends must run the same frame mode; a mismatch is a
+    // configuration error and is said so at once (before any key work).
+    let want = accept.for_peer(&hello.name);
+    let mode = match FrameMode::from_wire(hello.mode) {
+        Some(m) if m == want => m,
+        Some(m) => {
+            return Err(reject(s, &label, format!(
+                "{} asked for '{m}' frames but {me} requires '{want}' frames from it: the two sides' messenger modes differ (ms_cluster_mode between OSDs, ms_client_mode for clients); set the same value on both",
+                hello.name
+            ))
+            .await)
+        }
+        None => {
+            return Err(reject(s, &label, format!(
+                "{} asked for an unknown frame mode (byte {}); this side knows 'crc' and 'secure'",
+                hello.name, hello.mode
+            ))
+            .await)
+        }
+    };
     let (k, caps): (Secret, Option<String>) = match &hello.ticket {
         None => match keys.secret_for(&hello.name) {
             Some(k) => (k, None),
@@ -313,6 +344,7 @@ pub(crate) async fn server<S: AsyncRead + AsyncWrite + Unpin>(
         server: me,
         nonce_c: &hello.nonce,
         nonce_s: &nonce_s,
+        mode,
     };
     let sh = ServerHello {
         name: me.clone(),
@@ -358,7 +390,7 @@ pub(crate) async fn server<S: AsyncRead + AsyncWrite + Unpin>(
         .await);
     }
     let (c2s, s2c) = t.session_keys(&k);
-    let mut signer = FrameSigner::new(FrameKey::new(&s2c));
+    let mut signer = FrameSigner::new(FrameKey::with_mode(&s2c, mode));
     let mut hdr = crate::frame::FrameHeader::new(FrameKind::AuthOk, 0, 0);
     let raw = signer.seal(&mut hdr, &[]);
     write_frame(s, &raw, &[])
@@ -369,9 +401,10 @@ pub(crate) async fn server<S: AsyncRead + AsyncWrite + Unpin>(
         .map_err(|e| MsgError::io(&label, "sending AuthOk", &e))?;
     Ok(Established {
         peer: hello.name,
+        mode,
         peer_caps: caps,
         signer,
-        verifier: FrameVerifier::new(FrameKey::new(&c2s)),
+        verifier: FrameVerifier::new(FrameKey::with_mode(&c2s, mode)),
     })
 }
 
@@ -400,6 +433,7 @@ pub(crate) fn sample_frames() -> Vec<Vec<u8>> {
                     name: EntityName::client("admin"),
                     nonce: [3; NONCE_LEN],
                     ticket: None,
+                    mode: FrameMode::Secure.wire(),
                 },
             ),
         ),
@@ -411,6 +445,7 @@ pub(crate) fn sample_frames() -> Vec<Vec<u8>> {
                     name: EntityName::osd(1),
                     nonce: [4; NONCE_LEN],
                     ticket: Some((ticket.generation, ticket.sealed.to_vec())),
+                    mode: FrameMode::Crc.wire(),
                 },
             ),
         ),

@@ -33,6 +33,7 @@ pub(crate) fn frame_error(peer: &str, e: FrameError) -> MsgError {
             }
         }
         e @ (FrameError::BadMac { .. }
+        | FrameError::BadCrc { .. }
         | FrameError::BadHeaderMac { .. }
         | FrameError::BadSequence { .. }) => MsgError::Integrity {
             peer: peer.to_string(),

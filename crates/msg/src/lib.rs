@@ -1,6 +1,7 @@
 //! cairn-msg: the wire between every Cairn daemon and client. Framed,
 //! versioned messages over TCP with mutual challenge–response
-//! authentication, per-frame MAC signing (keyed BLAKE3) with sequence numbers,
+//! authentication, per-frame MAC signing (keyed BLAKE3; or, in crc mode,
+//! a header MAC and a payload crc32c) with sequence numbers,
 //! keepalives, bounded message sizes and in-flight bytes (backpressure), and
 //! a reconnecting `Peer`. It does not interpret message payloads or caps.
 //!
@@ -17,7 +18,7 @@ pub mod keyring;
 mod peer;
 
 pub use auth::{issue_ticket, unseal_ticket, Credentials, KeyServer, Ticket, TicketContents};
-pub use config::MsgConfig;
+pub use config::{AcceptModes, FrameMode, MsgConfig};
 pub use conn::{connect, Connection, Listener, Message};
 pub use error::MsgError;
 pub use keyring::{Keyring, KeyringEntry, Secret};

@@ -3,7 +3,10 @@
 
 mod common;
 use bytes::Bytes;
-use cairn_msg::{connect, issue_ticket, Credentials, Listener, MsgError, Secret};
+use cairn_msg::{
+    connect, issue_ticket, AcceptModes, Credentials, FrameMode, Listener, MsgConfig, MsgError,
+    Secret,
+};
 use cairn_types::EntityName;
 use common::*;
 use std::time::Duration;
@@ -243,4 +246,63 @@ async fn garbage_client_is_dropped_and_listener_keeps_going() {
     assert_eq!(n, 0);
     let c = connect(l.local_addr(), &key_creds(admin(), key), None, &fast_cfg()).await;
     assert!(c.is_ok());
+}
+
+/// A listener requires crc frames of OSD peers and secure frames of everyone
+/// else: each kind of peer gets its mode, and a peer asking for the other
+/// one is refused with a reason naming both modes (nothing is delivered).
+#[tokio::test]
+async fn frame_modes_are_negotiated_per_peer_kind_and_a_mismatch_is_refused() {
+    let osd_key = Secret::generate();
+    let admin_key = Secret::generate();
+    let keys = Keys::with(&admin(), &admin_key);
+    keys.secrets
+        .lock()
+        .unwrap()
+        .insert(EntityName::osd(1), osd_key.clone());
+    let server_cfg = MsgConfig {
+        accept: AcceptModes {
+            osd: FrameMode::Crc,
+            others: FrameMode::Secure,
+        },
+        ..fast_cfg()
+    };
+    let l = Listener::bind(any_port(), EntityName::osd(0), keys, server_cfg)
+        .await
+        .unwrap();
+    let addr = l.local_addr();
+    let _echo = echo_server(l);
+    let in_mode = |mode| MsgConfig { mode, ..fast_cfg() };
+    let osd = key_creds(EntityName::osd(1), osd_key);
+    let client = key_creds(admin(), admin_key);
+
+    // Matching modes: calls work both ways, with and without bulk data.
+    for (creds, mode) in [(&osd, FrameMode::Crc), (&client, FrameMode::Secure)] {
+        let c = connect(addr, creds, None, &in_mode(mode)).await.unwrap();
+        assert_eq!(c.mode(), mode);
+        for len in [3usize, 1 << 20] {
+            let body = payload(len, 7);
+            let r = c
+                .call(4, body.clone(), Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert_eq!((r.msg_type, &r.payload), (5, &body));
+        }
+    }
+
+    // Mismatches are refused before anything else, naming both sides' modes.
+    for (creds, mode, want) in [
+        (&osd, FrameMode::Secure, "requires 'crc'"),
+        (&client, FrameMode::Crc, "requires 'secure'"),
+    ] {
+        let err = connect(addr, creds, None, &in_mode(mode))
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, MsgError::AuthFailed { .. }), "{text}");
+        assert!(
+            text.contains(&format!("asked for '{mode}' frames")) && text.contains(want),
+            "{text}"
+        );
+    }
 }

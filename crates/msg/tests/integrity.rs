@@ -3,26 +3,48 @@
 
 mod common;
 use bytes::Bytes;
-use cairn_msg::{connect, Credentials, Listener, MsgError, Secret};
+use cairn_msg::{
+    connect, AcceptModes, Credentials, FrameMode, Listener, MsgConfig, MsgError, Secret,
+};
 use common::*;
 use std::time::{Duration, Instant};
 
 /// Sends 6 one-way messages through a mangling proxy; returns what the server
 /// received before the error, and the error.
 async fn run(mangle: Mangle) -> (Vec<u16>, MsgError) {
+    run_in(mangle, FrameMode::Secure).await
+}
+
+/// Both ends configured for `mode`.
+fn cfg_in(mode: FrameMode) -> MsgConfig {
+    MsgConfig {
+        mode,
+        accept: AcceptModes::all(mode),
+        ..fast_cfg()
+    }
+}
+
+/// [`run`] on a connection negotiated in `mode`.
+async fn run_in(mangle: Mangle, mode: FrameMode) -> (Vec<u16>, MsgError) {
     let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
+    let l = Listener::bind(
+        any_port(),
+        mon_a(),
+        Keys::with(&admin(), &key),
+        cfg_in(mode),
+    )
+    .await
+    .unwrap();
     let (paddr, _proxy) = proxy(l.local_addr(), mangle).await;
     let creds = Credentials::Key {
         name: admin(),
         secret: key,
     };
-    let client = connect(paddr, &creds, Some(&mon_a()), &fast_cfg())
+    let client = connect(paddr, &creds, Some(&mon_a()), &cfg_in(mode))
         .await
         .unwrap();
     let server = l.accept().await.unwrap();
+    assert_eq!((client.mode(), server.mode()), (mode, mode));
     for i in 0..6u16 {
         // The connection may already be closed by the server at the end.
         let _ = client.send(i, payload(100 + i as usize, i as u8)).await;
@@ -99,6 +121,28 @@ async fn tampered_frame_is_rejected() {
     let (got, err) = run(Mangle::Flip(3)).await;
     assert_eq!(got, vec![0, 1, 2]);
     assert_integrity(&err, "MAC");
+}
+
+#[tokio::test]
+async fn crc_mode_detects_a_corrupted_payload() {
+    let (got, err) = run_in(Mangle::Flip(3), FrameMode::Crc).await;
+    assert_eq!(got, vec![0, 1, 2]);
+    assert_integrity(&err, "crc32c");
+}
+
+#[tokio::test]
+async fn crc_mode_still_authenticates_headers() {
+    // The header MAC stays in crc mode: replays, reorders and forged
+    // lengths are refused as in secure mode.
+    let (got, err) = run_in(Mangle::Duplicate(2), FrameMode::Crc).await;
+    assert_eq!(got, vec![0, 1, 2]);
+    assert_integrity(&err, "replayed");
+    let (got, err) = run_in(Mangle::Swap(1), FrameMode::Crc).await;
+    assert_eq!(got, vec![0]);
+    assert_integrity(&err, "expected");
+    let (got, err) = run_in(Mangle::ForgeLength(2), FrameMode::Crc).await;
+    assert_eq!(got, vec![0, 1]);
+    assert_integrity(&err, "header");
 }
 
 #[tokio::test]

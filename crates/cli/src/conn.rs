@@ -139,7 +139,17 @@ impl Session {
         let creds = credentials(&conf, name, None)?;
         let mon = mon_client(&conf, creds.clone(), DEFAULT_CLIENT_TIMEOUT)?;
         let rx = follow_map(&mon).await?;
-        let rados = Rados::new(ClientConfig::new(creds), rx);
+        let mut cfg = ClientConfig::new(creds);
+        // cairn.conf wins over the central config (which the client reads
+        // from the map when it connects to an OSD).
+        let c = Conf::load(&conf).with_context(|| format!("reading {}", conf.display()))?;
+        if let Some(v) = c.get(&name.to_string(), "ms_client_mode") {
+            cfg.client_mode =
+                Some(v.parse().map_err(|e: String| {
+                    anyhow!("ms_client_mode '{v}' in {}: {e}", conf.display())
+                })?);
+        }
+        let rados = Rados::new(cfg, rx);
         Ok(Session { rados, _mon: mon })
     }
 

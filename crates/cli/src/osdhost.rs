@@ -360,6 +360,28 @@ fn data_cache_setting(
         .map_err(|e| anyhow!("{who}: osd_data_cache_bytes '{text}' (from {from}): {e}"))
 }
 
+/// A messenger mode (`ms_cluster_mode`, `ms_client_mode`) of osd.`id`:
+/// cairn.conf wins over the central config, which falls back to the
+/// option's default. Read when the OSD starts.
+fn frame_mode(
+    conf: &cairn_types::Conf,
+    map: &cairn_map::ClusterMap,
+    id: i32,
+    key: &str,
+    default: cairn_msg::FrameMode,
+) -> Result<cairn_msg::FrameMode> {
+    let who = format!("osd.{id}");
+    let (text, from) = match conf.get(&who, key) {
+        Some(v) => (v.to_string(), "cairn.conf"),
+        None => match map.config_value(&who, key) {
+            Some(v) => (v, "the central config"),
+            None => return Ok(default),
+        },
+    };
+    text.parse()
+        .map_err(|e: String| anyhow!("{who}: {key} (from {from}): {e}"))
+}
+
 /// Runs one OSD until stopped (Ok) or until it cannot continue (Err).
 async fn run_one(
     node: &Path,
@@ -466,6 +488,20 @@ async fn run_one(
     });
     let mut ocfg = OsdConfig::new(id, secret).with_memory_target(budget.target_bytes);
     ocfg.data_cache_bytes = budget.data_cache_bytes;
+    ocfg.cluster_mode = frame_mode(
+        conf,
+        &map_rx.borrow(),
+        id,
+        "ms_cluster_mode",
+        ocfg.cluster_mode,
+    )?;
+    ocfg.client_mode = frame_mode(
+        conf,
+        &map_rx.borrow(),
+        id,
+        "ms_client_mode",
+        ocfg.client_mode,
+    )?;
     ocfg.bind_addr = SocketAddr::new(ip, 0);
     let osd = Osd::start_with_mon(ocfg, store, map_rx.clone(), Some(req_tx))
         .await

@@ -48,7 +48,7 @@ impl Default for SnapArgs {
 pub use striper::{Extent, Striper};
 
 use cairn_map::ClusterMap;
-use cairn_msg::{connect, Connection, Credentials, MsgConfig};
+use cairn_msg::{connect, Connection, Credentials, FrameMode, MsgConfig};
 use cairn_ops::{decode_shared, encode_parts, msg_type, OpReply, OpRequest, OpStatus, ReqId};
 use cairn_types::{EntityName, PgId};
 use std::collections::HashMap;
@@ -72,6 +72,11 @@ pub struct ClientConfig {
     pub msg: MsgConfig,
     /// `rados_osd_op_timeout`: bound on one op including every retry.
     pub op_timeout: Duration,
+    /// `ms_client_mode` for connections to OSDs (it must match the OSDs'
+    /// own setting): `None` follows the cluster's central config
+    /// (`cairn config set global ms_client_mode crc|secure`; default
+    /// `secure`), read from the map at each connect.
+    pub client_mode: Option<FrameMode>,
 }
 
 impl ClientConfig {
@@ -80,6 +85,7 @@ impl ClientConfig {
             creds,
             msg: MsgConfig::default(),
             op_timeout: Duration::from_secs(60),
+            client_mode: None,
         }
     }
 }
@@ -185,11 +191,27 @@ impl Rados {
             .and_then(|o| o.addrs.first())
             .and_then(|a| a.parse().ok())
             .ok_or_else(|| format!("osd.{osd} has no address in map e{}", map.epoch.0))?;
+        let mode = match self.inner.cfg.client_mode {
+            Some(m) => m,
+            None => {
+                let who = self.inner.cfg.creds.name().to_string();
+                match map.config_value(&who, "ms_client_mode") {
+                    Some(v) => v.parse().map_err(|e| {
+                        format!("ms_client_mode of {who} in the central config: {e}")
+                    })?,
+                    None => self.inner.cfg.msg.mode,
+                }
+            }
+        };
+        let msg = MsgConfig {
+            mode,
+            ..self.inner.cfg.msg.clone()
+        };
         let c = connect(
             addr,
             &self.inner.cfg.creds,
             Some(&EntityName::osd(osd)),
-            &self.inner.cfg.msg,
+            &msg,
         )
         .await
         .map_err(|e| e.to_string())?;

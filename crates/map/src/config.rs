@@ -191,6 +191,18 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "PGs per OSD the autoscaler aims for",
     ),
     opt(
+        "ms_client_mode",
+        OptKind::Choice(&["crc", "secure"]),
+        "secure",
+        "frame protection between clients and OSDs: secure = keyed MAC over every payload, crc = header MAC and payload crc32c (trusted networks only); clients and OSDs must agree (OSDs read it at start)",
+    ),
+    opt(
+        "ms_cluster_mode",
+        OptKind::Choice(&["crc", "secure"]),
+        "crc",
+        "frame protection between OSDs (replication, recovery, heartbeats): crc = authenticated at connect and per header, payload crc32c (a trusted cluster network); secure = keyed MAC over every payload; every OSD must agree (read at start)",
+    ),
+    opt(
         "osd_beacon_report_interval",
         OptKind::Secs { min: 1, max: 3600 },
         "5",

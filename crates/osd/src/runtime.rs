@@ -14,7 +14,10 @@ use crate::peering;
 use crate::pg::{PastInterval, Pg, PgAction, PgEvent, PgLimits, Placement, Role, Token};
 use bytes::Bytes;
 use cairn_map::{ClusterMap, PgRecoveryCounts, PoolKind};
-use cairn_msg::{connect, Connection, Credentials, Listener, Message, MsgConfig, MsgError, Secret};
+use cairn_msg::{
+    connect, AcceptModes, Connection, Credentials, FrameMode, Listener, Message, MsgConfig,
+    MsgError, Secret,
+};
 use cairn_ops::{
     decode, decode_shared, encode, encode_parts, msg_type, EcRead, EcRollback, EcRollbackReply,
     LogEntry, LogOp, Mutation, OpError, OpReply, OpRequest, OpStatus, PgBackfill, PgBackfillAck,
@@ -68,7 +71,19 @@ pub struct OsdConfig {
     pub secret: Secret,
     /// OSD service secrets by generation, to accept client tickets.
     pub service_secrets: BTreeMap<u64, Secret>,
+    /// Limits and timeouts of this OSD's connections. Its frame modes are
+    /// set from `cluster_mode` and `client_mode` when the OSD starts.
     pub msg: MsgConfig,
+    /// `ms_cluster_mode`: frame protection between OSDs (replication
+    /// sub-ops, recovery and backfill, peering, heartbeats). Default
+    /// [`FrameMode::Crc`]: authenticated at connect time and per header,
+    /// payloads checked by crc32c (a trusted cluster network is assumed).
+    /// Every OSD must use the same mode.
+    pub cluster_mode: FrameMode,
+    /// `ms_client_mode`: frame protection this OSD requires of clients.
+    /// Default [`FrameMode::Secure`] (keyed MAC over every payload): the
+    /// public network is not assumed trusted. Clients must use the same.
+    pub client_mode: FrameMode,
     /// `osd_client_message_size_cap`: bytes of client op payload in flight
     /// at once; more waits (the connection stops being read).
     pub client_message_size_cap_bytes: u64,
@@ -100,6 +115,8 @@ impl OsdConfig {
             secret,
             service_secrets: BTreeMap::new(),
             msg: MsgConfig::default(),
+            cluster_mode: FrameMode::Crc,
+            client_mode: FrameMode::Secure,
             client_message_size_cap_bytes: 256 << 20,
             pg: PgLimits::default(),
             peer_timeout: Duration::from_secs(10),
@@ -447,6 +464,14 @@ impl Osd {
         map: MapSource,
         mon: Option<MonRequests>,
     ) -> Result<Osd, OsdError> {
+        let mut cfg = cfg;
+        // Peer OSDs are connected to, and accepted, in the cluster mode;
+        // everyone else is accepted in the client mode.
+        cfg.msg.mode = cfg.cluster_mode;
+        cfg.msg.accept = AcceptModes {
+            osd: cfg.cluster_mode,
+            others: cfg.client_mode,
+        };
         let id = cfg.id;
         crate::ec_io::warm_allocator();
         let keys = Arc::new(MapKeys {
@@ -1979,12 +2004,17 @@ impl PgActor {
     fn reply(&mut self, token: Token, reply: OpReply) {
         self.pending_since.remove(&token);
         if let Some((conn, msg, permit)) = self.pending.remove(&token) {
-            self.shared.tasks.spawn(async move {
-                let _ = conn
-                    .reply_parts(&msg, msg_type::OP_REPLY, encode_parts(&reply))
-                    .await;
-                drop(permit);
-            });
+            // Queued at once when the connection has room (the usual case);
+            // a task waits for room otherwise, so the actor never does.
+            match conn.try_reply_parts(&msg, msg_type::OP_REPLY, encode_parts(&reply)) {
+                Ok(()) | Err(None) => drop(permit),
+                Err(Some(parts)) => {
+                    self.shared.tasks.spawn(async move {
+                        let _ = conn.reply_parts(&msg, msg_type::OP_REPLY, parts).await;
+                        drop(permit);
+                    });
+                }
+            }
         }
     }
 

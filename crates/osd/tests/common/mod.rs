@@ -419,4 +419,3 @@ pub async fn preload(io: &cairn_client::IoCtx, count: u64, bytes: usize) {
 pub fn soak() -> bool {
     std::env::var("CAIRN_SOAK").is_ok_and(|v| v == "1")
 }
-

@@ -42,8 +42,13 @@ struct Inner {
     lru: BTreeMap<u64, Key>,
     next_tick: u64,
     bytes: u64,
-    /// Recent misses, oldest first (admission once the cache is full).
-    ghosts: VecDeque<Key>,
+    /// Recent misses, oldest first (admission once the cache is full),
+    /// each with the number it was remembered under; a key re-remembered
+    /// later leaves a stale older pair here.
+    ghosts: VecDeque<(u64, Key)>,
+    /// The keys of `ghosts` and their latest number (O(1) membership).
+    ghost_keys: HashMap<Key, u64>,
+    next_ghost: u64,
 }
 
 /// Counters and sizes of one OSD's data cache.
@@ -105,6 +110,20 @@ impl DataCache {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the cache holds some version of `oid` of `pgid` (no LRU
+    /// update), so that a read not cached skips the version lookup. A
+    /// "no" counts as a miss.
+    pub fn probe(&self, pgid: PgId, oid: &ObjectName) -> bool {
+        if !self.enabled() {
+            return false;
+        }
+        let held = self.lock().entries.contains_key(&(pgid, oid.clone()));
+        if !held {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+        }
+        held
     }
 
     /// The whole object `oid` of `pgid` if the cache holds it at
@@ -173,19 +192,20 @@ impl DataCache {
                 return;
             }
             let has_room = g.bytes + size <= self.capacity_bytes;
-            if !has_room {
-                match g.ghosts.iter().position(|k| *k == key) {
-                    Some(i) => {
-                        g.ghosts.remove(i);
-                    }
-                    None => {
-                        if g.ghosts.len() >= GHOST_KEYS_MAX {
-                            g.ghosts.pop_front();
+            if !has_room && g.ghost_keys.remove(&key).is_none() {
+                // Not a recent miss: remembered, not kept.
+                if g.ghosts.len() >= GHOST_KEYS_MAX {
+                    if let Some((n, old)) = g.ghosts.pop_front() {
+                        if g.ghost_keys.get(&old) == Some(&n) {
+                            g.ghost_keys.remove(&old);
                         }
-                        g.ghosts.push_back(key);
-                        return;
                     }
                 }
+                let n = g.next_ghost;
+                g.next_ghost += 1;
+                g.ghost_keys.insert(key.clone(), n);
+                g.ghosts.push_back((n, key));
+                return;
             }
         }
         // The checksum is computed outside the lock.
@@ -245,7 +265,8 @@ impl DataCache {
             remove_entry(&mut g, &k);
             self.invalidations.fetch_add(1, Ordering::Relaxed);
         }
-        g.ghosts.retain(|k| k.0 != pgid);
+        g.ghosts.retain(|(_, k)| k.0 != pgid);
+        g.ghost_keys.retain(|k, _| k.0 != pgid);
     }
 
     /// Drops everything (`cairn` tests and benchmarks measure cold reads).

@@ -727,9 +727,11 @@ pub fn head_version(
     Ok(attrs.get(ATTR_VERSION).map(|b| decode_version(b)))
 }
 
-/// One range read of `name`'s head, as `execute_read` of a lone
-/// `SubOp::Read` does it, also returning the object's size (so the caller
-/// knows whether it got the whole object).
+/// One range read of `name`'s head (`len` 0: to its end), answering as
+/// `execute_read` of a lone `SubOp::Read` does, also returning the
+/// object's size (so the caller knows whether it got the whole object).
+/// One store lookup gives the data, the snapset (a whiteout reads as
+/// absent) and the version: the cheapest way to serve a small read.
 pub fn read_head_range(
     store: &Store,
     coll: CollectionId,
@@ -737,9 +739,20 @@ pub fn read_head_range(
     offset: u64,
     len: u64,
 ) -> Result<(Bytes, Version, u64), OpError> {
-    let view = View::load_at(store, coll, store_oid(name), SNAP_HEAD)?;
-    let data = view.read(offset, len)?;
-    Ok((data, view.version, view.size))
+    let r = store
+        .read_with_attrs(&coll, &store_oid(name), offset, len)
+        .map_err(map_store_err)?;
+    if let Some(raw) = r.attrs.get(ATTR_SNAPSET) {
+        if SnapSet::decode(raw)?.whiteout {
+            return Err(OpError::NoEnt);
+        }
+    }
+    let version = r
+        .attrs
+        .get(ATTR_VERSION)
+        .map(|b| decode_version(b))
+        .unwrap_or_default();
+    Ok((r.data, version, r.size))
 }
 
 /// A page of a PG listing: (hash, name) pairs and the resume point.

@@ -957,10 +957,17 @@ fn serve_read(
                 Err(e) => (Err(e), Version::default()),
             }
         }
-        [SubOp::Read { offset, len }]
-            if req.snap == cairn_ops::SNAP_HEAD && shared.cache.enabled() =>
-        {
-            match read_through_cache(shared, pgid, coll, &req.oid, *offset, *len) {
+        [SubOp::Read { offset, len }] if req.snap == cairn_ops::SNAP_HEAD => {
+            let read = if shared.cache.enabled() && !small_range(*len) {
+                read_through_cache(shared, pgid, coll, &req.oid, *offset, *len)
+            } else {
+                // The cheapest path (one store lookup): small ranges are
+                // page-cached by the store, a cache lookup would cost
+                // more than it saves.
+                exec::read_head_range(store, coll, &req.oid, *offset, *len)
+                    .map(|(data, v, _)| (data, v))
+            };
+            match read {
                 Ok((data, v)) => (Ok(vec![SubOpOutput::Data(data)]), v),
                 Err(e) => (Err(e), Version::default()),
             }
@@ -990,7 +997,13 @@ fn read_through_cache(
     len: u64,
 ) -> Result<(Bytes, Version), OpError> {
     let store = &shared.store;
-    if let Some(v) = exec::head_version(store, coll, oid)? {
+    // The version check costs a store lookup: only for objects cached.
+    let cached = shared.cache.probe(pgid, oid);
+    if let Some(v) = cached
+        .then(|| exec::head_version(store, coll, oid))
+        .transpose()?
+        .flatten()
+    {
         if let Some(whole) = shared.cache.get(pgid, oid, v) {
             let size = whole.len() as u64;
             let start = offset.min(size);
@@ -1003,10 +1016,18 @@ fn read_through_cache(
         }
     }
     let (data, v, size) = exec::read_head_range(store, coll, oid, offset, len)?;
-    if offset == 0 && data.len() as u64 == size {
+    if offset == 0 && data.len() as u64 == size && size >= BLOCKING_SUBMIT_BYTES {
         shared.cache.offer(pgid, oid, v, &data);
     }
     Ok((data, v))
+}
+
+/// Whether a read of `len` bytes (0: a whole object, size unknown) is
+/// small: under 64 KiB the store reads through the page cache, which
+/// already keeps such data, so the data cache neither serves nor keeps it
+/// (its lookup, LRU update and crc would cost more than the read).
+fn small_range(len: u64) -> bool {
+    len != 0 && len < BLOCKING_SUBMIT_BYTES
 }
 
 async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Result<(), String> {
@@ -2061,18 +2082,22 @@ impl PgActor {
                 let _ = tx.send(PgMsg::ReadDone { token, failed }).await;
                 return;
             }
-            let _ = tx
-                .send(PgMsg::ReadDone {
-                    token,
-                    failed: None,
-                })
-                .await;
-            if let Some((conn, msg, permit)) = pending {
-                let _ = conn
-                    .reply_parts(&msg, msg_type::OP_REPLY, encode_parts(&reply))
-                    .await;
-                drop(permit);
-            }
+            // The PG learns that the store read is over while the reply
+            // goes out (neither waits for the other: a busy PG queue does
+            // not delay the client, a slow client does not hold writes).
+            let done = tx.send(PgMsg::ReadDone {
+                token,
+                failed: None,
+            });
+            let answer = async move {
+                if let Some((conn, msg, permit)) = pending {
+                    let _ = conn
+                        .reply_parts(&msg, msg_type::OP_REPLY, encode_parts(&reply))
+                        .await;
+                    drop(permit);
+                }
+            };
+            let _ = tokio::join!(done, answer);
             // The slot is held until the reply is on its way, so at most
             // `max_parallel_reads` read buffers live at once.
             drop(slot);

@@ -30,7 +30,7 @@ pub use fsck::{FsckIssue, FsckReport};
 pub use ids::{CollectionId, ObjectId, NO_SHARD, OBJECT_NAME_MAX_BYTES, SNAP_HEAD};
 pub use meta::FORMAT_VERSION;
 pub use store::{
-    CommitHandle, FullState, ListStart, ObjectStat, StatFs, Store, StoreConfig, StoreFiles,
-    DATA_FILE, META_FILE, WAL_FILE,
+    CommitHandle, FullState, ListStart, ObjectRead, ObjectStat, StatFs, Store, StoreConfig,
+    StoreFiles, DATA_FILE, META_FILE, WAL_FILE,
 };
 pub use txn::{Op, Transaction};

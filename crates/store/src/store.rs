@@ -157,6 +157,18 @@ pub struct ObjectStat {
     pub allocated_bytes: u64,
 }
 
+/// What one read of an object needs, from one metadata lookup
+/// ([`Store::read_with_attrs`]).
+#[derive(Debug, Clone)]
+pub struct ObjectRead {
+    /// The object's size.
+    pub size: u64,
+    /// All of its xattrs.
+    pub attrs: BTreeMap<String, Vec<u8>>,
+    /// The bytes asked for (up to the object's end).
+    pub data: bytes::Bytes,
+}
+
 /// Where `list_objects` starts.
 #[derive(Debug, Clone)]
 pub enum ListStart {
@@ -879,6 +891,30 @@ impl Store {
             let on = Self::onode_in(r, c, o)?;
             let len = len.min(on.size.saturating_sub(offset));
             apply::read_range_bytes(&self.inner, r, c, o, &on, offset, len)
+        })
+    }
+
+    /// [`Store::read_bytes`] of `len` bytes at `offset` (`len` 0: to the
+    /// object's end) together with the object's size and xattrs, all from
+    /// one metadata lookup: a small read then costs one read transaction
+    /// and one onode decode instead of one per question.
+    pub fn read_with_attrs(
+        &self,
+        c: &CollectionId,
+        o: &ObjectId,
+        offset: u64,
+        len: u64,
+    ) -> Result<ObjectRead> {
+        self.with_read(|r| {
+            let on = Self::onode_in(r, c, o)?;
+            let room = on.size.saturating_sub(offset);
+            let len = if len == 0 { room } else { len.min(room) };
+            let data = apply::read_range_bytes(&self.inner, r, c, o, &on, offset, len)?;
+            Ok(ObjectRead {
+                size: on.size,
+                attrs: on.attrs,
+                data,
+            })
         })
     }
 

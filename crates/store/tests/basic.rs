@@ -337,3 +337,42 @@ fn read_bytes_matches_read_for_big_unaligned_and_sparse_ranges() {
     }
     assert_eq!(&s.read_bytes(&c, &o, 0, 3 << 20).unwrap()[..], &data[..]);
 }
+
+#[test]
+fn read_with_attrs_answers_as_read_bytes_stat_and_getattrs() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::create(cfg(dir.path())).unwrap();
+    let c = CollectionId::pg(1, 0);
+    let o = ObjectId::new(1, "small");
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 13) as u8).collect();
+    let mut t = Transaction::new();
+    t.create_collection(c);
+    t.write(c, o.clone(), 0, Bytes::from(data.clone()));
+    t.setattr(c, o.clone(), "_v", Bytes::from_static(b"v1"));
+    t.setattr(c, o.clone(), "user.x", Bytes::from_static(b"y"));
+    s.commit(t).unwrap();
+    for (off, len) in [
+        (0u64, 0u64),
+        (0, 4096),
+        (100, 0),
+        (9_000, 4096),
+        (20_000, 10),
+    ] {
+        let r = s.read_with_attrs(&c, &o, off, len).unwrap();
+        let want_len = if len == 0 {
+            10_000u64.saturating_sub(off)
+        } else {
+            len
+        };
+        let want = s.read_bytes(&c, &o, off, want_len).unwrap();
+        assert!(r.data == want, "data at {off}+{len}");
+        assert_eq!(r.size, s.stat(&c, &o).unwrap().size);
+        assert_eq!(r.attrs, s.getattrs(&c, &o).unwrap());
+    }
+    assert_eq!(s.read_with_attrs(&c, &o, 0, 0).unwrap().data, &data[..]);
+    let missing = s.read_with_attrs(&c, &ObjectId::new(2, "nope"), 0, 0);
+    assert!(
+        matches!(missing, Err(StoreError::NoSuchObject { .. })),
+        "{missing:?}"
+    );
+}

@@ -399,6 +399,30 @@ mod tests {
     }
 
     #[test]
+    fn remembers_a_bounded_number_of_recent_misses() {
+        let c = DataCache::new(4000);
+        for i in 0..4 {
+            c.offer(pg(0), &obj(i), v(1), &data(1000, 1));
+        }
+        let last = 10 + GHOST_KEYS_MAX as u32;
+        for i in 10..=last {
+            c.offer(pg(0), &obj(i), v(1), &data(1000, 1));
+        }
+        assert_eq!(c.stats().inserts, 4, "misses are only remembered");
+        // The oldest miss was forgotten: offered again, only remembered.
+        c.offer(pg(0), &obj(10), v(1), &data(1000, 1));
+        assert!(c.get(pg(0), &obj(10), v(1)).is_none());
+        // A recent one is admitted on its second miss.
+        c.offer(pg(0), &obj(last), v(1), &data(1000, 1));
+        assert!(c.get(pg(0), &obj(last), v(1)).is_some());
+        // A PG's misses go with its entries.
+        c.offer(pg(1), &obj(1), v(1), &data(1000, 1));
+        c.invalidate_pg(pg(1));
+        c.offer(pg(1), &obj(1), v(1), &data(1000, 1));
+        assert!(c.get(pg(1), &obj(1), v(1)).is_none());
+    }
+
+    #[test]
     fn a_corrupted_entry_is_never_served() {
         let c = DataCache::new(1 << 20);
         c.offer(pg(0), &obj(1), v(1), &data(4096, 3));

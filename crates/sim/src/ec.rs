@@ -400,6 +400,22 @@ impl World {
         call
     }
 
+    /// [`ec_call`](Self::ec_call) on behalf of PG `pgid`'s activation run
+    /// `run`, recorded among the calls the run waits for.
+    fn ec_run_call(
+        &mut self,
+        id: i32,
+        osd: i32,
+        pgid: PgId,
+        run: u64,
+        msg: impl FnOnce(u64) -> Msg,
+    ) {
+        let call = self.ec_call(id, osd, For::Run(pgid, run), msg);
+        if let Some(r) = self.ec_proc(id).and_then(|p| p.runs.get_mut(&pgid)) {
+            r.waiting.insert(call);
+        }
+    }
+
     /// Whether `call` is one of this OSD's EC calls.
     pub fn ec_owns(&self, id: i32, call: u64) -> bool {
         self.osds
@@ -1075,15 +1091,12 @@ impl World {
                 continue;
             }
             let (run, epoch) = (r.id, r.epoch);
-            let call = self.ec_call(id, o, For::Run(pgid, run), |call| Msg::Query {
+            self.ec_run_call(id, o, pgid, run, |call| Msg::Query {
                 call,
                 pgid,
                 from: id,
                 epoch,
             });
-            if let Some(r) = self.ec_proc(id).and_then(|p| p.runs.get_mut(&pgid)) {
-                r.waiting.insert(call);
-            }
         }
     }
 
@@ -1230,16 +1243,13 @@ impl World {
                 self.ec_rollback_local(id, pgid, &entries);
                 continue;
             }
-            let call = self.ec_call(id, osd, For::Run(pgid, run), |call| Msg::EcRollback {
+            self.ec_run_call(id, osd, pgid, run, |call| Msg::EcRollback {
                 call,
                 pgid,
                 from: id,
                 epoch,
                 entries,
             });
-            if let Some(r) = self.ec_proc(id).and_then(|p| p.runs.get_mut(&pgid)) {
-                r.waiting.insert(call);
-            }
         }
         self.ec_advance(id, pgid);
         Ok(())
@@ -1333,7 +1343,7 @@ impl World {
                 r.listing = Some(all);
             }
         } else {
-            let call = self.ec_call(id, osd, For::Run(pgid, run), |call| Msg::Pull {
+            self.ec_run_call(id, osd, pgid, run, |call| Msg::Pull {
                 call,
                 pgid,
                 what: PullWhat::List {
@@ -1341,9 +1351,6 @@ impl World {
                     limit: 100_000,
                 },
             });
-            if let Some(r) = self.ec_proc(id).and_then(|p| p.runs.get_mut(&pgid)) {
-                r.waiting.insert(call);
-            }
         }
         self.ec_advance(id, pgid);
         Ok(())
@@ -1397,14 +1404,11 @@ impl World {
                 continue;
             }
             let w = want.clone();
-            let call = self.ec_call(id, osd, For::Run(pgid, run), |call| Msg::Pull {
+            self.ec_run_call(id, osd, pgid, run, |call| Msg::Pull {
                 call,
                 pgid,
                 what: PullWhat::Objects(w),
             });
-            if let Some(r) = self.ec_proc(id).and_then(|p| p.runs.get_mut(&pgid)) {
-                r.waiting.insert(call);
-            }
         }
         self.ec_advance(id, pgid);
         Ok(())
@@ -1456,13 +1460,7 @@ impl World {
                 self.install_push_pub(id, &push)?;
                 continue;
             }
-            let call = self.ec_call(id, osd, For::Run(pgid, run), |call| Msg::Push {
-                call,
-                push,
-            });
-            if let Some(r) = self.ec_proc(id).and_then(|p| p.runs.get_mut(&pgid)) {
-                r.waiting.insert(call);
-            }
+            self.ec_run_call(id, osd, pgid, run, |call| Msg::Push { call, push });
         }
         self.ec_advance(id, pgid);
         Ok(())
@@ -1492,13 +1490,7 @@ impl World {
                 keep_only: None,
                 finish: Some((new_info.clone(), log.clone())),
             };
-            let call = self.ec_call(id, osd, For::Run(pgid, run), |call| Msg::Push {
-                call,
-                push,
-            });
-            if let Some(r) = self.ec_proc(id).and_then(|p| p.runs.get_mut(&pgid)) {
-                r.waiting.insert(call);
-            }
+            self.ec_run_call(id, osd, pgid, run, |call| Msg::Push { call, push });
         }
         self.ec_advance(id, pgid);
         Ok(())

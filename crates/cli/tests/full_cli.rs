@@ -16,28 +16,7 @@ use std::time::{Duration, Instant};
 fn full_osds_refuse_writes_fast_and_deletes_clear_it() {
     let c = Cluster::bootstrap();
     c.ok(&["config", "set", "osd", "osd_beacon_report_interval", "1"]);
-    let dir = c.nodes[0].dir.clone();
-    for i in 0..3 {
-        let path = dir.join(format!("disk{i}"));
-        let r = c.cairn(&[
-            "disk",
-            "add",
-            path.to_str().unwrap(),
-            "--size",
-            "256M",
-            "--host",
-            &format!("host-{i}"),
-            "--data",
-            dir.to_str().unwrap(),
-        ]);
-        assert!(r.ok, "disk add: {r:?}");
-    }
-    c.ok(&["osd", "pool", "create", "rbd", "4"]);
-    let t0 = Instant::now();
-    while !c.ok(&["pg", "stat"]).contains("4 active+clean") {
-        assert!(t0.elapsed() < Duration::from_secs(60), "PGs not clean");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    c.three_osds_and_rbd_pool();
     // Bad ratios: clear errors, nothing changed.
     for (args, want) in [
         (["osd", "set-full-ratio", "2"], "out of range"),

@@ -21,28 +21,7 @@ fn pg_query(c: &Cluster, pgid: &str) -> serde_json::Value {
 fn scrub_commands_reach_the_primaries_and_stamps_show() {
     let c = Cluster::bootstrap();
     c.ok(&["config", "set", "osd", "osd_beacon_report_interval", "1"]);
-    let dir = c.nodes[0].dir.clone();
-    for i in 0..3 {
-        let path = dir.join(format!("disk{i}"));
-        let r = c.cairn(&[
-            "disk",
-            "add",
-            path.to_str().unwrap(),
-            "--size",
-            "256M",
-            "--host",
-            &format!("host-{i}"),
-            "--data",
-            dir.to_str().unwrap(),
-        ]);
-        assert!(r.ok, "disk add: {r:?}");
-    }
-    c.ok(&["osd", "pool", "create", "rbd", "4"]);
-    let t0 = Instant::now();
-    while !c.ok(&["pg", "stat"]).contains("4 active+clean") {
-        assert!(t0.elapsed() < Duration::from_secs(60), "PGs not clean");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    c.three_osds_and_rbd_pool();
     let src = c.tmp.path().join("obj");
     std::fs::write(&src, vec![5u8; 100_000]).unwrap();
     for i in 0..8 {

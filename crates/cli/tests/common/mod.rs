@@ -203,6 +203,34 @@ impl Cluster {
         r.stdout
     }
 
+    /// Three 256 MiB OSDs on the bootstrap node, each as its own CRUSH host
+    /// (so size 3 places), and pool `rbd` with 4 PGs, waited to
+    /// active+clean (60 s).
+    pub fn three_osds_and_rbd_pool(&self) {
+        let dir = self.nodes[0].dir.clone();
+        for i in 0..3 {
+            let path = dir.join(format!("disk{i}"));
+            let r = self.cairn(&[
+                "disk",
+                "add",
+                path.to_str().unwrap(),
+                "--size",
+                "256M",
+                "--host",
+                &format!("host-{i}"),
+                "--data",
+                dir.to_str().unwrap(),
+            ]);
+            assert!(r.ok, "disk add: {r:?}");
+        }
+        self.ok(&["osd", "pool", "create", "rbd", "4"]);
+        let t0 = Instant::now();
+        while !self.ok(&["pg", "stat"]).contains("4 active+clean") {
+            assert!(t0.elapsed() < Duration::from_secs(60), "PGs not clean");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
     /// Runs a command until it succeeds or `within` passes.
     pub fn until_ok(&self, args: &[&str], within: Duration) -> Run {
         let t0 = Instant::now();

@@ -11,7 +11,7 @@
 //! while its old position's copy is deleted once clean.
 
 mod common;
-use cairn_map::{MonCommand, OsdFlag, PoolKind};
+use cairn_map::{MonCommand, OsdFlag};
 use cairn_store::Store;
 use common::*;
 use std::collections::BTreeMap;
@@ -26,29 +26,7 @@ const OBJ_BYTES: usize = 6000;
 const EC_POOL_ID: u64 = 2;
 
 fn create_ec21(c: &mut Cluster) {
-    c.apply(MonCommand::EcProfileSet {
-        name: "ec21".into(),
-        params: [("k", "2"), ("m", "1"), ("crush-failure-domain", "host")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        force: false,
-    });
-    c.apply(MonCommand::PoolCreate {
-        name: "ec".into(),
-        pg_num: Some(4),
-        pgp_num: None,
-        kind: PoolKind::Erasure,
-        profile: Some("ec21".into()),
-        rule: None,
-    });
-    let ec = c
-        .current()
-        .pools
-        .values()
-        .find(|p| p.name == "ec")
-        .map(|p| p.id);
-    assert_eq!(ec, Some(EC_POOL_ID));
+    assert_eq!(c.create_ec21_pool("ec", 4), EC_POOL_ID);
 }
 
 /// Writers rewriting their own objects until stopped; records the last
@@ -375,22 +353,7 @@ async fn ec21_interrupted_backfill_resumes_where_it_stopped() {
         true,
     )
     .await;
-    c.apply(MonCommand::EcProfileSet {
-        name: "ec21".into(),
-        params: [("k", "2"), ("m", "1"), ("crush-failure-domain", "host")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        force: false,
-    });
-    c.apply(MonCommand::PoolCreate {
-        name: "ecr".into(),
-        pg_num: Some(1),
-        pgp_num: None,
-        kind: PoolKind::Erasure,
-        profile: Some("ec21".into()),
-        rule: None,
-    });
+    c.create_ec21_pool("ecr", 1);
     assert!(c.current().pools.contains_key(&EC_POOL_ID));
     c.wait_active(Duration::from_secs(30)).await;
     let io = c.client().ioctx("ecr").expect("pool");
@@ -511,22 +474,7 @@ async fn ec21_a_shard_moved_by_crush_gets_a_fresh_copy_and_the_stale_one_goes() 
     const OBJECTS: u64 = 160;
     const PG_NUM: u32 = 8;
     let mut c = Cluster::start_with(4, 1, 1, 512 << 20, vec![], true).await;
-    c.apply(MonCommand::EcProfileSet {
-        name: "ec21".into(),
-        params: [("k", "2"), ("m", "1"), ("crush-failure-domain", "host")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        force: false,
-    });
-    c.apply(MonCommand::PoolCreate {
-        name: "ecm".into(),
-        pg_num: Some(PG_NUM),
-        pgp_num: None,
-        kind: PoolKind::Erasure,
-        profile: Some("ec21".into()),
-        rule: None,
-    });
+    c.create_ec21_pool("ecm", PG_NUM);
     assert!(c.current().pools.contains_key(&EC_POOL_ID));
     c.wait_active(Duration::from_secs(30)).await;
     let io = c.client().ioctx("ecm").expect("pool");

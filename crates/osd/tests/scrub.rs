@@ -10,7 +10,7 @@
 
 mod common;
 
-use cairn_map::{HealthInputs, MonCommand, PgScrubReport, PoolKind, ScrubKind};
+use cairn_map::{HealthInputs, MonCommand, PgScrubReport, ScrubKind};
 use cairn_ops::ObjectName;
 use cairn_store::{CollectionId, Store, Transaction};
 use cairn_types::{PgId, PoolId};
@@ -250,31 +250,8 @@ async fn a_read_error_on_the_primary_queues_a_repair() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ec21_corrupted_chunk_is_found_and_rebuilt() {
     let mut c = Cluster::start(3, 1, 1, 256 << 20).await;
-    c.apply(MonCommand::EcProfileSet {
-        name: "p21".into(),
-        params: vec![
-            ("k".into(), "2".into()),
-            ("m".into(), "1".into()),
-            ("crush-failure-domain".into(), "host".into()),
-        ],
-        force: false,
-    });
-    c.apply(MonCommand::PoolCreate {
-        name: "ec21".into(),
-        pg_num: Some(1),
-        pgp_num: None,
-        kind: PoolKind::Erasure,
-        profile: Some("p21".into()),
-        rule: None,
-    });
+    let pool = c.create_ec21_pool("ec21", 1);
     c.wait_active(Duration::from_secs(60)).await;
-    let pool = c
-        .current()
-        .pools
-        .values()
-        .find(|p| p.name == "ec21")
-        .unwrap()
-        .id;
     let io = c.client().ioctx("ec21").expect("pool");
     let data = pattern(21, 64 << 10);
     io.write_full("chunky", data.clone()).await.unwrap();
@@ -319,31 +296,8 @@ async fn ec21_corrupted_chunk_is_found_and_rebuilt() {
 async fn ec21_damaged_clone_chunks_are_found_and_rebuilt() {
     use cairn_ops::SnapContext;
     let mut c = Cluster::start(3, 1, 1, 256 << 20).await;
-    c.apply(MonCommand::EcProfileSet {
-        name: "p21".into(),
-        params: vec![
-            ("k".into(), "2".into()),
-            ("m".into(), "1".into()),
-            ("crush-failure-domain".into(), "host".into()),
-        ],
-        force: false,
-    });
-    c.apply(MonCommand::PoolCreate {
-        name: "ec21".into(),
-        pg_num: Some(1),
-        pgp_num: None,
-        kind: PoolKind::Erasure,
-        profile: Some("p21".into()),
-        rule: None,
-    });
+    let pool = c.create_ec21_pool("ec21", 1);
     c.wait_active(Duration::from_secs(60)).await;
-    let pool = c
-        .current()
-        .pools
-        .values()
-        .find(|p| p.name == "ec21")
-        .unwrap()
-        .id;
     let io = c.client().ioctx("ec21").expect("pool");
     let old = pattern(31, 64 << 10);
     let new = pattern(32, 64 << 10);

@@ -198,6 +198,35 @@ impl Cluster {
         self.apply_with(cmd, None)
     }
 
+    /// Creates EC pool `name` with `pg_num` PGs on profile `ec21` (k=2,
+    /// m=1, failure domain host; created on first use) and returns its id.
+    pub fn create_ec21_pool(&mut self, name: &str, pg_num: u32) -> u64 {
+        if !self.current().ec_profiles.contains_key("ec21") {
+            self.apply(MonCommand::EcProfileSet {
+                name: "ec21".into(),
+                params: [("k", "2"), ("m", "1"), ("crush-failure-domain", "host")]
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                force: false,
+            });
+        }
+        self.apply(MonCommand::PoolCreate {
+            name: name.into(),
+            pg_num: Some(pg_num),
+            pgp_num: None,
+            kind: PoolKind::Erasure,
+            profile: Some("ec21".into()),
+            rule: None,
+        });
+        self.current()
+            .pools
+            .values()
+            .find(|p| p.name == name)
+            .map(|p| p.id)
+            .expect("the pool just created")
+    }
+
     pub fn map_rx(&self) -> watch::Receiver<Arc<ClusterMap>> {
         self.tx.subscribe()
     }

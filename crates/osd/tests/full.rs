@@ -417,11 +417,18 @@ async fn a_backfill_target_that_cannot_commit_a_write_is_dropped_not_the_write()
     // Three OSDs hold 400 small objects in one PG (more than the clean
     // log keeps, so a new member is backfilled in the background); a
     // fourth, with a 4 MiB store, is backfilled slowly (a bandwidth cap)
-    // when osd.0 goes out. New 256 KiB objects sorted before its position
-    // carry data to it until its store refuses one. Those writes must
-    // succeed (the target is not an acting member: it is dropped from the
-    // PG's writes and resumes later) and the PG must never go down.
-    const OBJ: usize = 256 << 10;
+    // when osd.0 goes out. Once it holds the first objects (store order),
+    // those are overwritten with 512 KiB each: every such write goes to the
+    // target too, until its store refuses one. Those writes must succeed
+    // (the target is not an acting member: it is dropped from the PG's
+    // writes and resumes later) and the PG must never go down.
+    //
+    // The writes are larger than a backfill batch (64 x 4 KiB) and come
+    // much faster than batches under the cap, so the store refuses a client
+    // write before it refuses a batch (a refused batch would drop the
+    // target from the writes first, and the set-up would prove nothing).
+    const OBJ: usize = 512 << 10;
+    const PRELOAD: u64 = 400;
     // Monitored: backfill runs in the background through pg_temp.
     let config = vec![("osd_recovery_max_bytes_per_sec", "100000")];
     let mut c = Cluster::start_with(3, 1, 1, 128 << 20, config, true).await;
@@ -429,7 +436,7 @@ async fn a_backfill_target_that_cannot_commit_a_write_is_dropped_not_the_write()
     // mark the small OSD, so its store's refusal is what the PG sees.
     set_ratios(&mut c, 0.96, 0.97, 0.97);
     let io = c.client().ioctx("rbd").expect("pool");
-    preload(&io, 400, 4096).await;
+    preload(&io, PRELOAD, 4096).await;
     let secret = [0x7e; 32];
     let r = c.apply_with(
         MonCommand::OsdNew {
@@ -449,6 +456,40 @@ async fn a_backfill_target_that_cannot_commit_a_write_is_dropped_not_the_write()
         .await;
     c.apply(MonCommand::OsdOut { ids: vec![0] });
 
+    // Wait until the target durably holds some objects: the first ones in
+    // store order (bit-reversed hash, then name).
+    let copied = |c: &Cluster| -> u64 {
+        c.osds
+            .values()
+            .flatten()
+            .flat_map(|o| o.pg_stats())
+            .filter_map(|s| s.backfill.map(|b| b.copied_objects))
+            .max()
+            .unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while copied(&c) < 16 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "backfill copied no objects to the new OSD in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let held = copied(&c) as usize;
+    let mut in_store_order: Vec<(u32, String)> = (0..PRELOAD)
+        .map(|i| {
+            let name = format!("pre-{i}");
+            let o = cairn_ops::ObjectName::new("", name.clone());
+            (o.hash().reverse_bits(), name)
+        })
+        .collect();
+    in_store_order.sort();
+    let targets: Vec<String> = in_store_order
+        .into_iter()
+        .take(held)
+        .map(|(_, n)| n)
+        .collect();
+
     // After each write, look at the primaries: the waits they report, and
     // that no PG went down over a member's failed commit.
     let failed_write = |seen: &BTreeSet<String>| {
@@ -457,25 +498,32 @@ async fn a_backfill_target_that_cannot_commit_a_write_is_dropped_not_the_write()
     };
     let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut acked = Vec::new();
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(30) && acked.len() < 300 && !failed_write(&seen) {
-        let k = acked.len() as u64;
-        let n = format!("new-{k}");
-        within("write", io.write_full(&n, pattern(1000 + k, OBJ)))
+    for (k, n) in targets.iter().enumerate() {
+        if failed_write(&seen) {
+            break;
+        }
+        let seed = 1000 + k as u64;
+        within("write", io.write_full(n, pattern(seed, OBJ)))
             .await
             .unwrap_or_else(|e| panic!("write of {n} failed while a backfill target is full: {e}"));
-        acked.push((n, 1000 + k));
-        // A pause between writes: a stalled target resumes only when no
-        // write to an object it missed is in flight.
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        for s in c.osds.values().flatten().flat_map(|o| o.pg_stats()) {
-            let why = s.down_reason.as_deref().unwrap_or("");
-            if why.contains("failed to commit") {
-                seen.insert(format!("DOWN {} {}: {why}", s.pgid, s.state));
+        acked.push((n.clone(), seed));
+        // The refusal reaches the primary's backfill state with the
+        // target's reply, which may follow the client's acknowledgement.
+        let t = Instant::now();
+        loop {
+            for s in c.osds.values().flatten().flat_map(|o| o.pg_stats()) {
+                let why = s.down_reason.as_deref().unwrap_or("");
+                if why.contains("failed to commit") {
+                    seen.insert(format!("DOWN {} {}: {why}", s.pgid, s.state));
+                }
+                if let Some(w) = s.backfill.and_then(|b| b.waiting) {
+                    seen.insert(w);
+                }
             }
-            if let Some(w) = s.backfill.and_then(|b| b.waiting) {
-                seen.insert(w);
+            if failed_write(&seen) || t.elapsed() > Duration::from_millis(300) {
+                break;
             }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     assert!(
@@ -486,7 +534,7 @@ async fn a_backfill_target_that_cannot_commit_a_write_is_dropped_not_the_write()
         failed_write(&seen),
         "the backfill target never refused a client write (test set-up): {seen:?}"
     );
-    for (n, seed) in acked.iter().step_by(5) {
+    for (n, seed) in &acked {
         assert_eq!(
             within("read", io.read(n, 0, 0)).await.expect("read"),
             pattern(*seed, OBJ),

@@ -6,6 +6,10 @@
 //! restarts comes back with everything it acknowledged.
 //!
 //! This module does not decide anything: openraft drives it.
+//!
+//! Write transactions (each ends in an fsync) run on tokio's blocking pool
+//! ([`off_runtime`]): a node daemon's monitor shares its async workers with
+//! the node's OSDs, and an fsync held on a worker would stall their I/O.
 
 // openraft's traits fix `StorageError` (large) as the error type here.
 #![allow(clippy::result_large_err)]
@@ -82,13 +86,34 @@ fn meta_get<T: DeserializeOwned>(
     }
 }
 
-fn meta_put<T: Serialize>(db: &Database, key: &str, v: &T) -> Result<(), StorageError> {
-    let tx = db.begin_write().map_err(io_err)?;
-    {
-        let mut t = tx.open_table(META).map_err(io_err)?;
-        t.insert(key, enc(v).as_slice()).map_err(io_err)?;
+/// Runs `work` (a write transaction and its fsync) on tokio's blocking
+/// pool when called inside a runtime, inline otherwise (start-up code).
+async fn off_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
+) -> Result<T, StorageError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return work();
     }
-    tx.commit().map_err(io_err)
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| io_err(format!("monitor store write task: {e}")))?
+}
+
+async fn meta_put<T: Serialize>(
+    db: &Arc<Database>,
+    key: &'static str,
+    v: &T,
+) -> Result<(), StorageError> {
+    let (db, value) = (db.clone(), enc(v));
+    off_runtime(move || {
+        let tx = db.begin_write().map_err(io_err)?;
+        {
+            let mut t = tx.open_table(META).map_err(io_err)?;
+            t.insert(key, value.as_slice()).map_err(io_err)?;
+        }
+        tx.commit().map_err(io_err)
+    })
+    .await
 }
 
 /// The Raft log and vote.
@@ -154,7 +179,7 @@ impl RaftLogStorage<MonRaftConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<MonId>) -> Result<(), StorageError> {
-        meta_put(&self.db, KEY_VOTE, vote)
+        meta_put(&self.db, KEY_VOTE, vote).await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<MonId>>, StorageError> {
@@ -165,7 +190,7 @@ impl RaftLogStorage<MonRaftConfig> for LogStore {
         &mut self,
         committed: Option<LogId<MonId>>,
     ) -> Result<(), StorageError> {
-        meta_put(&self.db, KEY_COMMITTED, &committed)
+        meta_put(&self.db, KEY_COMMITTED, &committed).await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<MonId>>, StorageError> {
@@ -181,16 +206,23 @@ impl RaftLogStorage<MonRaftConfig> for LogStore {
         I: IntoIterator<Item = LogEntry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let tx = self.db.begin_write().map_err(io_err)?;
-        {
-            let mut t = tx.open_table(LOG).map_err(io_err)?;
-            for e in entries {
-                t.insert(e.log_id.index, enc(&e).as_slice())
-                    .map_err(io_err)?;
+        let records: Vec<(u64, Vec<u8>)> = entries
+            .into_iter()
+            .map(|e| (e.log_id.index, enc(&e)))
+            .collect();
+        let db = self.db.clone();
+        let res = off_runtime(move || {
+            let tx = db.begin_write().map_err(io_err)?;
+            {
+                let mut t = tx.open_table(LOG).map_err(io_err)?;
+                for (index, record) in &records {
+                    t.insert(*index, record.as_slice()).map_err(io_err)?;
+                }
             }
-        }
-        // Commit is durable (fsync) before we report the entries flushed.
-        let res = tx.commit();
+            // Commit is durable (fsync) before we report the entries flushed.
+            tx.commit().map_err(io_err)
+        })
+        .await;
         match res {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
@@ -198,30 +230,37 @@ impl RaftLogStorage<MonRaftConfig> for LogStore {
             }
             Err(e) => {
                 callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
-                Err(io_err(e))
+                Err(e)
             }
         }
     }
 
     async fn truncate(&mut self, log_id: LogId<MonId>) -> Result<(), StorageError> {
-        let tx = self.db.begin_write().map_err(io_err)?;
-        {
-            let mut t = tx.open_table(LOG).map_err(io_err)?;
-            t.retain_in(log_id.index.., |_, _| false).map_err(io_err)?;
-        }
-        tx.commit().map_err(io_err)
+        let db = self.db.clone();
+        off_runtime(move || {
+            let tx = db.begin_write().map_err(io_err)?;
+            {
+                let mut t = tx.open_table(LOG).map_err(io_err)?;
+                t.retain_in(log_id.index.., |_, _| false).map_err(io_err)?;
+            }
+            tx.commit().map_err(io_err)
+        })
+        .await
     }
 
     async fn purge(&mut self, log_id: LogId<MonId>) -> Result<(), StorageError> {
-        let tx = self.db.begin_write().map_err(io_err)?;
-        {
-            let mut m = tx.open_table(META).map_err(io_err)?;
-            m.insert(KEY_PURGED, enc(&Some(log_id)).as_slice())
-                .map_err(io_err)?;
-            let mut t = tx.open_table(LOG).map_err(io_err)?;
-            t.retain_in(..=log_id.index, |_, _| false).map_err(io_err)?;
-        }
-        tx.commit().map_err(io_err)
+        let (db, purged) = (self.db.clone(), enc(&Some(log_id)));
+        off_runtime(move || {
+            let tx = db.begin_write().map_err(io_err)?;
+            {
+                let mut m = tx.open_table(META).map_err(io_err)?;
+                m.insert(KEY_PURGED, purged.as_slice()).map_err(io_err)?;
+                let mut t = tx.open_table(LOG).map_err(io_err)?;
+                t.retain_in(..=log_id.index, |_, _| false).map_err(io_err)?;
+            }
+            tx.commit().map_err(io_err)
+        })
+        .await
     }
 }
 
@@ -448,7 +487,7 @@ impl<S: MapState> RaftSnapshotBuilder<MonRaftConfig> for StateMachineStore<S> {
             meta: meta.clone(),
             data: data.clone(),
         };
-        meta_put(&self.db, KEY_SNAPSHOT, &rec)?;
+        meta_put(&self.db, KEY_SNAPSHOT, &rec).await?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
@@ -481,20 +520,24 @@ impl<S: MapState> RaftStateMachine<MonRaftConfig> for StateMachineStore<S> {
             let epoch = g.state.as_ref().map(|s| s.epoch()).unwrap_or(0);
             (Self::record(&g), epoch)
         };
-        let tx = self.db.begin_write().map_err(io_err)?;
-        {
-            let mut m = tx.open_table(META).map_err(io_err)?;
-            m.insert(KEY_SM, enc(&record).as_slice()).map_err(io_err)?;
-            let mut t = tx.open_table(INCS).map_err(io_err)?;
-            for (e, b) in &incs {
-                t.insert(*e, b.as_slice()).map_err(io_err)?;
+        let (db, record) = (self.db.clone(), enc(&record));
+        off_runtime(move || {
+            let tx = db.begin_write().map_err(io_err)?;
+            {
+                let mut m = tx.open_table(META).map_err(io_err)?;
+                m.insert(KEY_SM, record.as_slice()).map_err(io_err)?;
+                let mut t = tx.open_table(INCS).map_err(io_err)?;
+                for (e, b) in &incs {
+                    t.insert(*e, b.as_slice()).map_err(io_err)?;
+                }
+                if epoch > MAX_INCREMENTALS_KEPT {
+                    let floor = epoch - MAX_INCREMENTALS_KEPT;
+                    t.retain_in(..=floor, |_, _| false).map_err(io_err)?;
+                }
             }
-            if epoch > MAX_INCREMENTALS_KEPT {
-                let floor = epoch - MAX_INCREMENTALS_KEPT;
-                t.retain_in(..=floor, |_, _| false).map_err(io_err)?;
-            }
-        }
-        tx.commit().map_err(io_err)?;
+            tx.commit().map_err(io_err)
+        })
+        .await?;
         self.epoch_tx.send_replace(epoch);
         Ok(results)
     }
@@ -524,22 +567,25 @@ impl<S: MapState> RaftStateMachine<MonRaftConfig> for StateMachineStore<S> {
             membership: meta.last_membership.clone(),
             state: rec.state,
         };
-        let tx = self.db.begin_write().map_err(io_err)?;
-        {
-            let mut m = tx.open_table(META).map_err(io_err)?;
-            m.insert(KEY_SM, enc(&new).as_slice()).map_err(io_err)?;
-            let snap = SnapshotRecord {
-                meta: meta.clone(),
-                data,
-            };
-            m.insert(KEY_SNAPSHOT, enc(&snap).as_slice())
-                .map_err(io_err)?;
-            // Incrementals before a snapshot are unknown here: subscribers
-            // behind it get the full map.
-            let mut t = tx.open_table(INCS).map_err(io_err)?;
-            t.retain_in::<u64, _>(.., |_, _| false).map_err(io_err)?;
-        }
-        tx.commit().map_err(io_err)?;
+        let snap = SnapshotRecord {
+            meta: meta.clone(),
+            data,
+        };
+        let (db, sm, snap) = (self.db.clone(), enc(&new), enc(&snap));
+        off_runtime(move || {
+            let tx = db.begin_write().map_err(io_err)?;
+            {
+                let mut m = tx.open_table(META).map_err(io_err)?;
+                m.insert(KEY_SM, sm.as_slice()).map_err(io_err)?;
+                m.insert(KEY_SNAPSHOT, snap.as_slice()).map_err(io_err)?;
+                // Incrementals before a snapshot are unknown here:
+                // subscribers behind it get the full map.
+                let mut t = tx.open_table(INCS).map_err(io_err)?;
+                t.retain_in::<u64, _>(.., |_, _| false).map_err(io_err)?;
+            }
+            tx.commit().map_err(io_err)
+        })
+        .await?;
         {
             let mut g = self.write()?;
             g.last_applied = meta.last_log_id;

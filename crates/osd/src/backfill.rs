@@ -685,17 +685,28 @@ impl BackfillRun {
         let me = shared.cfg.id;
         let now = Instant::now();
         let map = shared.map_rx.borrow().clone();
-        self.detect_stalls(shared, cx.pgid, now);
-        let acts = self.handle_stalls(&mut cx, now).await;
-        if self.is_finished() {
-            self.finish(&mut cx, &map).await;
-            return acts;
-        }
         let degraded = cx
             .pg
             .placement()
             .is_some_and(|p| (p.acting.len() as u32) < p.size);
-        if let Some(why) = blocked_by_flags(&map, degraded) {
+        let pending: Vec<i32> = self
+            .targets
+            .iter()
+            .filter(|(_, t)| !t.done)
+            .map(|(o, _)| *o)
+            .collect();
+        let held_by_flag = blocked_by_flags(&map, degraded);
+        let toofull = map.backfill_toofull(&pending);
+        self.detect_stalls(shared, cx.pgid, now);
+        // A stalled target resumes only when no flag and no full target
+        // holds the backfill: resuming copies the objects it missed.
+        let held = held_by_flag.is_some() || toofull.is_some();
+        let acts = self.handle_stalls(&mut cx, now, held).await;
+        if self.is_finished() {
+            self.finish(&mut cx, &map).await;
+            return acts;
+        }
+        if let Some(why) = held_by_flag {
             self.set_waiting(cx.pg, Some(why));
             return acts;
         }
@@ -703,13 +714,7 @@ impl BackfillRun {
         // full): the PG shows backfill_toofull and retries at every step,
         // so it resumes once the mark is gone. Its reservation goes back
         // to the other PGs meanwhile.
-        let pending: Vec<i32> = self
-            .targets
-            .iter()
-            .filter(|(_, t)| !t.done)
-            .map(|(o, _)| *o)
-            .collect();
-        if let Some(why) = map.backfill_toofull(&pending) {
+        if let Some(why) = toofull {
             if self.reserved {
                 shared.recovery.release(cx.pgid);
                 self.reserved = false;
@@ -791,11 +796,13 @@ impl BackfillRun {
     }
 
     /// Stalled targets leave the PG's writes (so no write waits for
-    /// them); after a back-off they resume from their durable cursor.
+    /// them); after a back-off they resume from their durable cursor,
+    /// unless `held` (a flag or a full target holds the backfill).
     async fn handle_stalls(
         &mut self,
         cx: &mut StepCtx<'_>,
         now: Instant,
+        held: bool,
     ) -> Vec<crate::pg::PgAction> {
         let mut acts = Vec::new();
         let osds: Vec<i32> = self.targets.keys().copied().collect();
@@ -817,7 +824,7 @@ impl BackfillRun {
                 acts.extend(cx.pg.drop_backfill_target(osd));
                 continue;
             }
-            if !t.resume_due(now) {
+            if held || !t.resume_due(now) {
                 continue;
             }
             // Objects written while the target was out must be read after

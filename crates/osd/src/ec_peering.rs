@@ -340,6 +340,24 @@ pub fn plan_activation(
             pg_temp = Some(want);
         }
     }
+    // Fewer than k up-to-date acting shards and no pg_temp to ask for (no
+    // monitor, or none reaches min_size): nothing can be rebuilt, so the
+    // PG stays down (incomplete) until the map changes, naming what it
+    // waits for, instead of trying (and failing) every rebuild again.
+    let rebuild: Vec<usize> = recover
+        .iter()
+        .filter(|(_, _, p)| match p {
+            RecoveryPlan::UpToDate => false,
+            RecoveryPlan::Log { objects } => !objects.is_empty(),
+            RecoveryPlan::Backfill => true,
+        })
+        .map(|(s, _, _)| *s)
+        .collect();
+    if pg_temp.is_none() && short_of_sources && !rebuild.is_empty() {
+        return Err(incomplete_reason(
+            notes, &members, &sources, &rebuild, k, v, is_up,
+        ));
+    }
     Ok(EcActivationPlan {
         point: v,
         info: auth_info,
@@ -349,6 +367,66 @@ pub fn plan_activation(
         recover,
         pg_temp,
     })
+}
+
+/// Why an EC activation with fewer than k up-to-date acting shards waits:
+/// which shards are up to date, which need rebuilding, and which OSDs
+/// outside the acting set hold complete copies of the missing positions
+/// (up ones could serve through a positional pg_temp; down ones must come
+/// back).
+fn incomplete_reason(
+    notes: &Notes,
+    members: &[(usize, i32)],
+    sources: &[usize],
+    rebuild: &[usize],
+    k: usize,
+    v: Version,
+    is_up: &dyn Fn(i32) -> bool,
+) -> String {
+    let shard_list = |ss: &[usize]| {
+        ss.iter()
+            .map(|s| {
+                let osd = members.iter().find(|(p, _)| p == s).map(|(_, o)| *o);
+                match osd {
+                    Some(o) => format!("{s} (osd.{o})"),
+                    None => s.to_string(),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let acting: Vec<i32> = members.iter().map(|(_, o)| *o).collect();
+    let holders: Vec<String> = notes
+        .iter()
+        .filter(|(o, (i, l, shard))| {
+            !acting.contains(o)
+                && i.backfill.is_none()
+                && !sources.contains(&usize::from(*shard))
+                && holds(i, l, v)
+        })
+        .map(|(o, (_, _, shard))| {
+            let state = if is_up(*o) { "up" } else { "down" };
+            format!("osd.{o} (shard {shard}, {state})")
+        })
+        .collect();
+    let waits = if holders.is_empty() {
+        "bring back OSDs that held this PG".to_string()
+    } else {
+        format!(
+            "complete copies are outside the acting set on {}: bring them back into it (mark them in) or let backfill run with a monitor",
+            holders.join(", ")
+        )
+    };
+    format!(
+        "incomplete: {} of the k={k} up-to-date shards needed to rebuild shard(s) {} are in the acting set (up to date through {v}: {}); waiting for the map to change: {waits}",
+        sources.len(),
+        shard_list(rebuild),
+        if sources.is_empty() {
+            "none".to_string()
+        } else {
+            shard_list(sources)
+        }
+    )
 }
 
 impl EcPeeringJob {
@@ -1063,12 +1141,48 @@ mod tests {
         assert_eq!((plan.point, plan.pg_temp.clone()), (e(6).version, None));
         assert_eq!(plan.sources, vec![0, 1]);
         assert!(plan.rollbacks.is_empty() && plan.recover.is_empty());
-        // osd.1 down: one complete position left; still nothing rolled
-        // back (the point stays: two positions hold it), and no pg_temp
-        // reaches min_size, so activation cannot rebuild and waits.
-        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|o| o != 1).unwrap();
-        assert!(plan.rollbacks.is_empty());
-        assert_eq!(plan.pg_temp, None);
+        // osd.1 down: one complete position left; nothing is rolled back
+        // (the point stays: two positions hold it), and no pg_temp
+        // reaches min_size, so activation cannot rebuild: the PG waits,
+        // incomplete, naming the down OSD with the other complete copy.
+        let why = plan_activation(&notes, &layout(&shards, &shards, 2), &|o| o != 1).unwrap_err();
+        assert!(why.starts_with("incomplete: 1 of the k=2"), "{why}");
+        assert!(why.contains("osd.1 (shard 0, down)"), "{why}");
+    }
+
+    /// No monitor link (no pg_temp to ask for) and fewer than k up-to-date
+    /// acting shards: activation stops before any rollback or rebuild, with
+    /// a reason that names the shards and the copies it waits for, instead
+    /// of failing a rebuild on every retry. Once the map puts the complete
+    /// copy back in the acting set, it activates.
+    #[test]
+    fn without_a_monitor_fewer_than_k_up_to_date_shards_wait_incomplete() {
+        let log: Vec<LogEntry> = (1..=6).map(e).collect();
+        let full = PgInfo {
+            last_epoch_started: cairn_types::Epoch(5),
+            ..info(6)
+        };
+        let mut notes: Notes = BTreeMap::new();
+        notes.insert(0, (full.clone(), log.clone(), 1));
+        notes.insert(1, (full.clone(), log.clone(), 0));
+        notes.insert(3, (PgInfo::default(), vec![], 0));
+        notes.insert(2, (PgInfo::default(), vec![], 2));
+        let shards = [3, 0, 2];
+        let mut l = layout(&shards, &shards, 2);
+        l.may_remap = false;
+        let why = plan_activation(&notes, &l, &|_| true).unwrap_err();
+        assert!(why.starts_with("incomplete: 1 of the k=2"), "{why}");
+        assert!(why.contains("shard(s) 0 (osd.3), 2 (osd.2)"), "{why}");
+        assert!(why.contains("osd.1 (shard 0, up)"), "{why}");
+        // The complete copy of shard 0 back in the acting set: two sources,
+        // shard 2 is rebuilt inside activation.
+        let shards = [1, 0, 2];
+        let mut l = layout(&shards, &shards, 2);
+        l.may_remap = false;
+        let plan = plan_activation(&notes, &l, &|_| true).unwrap();
+        assert_eq!(plan.sources, vec![0, 1]);
+        let rebuilt: Vec<(usize, i32)> = plan.recover.iter().map(|(s, o, _)| (*s, *o)).collect();
+        assert_eq!(rebuilt, vec![(2, 2)]);
     }
 
     #[test]

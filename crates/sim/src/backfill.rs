@@ -17,15 +17,23 @@
 //! tells OSDs holding copies outside the up and acting sets to delete
 //! them (strays also announce themselves every few seconds).
 //!
-//! Not modelled: the bandwidth cap, `osd_recovery_sleep`,
-//! `osd_recovery_max_active` and the flags (the simulator sets none);
-//! `osd_max_backfills` (default 1) is. Replicated PGs only (`ec.rs` copies
-//! every shard inside its own activation).
+//! Throttles and flags as the runtime's `BackfillRun::step`: `nobackfill`
+//! and `norecover` hold every backfill, `norebalance` the backfill of a PG
+//! that is not degraded, and a target the map marks backfillfull or full
+//! holds it as `backfill_toofull` (the slot goes back meanwhile); a
+//! stalled target resumes only when none of that holds.
+//! `osd_max_backfills` (PGs per primary), `osd_recovery_max_active`
+//! (batches in flight per OSD), `osd_recovery_sleep` (a pause after each
+//! acknowledged batch, one batch in flight per target) and
+//! `osd_recovery_max_bytes_per_sec` (the next batch waits until the bytes
+//! sent fit the rate) come from the central config, which the `full`
+//! profile draws per seed. Replicated PGs only (`ec.rs` copies every shard
+//! inside its own activation).
 
 use crate::disk::TxOp;
 use crate::osd::{Held, Waiter};
 use crate::world::{Ep, Msg, World, SEC};
-use cairn_map::MonCommand;
+use cairn_map::{ClusterMap, MonCommand, OsdFlag};
 use cairn_ops::{
     BackfillMark, ListCursor, LogEntry, ObjectName, ObjectState, OpError, PgBackfill,
     PgBackfillAck, PgInfo, PgRemove, PgStray,
@@ -56,6 +64,8 @@ pub(crate) struct SimBackfill {
     reserved: bool,
     /// The request to clear pg_temp once every target is complete.
     clear: PgTempClear,
+    /// No batch before this (`osd_recovery_sleep` after an ack).
+    not_before: Option<Instant>,
 }
 
 impl SimBackfill {
@@ -104,12 +114,44 @@ fn listing(
     all
 }
 
+/// Why backfill may not copy now under the map's flags (the runtime's
+/// `blocked_by_flags`).
+fn blocked_by_flags(map: &ClusterMap, degraded: bool) -> Option<String> {
+    if map.flags.contains(&OsdFlag::NoBackfill) {
+        return Some("nobackfill is set".into());
+    }
+    if map.flags.contains(&OsdFlag::NoRecover) {
+        return Some("norecover is set".into());
+    }
+    if !degraded && map.flags.contains(&OsdFlag::NoRebalance) {
+        return Some("norebalance is set and the PG is only misplaced".into());
+    }
+    None
+}
+
+/// A central config value of osd.`id`, as a number.
+fn cfg_num(map: Option<&ClusterMap>, id: i32, key: &str) -> Option<f64> {
+    map?.config_value(&format!("osd.{id}"), key)?
+        .parse::<f64>()
+        .ok()
+}
+
 fn cursor_of(h: u32, n: &ObjectName) -> ListCursor {
     ListCursor {
         hash: h,
         namespace: n.namespace.clone(),
         name: n.name.clone(),
     }
+}
+
+/// Batches of `run` in flight that hold a throttle slot (sent by
+/// `send_batch`, so with bytes; starts and resends hold none).
+fn slotted_in_flight(run: &SimBackfill) -> usize {
+    run.targets
+        .values()
+        .flat_map(|t| t.inflight.iter())
+        .filter(|b| !b.acked && b.bytes > 0)
+        .count()
 }
 
 impl World {
@@ -176,6 +218,7 @@ impl World {
             next_seq: 1,
             reserved: false,
             clear: PgTempClear::default(),
+            not_before: None,
         };
         let mut positions = BTreeMap::new();
         for t in targets {
@@ -296,7 +339,21 @@ impl World {
             return;
         };
         let mut acts: Vec<PgAction> = Vec::new();
-        // Stalled targets leave the PG's writes and resume after a back-off.
+        let degraded =
+            s.pg.placement()
+                .is_some_and(|p| (p.acting.len() as u32) < p.size);
+        let map = self.proc_mut(id).and_then(|p| p.map.clone());
+        let pending: Vec<i32> = run
+            .targets
+            .iter()
+            .filter(|(_, t)| !t.done)
+            .map(|(o, _)| *o)
+            .collect();
+        let held_by_flag = map.as_ref().and_then(|m| blocked_by_flags(m, degraded));
+        let toofull = map.as_ref().and_then(|m| m.backfill_toofull(&pending));
+        // Stalled targets leave the PG's writes and resume after a back-off
+        // (not while a flag or a full target holds the backfill: a resume
+        // copies the objects the target missed).
         let osds: Vec<i32> = run.targets.keys().copied().collect();
         let mut resume = Vec::new();
         for osd in osds {
@@ -324,7 +381,8 @@ impl World {
             let busy = self
                 .pg_mut(id, pgid)
                 .is_some_and(|s| t.dirty.iter().any(|o| s.pg.is_busy(o)));
-            if t.resume_due(now) && !busy {
+            let held = held_by_flag.is_some() || toofull.is_some();
+            if t.resume_due(now) && !busy && !held {
                 resume.push(osd);
             }
         }
@@ -333,6 +391,29 @@ impl World {
         }
         if run.is_finished() {
             self.backfill_finish(id, pgid, &mut run);
+        } else if let Some(why) = held_by_flag {
+            self.stats_flag_wait();
+            self.trace(|| format!("osd.{id} pg {pgid}: backfill waits: {why}"));
+            if let Some(s) = self.pg_mut(id, pgid) {
+                s.pg.state.backfill_wait = true;
+                s.pg.state.backfill_toofull = false;
+                s.pg.state.backfilling = false;
+            }
+        } else if let Some(why) = toofull {
+            // The slot goes back to the other PGs meanwhile.
+            self.stats_toofull_wait();
+            self.trace(|| format!("osd.{id} pg {pgid}: {why}"));
+            if run.reserved {
+                if let Some(p) = self.proc_mut(id) {
+                    p.backfill_slots.remove(&pgid);
+                }
+                run.reserved = false;
+            }
+            if let Some(s) = self.pg_mut(id, pgid) {
+                s.pg.state.backfill_wait = false;
+                s.pg.state.backfill_toofull = true;
+                s.pg.state.backfilling = false;
+            }
         } else {
             self.send_batches(id, pgid, &mut run);
         }
@@ -369,39 +450,77 @@ impl World {
             p.backfill_slots.insert(pgid);
             run.reserved = true;
         }
+        let now = self.osd_instant(id);
+        if run.not_before.is_some_and(|t| now < t) {
+            return;
+        }
+        let map = self.proc_mut(id).and_then(|p| p.map.clone());
+        let max_active = cfg_num(map.as_deref(), id, "osd_recovery_max_active")
+            .map_or(3, |v| v as usize)
+            .max(1);
+        let rate = cfg_num(map.as_deref(), id, "osd_recovery_max_bytes_per_sec").unwrap_or(0.0);
+        let sleep = cfg_num(map.as_deref(), id, "osd_recovery_sleep").unwrap_or(0.0) > 0.0;
+        // With a sleep between batches, one batch per target at a time.
+        let window = if sleep { 1 } else { WINDOW_BATCHES };
+        let mut throttled = false;
         let mut progressed = true;
-        while progressed {
+        while progressed && !throttled {
             progressed = false;
             let ready: Vec<i32> = run
                 .targets
                 .iter()
-                .filter(|(_, t)| t.ready_for_batch(WINDOW_BATCHES))
+                .filter(|(_, t)| t.ready_for_batch(window))
                 .map(|(o, _)| *o)
                 .collect();
             for osd in ready {
-                if self.send_batch(id, pgid, run, osd) {
+                let local = self.local_now(id);
+                let active = self.active_batches(id) + slotted_in_flight(run);
+                let Some(p) = self.proc_mut(id) else {
+                    return;
+                };
+                if active >= max_active || p.recovery_next_send.is_some_and(|t| local < t) {
+                    throttled = true;
+                    break;
+                }
+                if let Some(bytes) = self.send_batch(id, pgid, run, osd) {
                     progressed = true;
+                    if rate > 0.0 {
+                        let p = self.proc_mut(id).expect("running");
+                        let from = p.recovery_next_send.unwrap_or(local).max(local);
+                        p.recovery_next_send = Some(from + (bytes as f64 * 1e6 / rate) as u64);
+                    }
                 }
             }
         }
         if let Some(s) = self.pg_mut(id, pgid) {
-            s.pg.state.backfill_wait = false;
-            s.pg.state.backfilling = true;
+            s.pg.state.backfill_wait = throttled;
+            s.pg.state.backfill_toofull = false;
+            s.pg.state.backfilling = !throttled;
         }
+    }
+
+    /// Backfill batches of this OSD in flight (sent, not acknowledged) in
+    /// every PG but the one whose run is out being stepped
+    /// (`osd_recovery_max_active` counts them).
+    fn active_batches(&mut self, id: i32) -> usize {
+        self.proc_mut(id).map_or(0, |p| {
+            p.pgs
+                .values()
+                .filter_map(|s| s.backfill.as_ref())
+                .map(slotted_in_flight)
+                .sum()
+        })
     }
 
     /// Reads and sends the next batch to `osd`: the objects after its
     /// position up to the first with a write in flight, at most the
-    /// configured batch size; false when there is nothing to send now.
-    fn send_batch(&mut self, id: i32, pgid: PgId, run: &mut SimBackfill, osd: i32) -> bool {
-        let Some(t) = run.targets.get_mut(&osd) else {
-            return false;
-        };
+    /// configured batch size; Some(bytes sent), None when there is nothing
+    /// to send now.
+    fn send_batch(&mut self, id: i32, pgid: PgId, run: &mut SimBackfill, osd: i32) -> Option<u64> {
+        let t = run.targets.get_mut(&osd)?;
         let after = t.sent_through.clone();
         let limit = self.cfg.backfill_batch_objects.max(1);
-        let Some(s) = self.proc_mut(id).and_then(|p| p.pgs.get(&pgid)) else {
-            return false;
-        };
+        let s = self.proc_mut(id).and_then(|p| p.pgs.get(&pgid))?;
         let fence =
             s.pg.first_busy_after(after.as_ref().map(cursor_key).as_ref());
         let epoch = s.pg.epoch();
@@ -422,7 +541,7 @@ impl World {
         }
         let complete = !stopped_early && fence.is_none();
         if names.is_empty() && !complete {
-            return false;
+            return None;
         }
         let objects = self.read_states(
             id,
@@ -436,6 +555,12 @@ impl World {
         let seq = run.next_seq;
         run.next_seq += 1;
         let n_objects = objects.len() as u64;
+        // At least 1: a batch in flight counts against the throttle.
+        let bytes = objects
+            .iter()
+            .map(|(_, _, st)| st.as_ref().map_or(0, |st| st.data.len() as u64))
+            .sum::<u64>()
+            .max(1);
         let msg = PgBackfill {
             pgid,
             from: id,
@@ -464,7 +589,7 @@ impl World {
                     seq,
                     sent_at: now,
                     objects: n_objects,
-                    bytes: 0,
+                    bytes,
                     through,
                     complete,
                     acked: false,
@@ -480,7 +605,7 @@ impl World {
             )
         });
         self.send(Ep::Osd(id), Ep::Osd(osd), Msg::Backfill(msg));
-        true
+        Some(bytes)
     }
 
     /// Resumes a stalled target from its durable cursor: the current log
@@ -587,6 +712,19 @@ impl World {
             return;
         };
         let outcome = t.on_ack(ack.seq, ack.result.clone());
+        if matches!(outcome, AckOutcome::Acked { .. }) {
+            let sleep = self
+                .proc_mut(id)
+                .and_then(|p| p.map.clone())
+                .and_then(|m| cfg_num(Some(&m), id, "osd_recovery_sleep"))
+                .unwrap_or(0.0);
+            if sleep > 0.0 {
+                let now = self.osd_instant(id);
+                if let Some(run) = self.pg_mut(id, ack.pgid).and_then(|s| s.backfill.as_mut()) {
+                    run.not_before = Some(now + Duration::from_secs_f64(sleep));
+                }
+            }
+        }
         if let (AckOutcome::Failed, Err(e)) = (&outcome, &ack.result) {
             let (pgid, from, seq) = (ack.pgid, ack.from, ack.seq);
             self.trace(|| {

@@ -6,6 +6,9 @@
 //! happens. Also a capacity (a full disk refuses what does not fit, as the
 //! store's `StoreFull`) and damaged objects (a read of one fails, as a
 //! checksum mismatch or a read EIO would; rewriting the object heals it).
+//! Usage as the OSD reports it to the monitor (its beacon's statfs): a
+//! fixed size and the bytes other data takes (`filler_bytes`), which a
+//! usage fault raises so the monitor's full marks come into play.
 //! Not modelled: torn writes (the real store's own tests cover those).
 
 use cairn_ops::{LogEntry, ObjectName, ObjectState, PgInfo};
@@ -95,15 +98,28 @@ impl DiskState {
     }
 }
 
+/// The size every simulated disk reports (its beacon's total bytes). The
+/// workload's objects take at most a few KiB of it, so the usage that
+/// crosses the monitor's ratios comes from `SimDisk::filler_bytes`.
+pub const REPORTED_TOTAL_BYTES: u64 = 64 * 1024;
+
 /// A disk with live and durable state.
 #[derive(Debug, Clone, Default)]
 pub struct SimDisk {
+    /// Bytes other data takes on the disk (another pool, logs): counted in
+    /// the usage the OSD reports, not in `capacity_bytes`.
+    pub filler_bytes: u64,
     pub live: DiskState,
     pub durable: DiskState,
     /// Object data bytes the disk holds at most (None: unbounded).
     pub capacity_bytes: Option<u64>,
     /// The next sync fails with EIO (the OSD then stops: fail-stop).
     pub fail_next_sync: bool,
+    /// EC: the collections of shard positions this OSD moved away from,
+    /// by (PG, position), kept (durably) as the runtime keeps the old
+    /// position's collection until the PG is clean; moving back takes it
+    /// up again.
+    pub parked: BTreeMap<(PgId, u8), Coll>,
     /// Submitted, not yet durable, oldest first.
     pending: VecDeque<(u64, Vec<TxOp>)>,
     next_txn: u64,
@@ -141,6 +157,11 @@ impl SimDisk {
 
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// Bytes in use as the OSD reports them (at most the reported total).
+    pub fn reported_used_bytes(&self) -> u64 {
+        (self.live.used_bytes() + self.filler_bytes).min(REPORTED_TOTAL_BYTES)
     }
 
     /// Bytes still free (u64::MAX when unbounded).

@@ -326,12 +326,13 @@ impl World {
         self.submit_pub(id, vec![TxOp::Put(pgid, shard_mark(), Some(st))]);
     }
 
-    /// When CRUSH moved this OSD to another shard position (OSDs marked in
-    /// at start-up reshuffle positions), it serves that position from an
-    /// empty copy, as the runtime's `follow_shard_move` switches to the new
-    /// position's (empty) collection; activation rebuilds it. The runtime
-    /// keeps the old position's collection until the PG is clean; the
-    /// simulated disk has one collection per PG, so the old copy goes.
+    /// When CRUSH moved this OSD to another shard position, it serves that
+    /// position from an empty copy, as the runtime's `follow_shard_move`
+    /// switches to the new position's (empty) collection; activation
+    /// rebuilds it. The old position's collection is kept aside
+    /// (`SimDisk::parked`, as the runtime keeps it until the PG is clean),
+    /// and moving back to that position takes it up again (a copy behind
+    /// by what was written meanwhile).
     pub fn ec_follow_shard_move(&mut self, id: i32, pgid: PgId, m: &ClusterMap) {
         let Ok(Some(ec)) = EcPg::from_map(m, pgid.pool.0, pgid.seed) else {
             return;
@@ -345,21 +346,46 @@ impl World {
         if usize::from(old) == s {
             return;
         }
-        self.trace(|| format!("osd.{id} pg {pgid}: moved from shard {old} to shard {s}; serving it from an empty copy"));
-        let info = PgInfo {
+        // What leaves is parked durably: flush first.
+        self.flush_pub(id);
+        let parked = self.osds.get_mut(&id).and_then(|o| {
+            let leaving = o.disk.durable.colls.get(&pgid).cloned();
+            if let Some(c) = leaving {
+                o.disk.parked.insert((pgid, old), c);
+            }
+            o.disk.parked.remove(&(pgid, s as u8))
+        });
+        let back = parked.is_some();
+        self.trace(|| {
+            format!(
+                "osd.{id} pg {pgid}: moved from shard {old} to shard {s}; serving it from {}",
+                if back {
+                    "the copy it kept of that position"
+                } else {
+                    "an empty copy"
+                }
+            )
+        });
+        let kept = parked.unwrap_or_default();
+        let info = kept.info.clone().unwrap_or(PgInfo {
             pgid: Some(pgid),
             ..Default::default()
-        };
+        });
+        let log: Vec<LogEntry> = kept.log.values().cloned().collect();
         let mut ops: Vec<TxOp> = self
             .coll(id, pgid)
             .map(|c| {
                 c.objects
                     .keys()
+                    .filter(|n| !kept.objects.contains_key(*n))
                     .map(|n| TxOp::Put(pgid, n.clone(), None))
                     .collect()
             })
             .unwrap_or_default();
-        ops.push(TxOp::LogReplace(pgid, Vec::new()));
+        for (n, st) in &kept.objects {
+            ops.push(TxOp::Put(pgid, n.clone(), Some(st.clone())));
+        }
+        ops.push(TxOp::LogReplace(pgid, log.clone()));
         ops.push(TxOp::Info(pgid, info.clone()));
         ops.push(TxOp::Put(
             pgid,
@@ -378,7 +404,7 @@ impl World {
             sp.repops.clear();
             sp.sent_gen.clear();
             sp.run = None;
-            sp.pg.reload(info, Vec::new());
+            sp.pg.reload(info, log);
         }
     }
 
@@ -451,7 +477,11 @@ impl World {
             .cloned();
         let prior = old.as_ref().map(version_of).unwrap_or_default();
         let old_size = old.as_ref().map(size_of).unwrap_or(0);
+        // A member marked full in the map: refused at once, logged like
+        // any failed op (the runtime's `full_refusal`).
+        let marked_full = self.full_refusal(id, pgid, &req);
         let resolved: Result<BTreeMap<i32, Vec<Mutation>>, OpError> = match req.ops.as_slice() {
+            _ if marked_full.is_some() => Err(OpError::NoSpace(marked_full.unwrap_or_default())),
             [SubOp::WriteFull { data }] => {
                 cairn_ec::plan_write_full(&ec.code, old_size, data.len() as u64)
                     .and_then(|plan| {
@@ -1042,6 +1072,9 @@ impl World {
             return;
         };
         self.trace(|| format!("osd.{id} pg {pgid}: EC activation not done: {why}"));
+        if why.starts_with("incomplete:") {
+            self.stats_ec_incomplete();
+        }
         self.pg_event_pub(
             id,
             pgid,

@@ -1,13 +1,13 @@
 //! `cairn-sim --seed N [-v]` replays one seed exactly (with a trace);
 //! `cairn-sim --seeds N [--from S]` runs many and prints each failure with
-//! the command that replays it. `--profile basic|disk|full|ec` picks the
-//! faults (default full; CI runs basic, full and ec).
+//! the command that replays it. `--profile basic|disk|full|ec|ecmove`
+//! picks the faults (default full; CI runs every profile).
 
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: cairn-sim [--profile basic|disk|full|ec] (--seed N [-v] | --seeds COUNT [--from FIRST])"
+        "usage: cairn-sim [--profile basic|disk|full|ec|ecmove] (--seed N [-v] | --seeds COUNT [--from FIRST])"
     );
     ExitCode::from(2)
 }
@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         _ => return usage(),
     };
     let mut failed = 0;
-    let mut totals = [0u64; 4];
+    let mut totals = [0u64; 11];
     for s in &seeds {
         let o = cairn_sim::run_seed(*s, profile, verbose);
         for (t, v) in totals.iter_mut().zip([
@@ -65,6 +65,13 @@ fn main() -> ExitCode {
             o.backfill_batches,
             o.strays_removed,
             o.remapped_ops,
+            o.flags_set,
+            o.flag_waits,
+            o.paused_ops,
+            o.full_marks,
+            o.mark_refusals,
+            o.toofull_waits,
+            o.ec_incomplete,
         ]) {
             *t += v;
         }
@@ -92,6 +99,14 @@ fn main() -> ExitCode {
     println!(
         "background backfill: {} pg_temp requests, {} batches, {} stray copies removed, {} client ops answered while remapped",
         totals[0], totals[1], totals[2], totals[3]
+    );
+    println!(
+        "operator: {} flags set, {} backfill steps held by a flag, {} client ops held by pause; {} full marks changed, {} writes refused by a full mark, {} backfill steps held as backfill_toofull",
+        totals[4], totals[5], totals[6], totals[7], totals[8], totals[9]
+    );
+    println!(
+        "erasure coding: {} activations stopped incomplete (fewer than k up-to-date shards)",
+        totals[10]
     );
     if seeds.len() > 1 {
         println!("{} seeds, {failed} failed", seeds.len());

@@ -139,7 +139,18 @@ pub struct OsdProc {
     held_queries: Vec<(Ep, Msg, u64)>,
     /// PGs holding one of this OSD's `osd_max_backfills` slots.
     pub(crate) backfill_slots: BTreeSet<PgId>,
+    /// Client ops held while the map has `pause` (the runtime's bounded
+    /// wait at admission), with the local time they fail at.
+    paused_ops: Vec<(u32, OpRequest, u64)>,
+    /// Local time of the last beacon (usage figures) to the monitor.
+    last_beacon: Option<u64>,
+    /// No backfill batch starts before this local time
+    /// (`osd_recovery_max_bytes_per_sec`).
+    pub(crate) recovery_next_send: Option<u64>,
 }
+
+/// How often an OSD sends the monitor its beacon (usage figures).
+const BEACON_INTERVAL: u64 = 2 * SEC;
 
 /// A peer message held until this OSD has the map it was sent in.
 pub(crate) enum Held {
@@ -241,6 +252,9 @@ impl World {
             held_repops: Vec::new(),
             held_queries: Vec::new(),
             backfill_slots: BTreeSet::new(),
+            paused_ops: Vec::new(),
+            last_beacon: None,
+            recovery_next_send: None,
         });
         self.reset_links_of(id);
         self.send(Ep::Osd(id), Ep::Mon, Msg::MapSub { have: Epoch(0) });
@@ -808,9 +822,16 @@ impl World {
         }
         self.ec_on_map(id);
         // What waited for this map.
+        let unpaused = !m.flags.contains(&cairn_map::OsdFlag::Pause);
         let (ops, reps, queries) = match self.proc_mut(id) {
             Some(p) => (
-                std::mem::take(&mut p.held_ops),
+                if unpaused {
+                    let mut ops = std::mem::take(&mut p.paused_ops);
+                    ops.append(&mut p.held_ops);
+                    ops
+                } else {
+                    std::mem::take(&mut p.held_ops)
+                },
                 std::mem::take(&mut p.held_repops),
                 std::mem::take(&mut p.held_queries),
             ),
@@ -1163,7 +1184,14 @@ impl World {
         log_only: Vec<i32>,
     ) -> Vec<PgAction> {
         let room = self.osds.get(&id).map(|o| o.disk.available_bytes());
+        let marked_full = self.full_refusal(id, pgid, &req);
         let (state, op, outcome) = match req.ops.as_slice() {
+            // A member marked full in the map: refused at once, logged
+            // like any failed op (the runtime's `full_refusal`).
+            [SubOp::WriteFull { .. }] if marked_full.is_some() => {
+                let e = OpError::NoSpace(marked_full.unwrap_or_default());
+                (None, LogOp::Error(e.clone()), Err(e))
+            }
             // As the runtime's `full_for`: refused up front, logged and
             // replicated as a failed op, so every member agrees.
             [SubOp::WriteFull { data }] if room.is_some_and(|r| (data.len() as u64) > r) => {
@@ -1262,6 +1290,22 @@ impl World {
             self.send_repop(id, pgid, r, version.seq, m);
         }
         more
+    }
+
+    /// Why a write adding data to `pgid` is refused because the primary's
+    /// map marks a member of its acting or up set full (the map's
+    /// `full_refusal`, as the runtime computes it at each map).
+    pub(crate) fn full_refusal(&mut self, id: i32, pgid: PgId, req: &OpRequest) -> Option<String> {
+        let why = {
+            let p = self.proc_mut(id)?;
+            let m = p.map.clone()?;
+            let pl = p.pgs.get(&pgid)?.pg.placement()?;
+            let members: Vec<i32> = pl.acting.iter().chain(&pl.up).copied().collect();
+            m.full_refusal(pgid.pool.0, &members)
+                .filter(|_| cairn_osd::pg::adds_data(req))?
+        };
+        self.stats_mark_refusal();
+        Some(why)
     }
 
     fn send_repop(&mut self, id: i32, pgid: PgId, r: i32, seq: u64, rep: RepOpMsg) {
@@ -1412,6 +1456,26 @@ impl World {
                 p.held_ops.push((c, req, dl));
             }
             self.send(Ep::Osd(id), Ep::Mon, Msg::MapSub { have });
+            return;
+        }
+        let paused = self
+            .proc_mut(id)
+            .and_then(|p| p.map.as_ref())
+            .is_some_and(|m| m.flags.contains(&cairn_map::OsdFlag::Pause));
+        if paused {
+            // `pause`: the op waits for the flag to go, at most
+            // `osd_client_op_pause_wait` (the runtime's admission).
+            let wait = self
+                .proc_mut(id)
+                .and_then(|p| p.map.as_ref())
+                .and_then(|m| m.config_value(&format!("osd.{id}"), "osd_client_op_pause_wait"))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(30);
+            let dl = self.local_now(id) + wait * SEC;
+            if let Some(p) = self.proc_mut(id) {
+                p.paused_ops.push((c, req, dl));
+            }
+            self.stats_paused_op();
             return;
         }
         let Some(p) = self.proc_mut(id) else {
@@ -1784,6 +1848,32 @@ impl World {
             }
             self.send(Ep::Osd(id), Ep::Mon, Msg::MapSub { have });
         }
+        if self.cfg.ops.is_some() {
+            self.beacon(id, local);
+        }
+        // Ops held by `pause` past their wait fail, saying why.
+        let paused_out: Vec<(u32, OpRequest)> = match self.proc_mut(id) {
+            Some(p) => {
+                let (gone, keep): (Vec<_>, Vec<_>) =
+                    p.paused_ops.drain(..).partition(|(_, _, dl)| local >= *dl);
+                p.paused_ops = keep;
+                gone.into_iter().map(|(c, r, _)| (c, r)).collect()
+            }
+            None => return,
+        };
+        for (c, req) in paused_out {
+            let e = OpError::Io(
+                "the cluster is paused (pause flag set); 'cairn osd unset pause' resumes I/O"
+                    .into(),
+            );
+            let r = OpReply {
+                reqid: req.reqid,
+                status: OpStatus::Done(Err(e)),
+                version: Version::default(),
+                epoch: have,
+            };
+            self.send(Ep::Osd(id), Ep::Client(c), Msg::OpReply(r));
+        }
         // Held client ops past the map wait.
         let expired: Vec<(u32, OpRequest)> = match self.proc_mut(id) {
             Some(p) => {
@@ -1893,6 +1983,36 @@ impl World {
             self.backfill_step(id, pgid);
             self.tell_primary_if_stray(id, pgid);
         }
+    }
+
+    /// Every [`BEACON_INTERVAL`]: the OSD's usage figures to the monitor
+    /// (the runtime's beacon; the monitor marks it nearfull/full from them).
+    fn beacon(&mut self, id: i32, local: u64) {
+        let epoch = self.osd_epoch(id);
+        let Some(p) = self.proc_mut(id) else {
+            return;
+        };
+        if p.last_beacon.is_some_and(|t| local < t + BEACON_INTERVAL) {
+            return;
+        }
+        p.last_beacon = Some(local);
+        let Some(disk) = self.osds.get(&id).map(|o| &o.disk) else {
+            return;
+        };
+        let total = crate::disk::REPORTED_TOTAL_BYTES;
+        let used = disk.reported_used_bytes();
+        let beacon = cairn_map::pgmap::OsdBeacon {
+            epoch: epoch.0,
+            total_bytes: total,
+            used_bytes: used,
+            available_bytes: total - used,
+            pgs: Vec::new(),
+        };
+        self.send(
+            Ep::Osd(id),
+            Ep::Mon,
+            Msg::MonCmd(MonCommand::OsdBeacon { id, beacon }),
+        );
     }
 
     pub fn hb_tick(&mut self, id: i32) {

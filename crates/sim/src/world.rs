@@ -12,7 +12,8 @@ use crate::disk::SimDisk;
 use crate::osd::{OsdProc, RepOpMsg};
 use crate::rng::Rng;
 use cairn_map::{
-    ApplyContext, AuthEntity, ClusterMap, FailureJudge, MonCommand, MonInfo, OsdReported, PoolKind,
+    ApplyContext, AuthEntity, ClusterMap, FailureJudge, FullState, MonCommand, MonInfo, OsdFlag,
+    OsdReported, PoolKind,
 };
 use cairn_ops::{
     LogEntry, ObjectName, OpError, OpReply, OpRequest, OpStatus, PgInfo, PgPush, PullReply,
@@ -195,6 +196,10 @@ pub enum Ev {
     /// The full disk of an OSD has room again (data deleted elsewhere,
     /// capacity added).
     DiskRoom(i32),
+    /// The operator unsets a flag it set.
+    UnsetFlag(OsdFlag),
+    /// Other data on an OSD's disk is deleted (its reported use drops).
+    UsageDrop(i32),
     EndFaults,
     Check,
 }
@@ -223,6 +228,12 @@ pub enum FaultProfile {
     /// over OSDs, min_size k+1 or k): shard positions stay put, so no
     /// placement changes (the simulator does not drive backfill).
     Ec,
+    /// `full`'s faults on an erasure-coded pool (placement changes that
+    /// are undone when faults stop: out/in, reweight, automatic out; flags,
+    /// usage marks, throttles; failing commits; no new OSDs): shards move,
+    /// and activation rebuilds them from k up-to-date shards or waits,
+    /// down, saying for what.
+    EcMove,
 }
 
 impl std::str::FromStr for FaultProfile {
@@ -233,8 +244,9 @@ impl std::str::FromStr for FaultProfile {
             "full" => Ok(FaultProfile::Full),
             "disk" => Ok(FaultProfile::Disk),
             "ec" => Ok(FaultProfile::Ec),
+            "ecmove" => Ok(FaultProfile::EcMove),
             other => Err(format!(
-                "unknown fault profile '{other}' (basic, disk, full or ec)"
+                "unknown fault profile '{other}' (basic, disk, full, ec or ecmove)"
             )),
         }
     }
@@ -265,7 +277,34 @@ pub struct SimConfig {
     /// Objects per background backfill batch (small, so that a PG's few
     /// objects take several batches and the cursor and resume matter).
     pub backfill_batch_objects: usize,
+    /// `full` profile: the operator's cluster flags, disks whose reported
+    /// use crosses the monitor's full ratios, and these throttles.
+    pub ops: Option<Throttles>,
 }
+
+/// Recovery throttles of one run (central config, drawn from the seed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttles {
+    /// `osd_max_backfills`: PGs one OSD backfills at once as a primary.
+    pub max_backfills: u64,
+    /// `osd_recovery_max_active`: backfill batches in flight per OSD.
+    pub recovery_max_active: u64,
+    /// `osd_recovery_sleep` in milliseconds (0: none).
+    pub recovery_sleep_ms: u64,
+    /// `osd_recovery_max_bytes_per_sec` (0: unlimited).
+    pub bytes_per_sec: u64,
+}
+
+/// The flags the simulated operator sets and unsets.
+pub const SIM_FLAGS: [OsdFlag; 7] = [
+    OsdFlag::NoOut,
+    OsdFlag::NoBackfill,
+    OsdFlag::NoRecover,
+    OsdFlag::NoRebalance,
+    OsdFlag::Pause,
+    OsdFlag::NoUp,
+    OsdFlag::NoDown,
+];
 
 impl SimConfig {
     pub fn from_rng(r: &mut Rng, profile: FaultProfile) -> SimConfig {
@@ -286,9 +325,35 @@ impl SimConfig {
             fault_gap: r.range(500, 3000) * MS,
             ec: None,
             backfill_batch_objects: 2,
+            ops: None,
         }
         .with_ec(r)
         .with_backfill(r)
+        .with_ops(r)
+    }
+
+    /// The `full` profile's throttles, drawn after everything else.
+    fn with_ops(mut self, r: &mut Rng) -> SimConfig {
+        if !matches!(self.profile, FaultProfile::Full | FaultProfile::EcMove) {
+            return self;
+        }
+        self.ops = Some(Throttles {
+            max_backfills: r.range(1, 4),
+            recovery_max_active: r.range(1, 5),
+            recovery_sleep_ms: if r.chance(300_000) {
+                r.range(20, 300)
+            } else {
+                0
+            },
+            // The workload's objects are tens of bytes: 100-2000 B/s
+            // spaces batches out by up to a second.
+            bytes_per_sec: if r.chance(300_000) {
+                r.range(100, 2000)
+            } else {
+                0
+            },
+        });
+        self
     }
 
     /// Drawn last (the other draws of a seed stay as they were).
@@ -300,7 +365,7 @@ impl SimConfig {
     /// The EC profile draws its code after everything else (the other
     /// profiles' seeds stay as they were).
     fn with_ec(mut self, r: &mut Rng) -> SimConfig {
-        if self.profile != FaultProfile::Ec {
+        if !matches!(self.profile, FaultProfile::Ec | FaultProfile::EcMove) {
             return self;
         }
         let (k, m, domain) = if r.chance(500_000) {
@@ -356,6 +421,8 @@ struct ClientOp {
     ops: Vec<SubOp>,
     deadline: Time,
     sent: bool,
+    /// The client's map epoch when the op was first sent to an OSD.
+    first_epoch: Option<Epoch>,
 }
 
 struct Client {
@@ -391,6 +458,19 @@ pub struct Outcome {
     pub pg_temp_requests: u64,
     pub backfill_batches: u64,
     pub strays_removed: u64,
+    /// Flags the operator set; full marks the monitor changed from
+    /// beacons; writes refused because the map marked a member full;
+    /// backfill steps held as `backfill_toofull`; client ops an OSD held
+    /// while `pause` was set; backfill steps held by a flag.
+    pub flags_set: u64,
+    pub full_marks: u64,
+    pub mark_refusals: u64,
+    pub toofull_waits: u64,
+    pub paused_ops: u64,
+    pub flag_waits: u64,
+    /// EC activations that stopped, incomplete, with fewer than k
+    /// up-to-date acting shards (and waited for the map to change).
+    pub ec_incomplete: u64,
 }
 
 pub struct World {
@@ -417,6 +497,12 @@ pub struct World {
     faults_end: Option<Time>,
     marked_out: BTreeSet<i32>,
     reweighted: BTreeSet<i32>,
+    /// Flags the operator set (unset a few seconds later, or when faults
+    /// stop).
+    flags_set: BTreeSet<OsdFlag>,
+    /// The epoch of the monitor's map in which the current `pause` began
+    /// (None: not paused).
+    paused_at: Option<Epoch>,
     pub violations: Vec<String>,
     done: bool,
     /// Whether an object was damaged on a disk during the run.
@@ -476,6 +562,8 @@ impl World {
             faults_end: None,
             marked_out: BTreeSet::new(),
             reweighted: BTreeSet::new(),
+            flags_set: BTreeSet::new(),
+            paused_at: None,
             violations: Vec::new(),
             done: false,
             damaged_any: false,
@@ -496,6 +584,13 @@ impl World {
                 pg_temp_requests: 0,
                 backfill_batches: 0,
                 strays_removed: 0,
+                flags_set: 0,
+                full_marks: 0,
+                mark_refusals: 0,
+                toofull_waits: 0,
+                paused_ops: 0,
+                flag_waits: 0,
+                ec_incomplete: 0,
             },
             cfg,
         };
@@ -535,7 +630,7 @@ impl World {
     fn setup(&mut self) {
         let down_out = match self.cfg.profile {
             FaultProfile::Basic | FaultProfile::Disk | FaultProfile::Ec => "100000",
-            FaultProfile::Full => "10",
+            FaultProfile::Full | FaultProfile::EcMove => "10",
         };
         for (k, v) in [
             ("osd_heartbeat_interval", "1"),
@@ -550,6 +645,28 @@ impl World {
             };
             if let Err(e) = self.map.apply(&cmd, &ctx()) {
                 self.violation(format!("setup: config {k}: {e}"));
+            }
+        }
+        if let Some(t) = self.cfg.ops {
+            let sleep = format!("{}", t.recovery_sleep_ms as f64 / 1000.0);
+            for (k, v) in [
+                ("osd_max_backfills", t.max_backfills.to_string()),
+                ("osd_recovery_max_active", t.recovery_max_active.to_string()),
+                ("osd_recovery_sleep", sleep),
+                (
+                    "osd_recovery_max_bytes_per_sec",
+                    t.bytes_per_sec.to_string(),
+                ),
+            ] {
+                let cmd = MonCommand::ConfigSet {
+                    who: "global".into(),
+                    key: k.into(),
+                    value: v,
+                    force: false,
+                };
+                if let Err(e) = self.map.apply(&cmd, &ctx()) {
+                    self.violation(format!("setup: config {k}: {e}"));
+                }
             }
         }
         for h in 0..self.cfg.hosts {
@@ -765,6 +882,18 @@ impl World {
                     self.trace(|| format!("osd.{id}: disk has room again"));
                 }
             }
+            Ev::UnsetFlag(flag) => {
+                if self.flags_set.remove(&flag) {
+                    self.trace(|| format!("admin: osd unset {}", flag.as_str()));
+                    self.mon_apply(MonCommand::OsdUnsetFlag { flag });
+                }
+            }
+            Ev::UsageDrop(id) => {
+                if let Some(o) = self.osds.get_mut(&id) {
+                    o.disk.filler_bytes = 0;
+                    self.trace(|| format!("osd.{id}: other data deleted; its use drops"));
+                }
+            }
             Ev::EndFaults => self.end_faults(),
             Ev::Check => self.check_healed(),
         }
@@ -784,6 +913,26 @@ impl World {
 
     pub(crate) fn stats_stray_removed(&mut self) {
         self.stats.strays_removed += 1;
+    }
+
+    pub(crate) fn stats_mark_refusal(&mut self) {
+        self.stats.mark_refusals += 1;
+    }
+
+    pub(crate) fn stats_toofull_wait(&mut self) {
+        self.stats.toofull_waits += 1;
+    }
+
+    pub(crate) fn stats_paused_op(&mut self) {
+        self.stats.paused_ops += 1;
+    }
+
+    pub(crate) fn stats_flag_wait(&mut self) {
+        self.stats.flag_waits += 1;
+    }
+
+    pub(crate) fn stats_ec_incomplete(&mut self) {
+        self.stats.ec_incomplete += 1;
     }
 
     pub fn running(&self, id: i32, inc: u64) -> bool {
@@ -811,6 +960,9 @@ impl World {
     }
 
     pub fn send(&mut self, from: Ep, to: Ep, msg: Msg) {
+        if let (Ep::Osd(a), Ep::Osd(b), Msg::Backfill(bf)) = (from, to, &msg) {
+            self.check_backfill_allowed(a, b, bf);
+        }
         if self.blocked(from, to) {
             return;
         }
@@ -859,6 +1011,51 @@ impl World {
         );
     }
 
+    /// The oracle of the flags and full marks for backfill: no batch
+    /// copies objects to a target while the sender's map has `nobackfill`
+    /// or `norecover`, `norebalance` for a PG that is not degraded, or
+    /// marks the target backfillfull or full. (An activation's start
+    /// message, which may carry objects a resumed target missed, is part
+    /// of peering, not background backfill.)
+    fn check_backfill_allowed(&mut self, from: i32, to: i32, bf: &cairn_ops::PgBackfill) {
+        if bf.start.is_some() || (bf.objects.is_empty() && !bf.complete) {
+            return;
+        }
+        let Some(p) = self.osds.get(&from).and_then(|o| o.proc_.as_ref()) else {
+            return;
+        };
+        let Some(m) = p.map.clone() else {
+            return;
+        };
+        let degraded = p
+            .pgs
+            .get(&bf.pgid)
+            .and_then(|s| s.pg.placement())
+            .is_some_and(|pl| (pl.acting.len() as u32) < pl.size);
+        let mut why = Vec::new();
+        for f in [OsdFlag::NoBackfill, OsdFlag::NoRecover] {
+            if m.flags.contains(&f) {
+                why.push(format!("{f} is set"));
+            }
+        }
+        if !degraded && m.flags.contains(&OsdFlag::NoRebalance) {
+            why.push("norebalance is set and the PG is not degraded".into());
+        }
+        if m.full_state(to) >= FullState::Backfillfull {
+            why.push(format!("osd.{to} is marked {}", m.full_state(to).as_str()));
+        }
+        if !why.is_empty() {
+            self.violation(format!(
+                "backfill: osd.{from} sent pg {} batch {} ({} objects) to osd.{to} in e{} although {}",
+                bf.pgid,
+                bf.seq,
+                bf.objects.len(),
+                m.epoch.0,
+                why.join(", ")
+            ));
+        }
+    }
+
     fn deliver(&mut self, from: Ep, to: Ep, gen: u64, to_inc: u64, msg: Msg) {
         if gen != self.link_gen(from, to) || self.blocked(from, to) {
             return;
@@ -882,6 +1079,16 @@ impl World {
                 let m = Arc::new(self.map.clone());
                 self.send(Ep::Mon, from, Msg::Map(m));
             }
+            Msg::MonCmd(MonCommand::OsdBeacon { id, beacon }) => {
+                // The leader's part of a beacon that the simulator models:
+                // the OSD's usage against the map's full ratios.
+                if let Err(e) = beacon.validate(id) {
+                    self.violation(format!("beacon refused: {e}"));
+                } else if let Some(c) = self.map.fullness_change(id, &beacon) {
+                    self.stats.full_marks += 1;
+                    self.mon_apply(c);
+                }
+            }
             Msg::MonCmd(MonCommand::OsdFailureReport { id, target, failed }) => {
                 let now = self.instant(&self.mon_clock.clone());
                 if let Some(c) = self.judge.report(now, &self.map, id, target, failed) {
@@ -897,12 +1104,28 @@ impl World {
     /// OSD and client.
     pub fn mon_apply(&mut self, cmd: MonCommand) {
         let before = self.map.epoch;
+        let flags = self.map.flags.clone();
+        let states: BTreeMap<i32, (bool, bool)> = self
+            .map
+            .osds
+            .iter()
+            .map(|(id, o)| (*id, (o.up, o.is_in)))
+            .collect();
         if let Err(e) = self.map.apply(&cmd, &ctx()) {
             self.trace(|| format!("mon: {} refused: {e}", cmd.verb()));
             return;
         }
         if self.map.epoch == before {
             return;
+        }
+        self.check_flag_promises(&cmd, &flags, &states);
+        match (
+            flags.contains(&OsdFlag::Pause),
+            self.map.flags.contains(&OsdFlag::Pause),
+        ) {
+            (false, true) => self.paused_at = Some(self.map.epoch),
+            (true, false) => self.paused_at = None,
+            _ => {}
         }
         self.trace(|| format!("mon: e{} after {cmd:?}", self.map.epoch.0));
         let m = Arc::new(self.map.clone());
@@ -915,6 +1138,37 @@ impl World {
             .collect();
         for t in targets {
             self.send(Ep::Mon, t, Msg::Map(m.clone()));
+        }
+    }
+
+    /// The oracle of the map flags, on every map change: while `noout` is
+    /// set no OSD is marked out but by the operator's own `osd out`; while
+    /// `nodown` is set none is marked down; while `noup` is set none comes
+    /// up.
+    fn check_flag_promises(
+        &mut self,
+        cmd: &MonCommand,
+        flags: &BTreeSet<OsdFlag>,
+        before: &BTreeMap<i32, (bool, bool)>,
+    ) {
+        let mut broken = Vec::new();
+        for (id, o) in &self.map.osds {
+            let Some(&(was_up, was_in)) = before.get(id) else {
+                continue;
+            };
+            let admin_out = matches!(cmd, MonCommand::OsdOut { .. });
+            if flags.contains(&OsdFlag::NoOut) && was_in && !o.is_in && !admin_out {
+                broken.push(format!("noout is set, yet osd.{id} was marked out"));
+            }
+            if flags.contains(&OsdFlag::NoDown) && was_up && !o.up {
+                broken.push(format!("nodown is set, yet osd.{id} was marked down"));
+            }
+            if flags.contains(&OsdFlag::NoUp) && !was_up && o.up {
+                broken.push(format!("noup is set, yet osd.{id} came up"));
+            }
+        }
+        for b in broken {
+            self.violation(format!("flags: {b} (by '{}')", cmd.verb()));
         }
     }
 
@@ -949,7 +1203,13 @@ impl World {
             .collect();
         let mut roll = match self.cfg.profile {
             FaultProfile::Basic | FaultProfile::Ec => self.rng.range(0, 65),
-            FaultProfile::Full => self.rng.range(0, 115),
+            FaultProfile::Full => self.rng.range(0, 127),
+            // Full's kinds; of the disk faults only failing commits (the EC
+            // write path has no full-disk refusal of its own).
+            FaultProfile::EcMove => match self.rng.range(0, 127) {
+                100..=105 | 110..=114 => 99,
+                r => r,
+            },
             // Basic's kinds, then the disk faults (100..115).
             FaultProfile::Disk => match self.rng.range(0, 85) {
                 r if r >= 65 => r + 35,
@@ -1055,6 +1315,14 @@ impl World {
                     self.mon_apply(MonCommand::OsdReweight { osd: id, weight });
                 }
             }
+            // New OSDs stay: an EC PG would then need its moved shards
+            // backfilled under a positional pg_temp, which the simulator
+            // does not model for EC (its activation rebuilds them, and
+            // waits, incomplete, without k up-to-date shards).
+            83..=86 if self.cfg.profile == FaultProfile::EcMove => {
+                self.trace(|| "network slows down for 3 s".into());
+                self.slow_until = self.now + 3 * SEC;
+            }
             83..=86 => {
                 if self.osds.len() < 10 {
                     let h = self.rng.range(0, u64::from(self.cfg.hosts)) as u32;
@@ -1065,6 +1333,8 @@ impl World {
                 }
             }
             100..=114 => self.inject_disk_fault(roll, &ids, &running),
+            115..=120 => self.flag_fault(),
+            121..=126 => self.usage_fault(&ids),
             _ => {
                 self.trace(|| "network slows down for 3 s".into());
                 self.slow_until = self.now + 3 * SEC;
@@ -1140,6 +1410,46 @@ impl World {
         self.after(d, Ev::DiskRoom(id));
     }
 
+    /// The operator sets one of [`SIM_FLAGS`] and unsets it 1-6 s later.
+    fn flag_fault(&mut self) {
+        let Some(flag) = self.rng.pick(&SIM_FLAGS) else {
+            return;
+        };
+        if !self.flags_set.insert(flag) {
+            return;
+        }
+        self.stats.flags_set += 1;
+        self.trace(|| format!("admin: osd set {}", flag.as_str()));
+        self.mon_apply(MonCommand::OsdSetFlag { flag });
+        let d = self.rng.range(SEC, 6 * SEC);
+        self.after(d, Ev::UnsetFlag(flag));
+    }
+
+    /// Other data fills an OSD's disk to a use between the map's nearfull
+    /// ratio and just past its full ratio (its next beacons make the
+    /// monitor mark it); 2-10 s later the data goes and the mark with it.
+    fn usage_fault(&mut self, ids: &[i32]) {
+        let Some(id) = self.rng.pick(ids) else {
+            return;
+        };
+        let r = self.map.full_ratios;
+        let (lo, hi) = match self.rng.range(0, 3) {
+            0 => (r.nearfull, r.backfillfull),
+            1 => (r.backfillfull, r.full),
+            _ => (r.full, r.full + 0.01),
+        };
+        let total = crate::disk::REPORTED_TOTAL_BYTES;
+        let span = ((hi - lo) * total as f64) as u64;
+        let target = (lo * total as f64) as u64 + self.rng.range(1, span.max(2));
+        let d = self.rng.range(2 * SEC, 10 * SEC);
+        if let Some(o) = self.osds.get_mut(&id) {
+            o.disk.filler_bytes = target.saturating_sub(o.disk.live.used_bytes());
+            let pct = o.disk.reported_used_bytes() * 100 / total;
+            self.trace(|| format!("osd.{id}: other data fills its disk to {pct}%"));
+        }
+        self.after(d, Ev::UsageDrop(id));
+    }
+
     fn heal_partition(&mut self, p: u64) {
         let Some(pairs) = self.partitions.remove(&p) else {
             return;
@@ -1186,6 +1496,10 @@ impl World {
         for o in self.osds.values_mut() {
             o.disk.capacity_bytes = None;
             o.disk.fail_next_sync = false;
+            o.disk.filler_bytes = 0;
+        }
+        for flag in std::mem::take(&mut self.flags_set) {
+            self.mon_apply(MonCommand::OsdUnsetFlag { flag });
         }
         let ps: Vec<u64> = self.partitions.keys().copied().collect();
         for p in ps {
@@ -1301,6 +1615,7 @@ impl World {
                         ops,
                         deadline: now,
                         sent: false,
+                        first_epoch: None,
                     });
                     resend = true;
                 }
@@ -1326,6 +1641,7 @@ impl World {
                         ops: vec![SubOp::Read { offset: 0, len: 0 }],
                         deadline: now,
                         sent: false,
+                        first_epoch: None,
                     });
                     resend = true;
                 }
@@ -1381,6 +1697,9 @@ impl World {
             ))
         });
         op.sent = target.is_some();
+        if op.sent && op.first_epoch.is_none() {
+            op.first_epoch = Some(have);
+        }
         let dest = target.as_ref().map(|(p, r)| (*p, r.pgid, r.epoch));
         self.trace(|| format!("client {c}: sends {:?} to {dest:?}", op_reqid));
         self.send(Ep::Client(c), Ep::Mon, Msg::MapSub { have });
@@ -1429,6 +1748,16 @@ impl World {
         };
         if let Some(cl) = self.clients.get_mut(&c) {
             cl.op = None;
+        }
+        // `pause`: an op first sent with a map that carries the flag
+        // completes only after the flag goes.
+        if let (Some(p), Some(e)) = (self.paused_at, op.first_epoch) {
+            if e >= p {
+                self.violation(format!(
+                    "pause: client {c}'s op {} (first sent in e{}) completed while the cluster is paused (since e{})",
+                    op.reqid, e.0, p.0
+                ));
+            }
         }
         let obj = match op.kind {
             OpKind::Write { obj, .. } | OpKind::Read { obj, .. } => obj,
@@ -1479,6 +1808,11 @@ impl World {
                 }
             }
             (OpKind::Write { obj, k }, Err(OpError::NoSpace(why))) => {
+                if !why.contains("full") {
+                    self.violation(format!(
+                        "client {c}: write obj{obj}={k} refused without saying what is full: {why}"
+                    ));
+                }
                 // Refused, nothing changed: the value must never show up.
                 let t = &mut self.objects[obj as usize];
                 t.refused.insert(k);

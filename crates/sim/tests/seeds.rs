@@ -1,10 +1,12 @@
 //! Runs the simulator over many seeds: 300 of the `basic` profile
 //! (crashes, partitions, resets, duplicates, clock faults) and 100 of the
-//! `full` profile (plus out/in, reweight, new OSDs, auto-out), 60 of
-//! the `disk` profile (full disks, commit EIO, damaged objects) and 100 of
-//! the `ec` profile (basic faults on an erasure-coded pool), and the
-//! seeds that once failed outside those ranges (`REGRESSION_SEEDS`).
-//! `CAIRN_SOAK=1` runs 3000, 1000, 1000 and 1000.
+//! `full` profile (plus out/in, reweight, new OSDs, auto-out, flags,
+//! usage marks, throttles), 60 of the `disk` profile (full disks, commit
+//! EIO, damaged objects) and 100 of the `ec` profile (basic faults on an
+//! erasure-coded pool), 3 `ecmove` seeds (EC with placement changes; the
+//! profile's broad test is ignored while seeds fail), and the seeds that
+//! once failed outside those ranges (`REGRESSION_SEEDS`). `CAIRN_SOAK=1`
+//! runs 3000, 1000, 1000 and 1000.
 
 use cairn_sim::{run_seed, FaultProfile};
 
@@ -34,6 +36,13 @@ fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) -> 
                         disk.backfill_batches += o.backfill_batches;
                         disk.strays_removed += o.strays_removed;
                         disk.remapped_ops += o.remapped_ops;
+                        disk.flags_set += o.flags_set;
+                        disk.flag_waits += o.flag_waits;
+                        disk.paused_ops += o.paused_ops;
+                        disk.full_marks += o.full_marks;
+                        disk.mark_refusals += o.mark_refusals;
+                        disk.toofull_waits += o.toofull_waits;
+                        disk.ec_incomplete += o.ec_incomplete;
                         if !o.violations.is_empty() {
                             failures.push(format!(
                                 "seed {seed}: {}\n  replay: cargo run -p cairn-sim -- --profile {name} --seed {seed} -v",
@@ -59,6 +68,13 @@ fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) -> 
         backfill_batches: results.iter().map(|r| r.1.backfill_batches).sum(),
         strays_removed: results.iter().map(|r| r.1.strays_removed).sum(),
         remapped_ops: results.iter().map(|r| r.1.remapped_ops).sum(),
+        flags_set: results.iter().map(|r| r.1.flags_set).sum(),
+        flag_waits: results.iter().map(|r| r.1.flag_waits).sum(),
+        paused_ops: results.iter().map(|r| r.1.paused_ops).sum(),
+        full_marks: results.iter().map(|r| r.1.full_marks).sum(),
+        mark_refusals: results.iter().map(|r| r.1.mark_refusals).sum(),
+        toofull_waits: results.iter().map(|r| r.1.toofull_waits).sum(),
+        ec_incomplete: results.iter().map(|r| r.1.ec_incomplete).sum(),
     };
     let failures: Vec<String> = results.into_iter().flat_map(|r| r.2).collect();
     assert!(
@@ -80,6 +96,13 @@ struct DiskFaults {
     backfill_batches: u64,
     strays_removed: u64,
     remapped_ops: u64,
+    flags_set: u64,
+    flag_waits: u64,
+    paused_ops: u64,
+    full_marks: u64,
+    mark_refusals: u64,
+    toofull_waits: u64,
+    ec_incomplete: u64,
 }
 
 fn soak() -> bool {
@@ -92,11 +115,14 @@ fn seeds_pass_the_oracle() {
     run_seeds(FaultProfile::Basic, "basic", 0..count);
 }
 
-/// A slice of the `full` profile (out/in, reweight, new OSDs, auto-out on
-/// top of `basic`): the seeds from 1000 on, where the bugs 4–7 of the
-/// README showed; `CAIRN_SOAK=1` runs 1000 of them. Placement changes
-/// must really have driven background backfill: pg_temp requested,
-/// batches sent, client ops served while remapped, strays removed.
+/// A slice of the `full` profile (out/in, reweight, new OSDs, auto-out,
+/// flags, usage marks and throttles on top of `basic`): the seeds from
+/// 1000 on, where the bugs 4–7 of the README showed; `CAIRN_SOAK=1` runs
+/// 1000 of them. Placement changes must really have driven background
+/// backfill (pg_temp requested, batches sent, client ops served while
+/// remapped, strays removed), and the operator's faults must have bitten:
+/// flags held backfill and client ops, full marks refused writes and held
+/// backfill.
 #[test]
 fn full_profile_seeds_pass_the_oracle() {
     let count: u64 = if soak() { 1000 } else { 100 };
@@ -108,6 +134,61 @@ fn full_profile_seeds_pass_the_oracle() {
             && b.strays_removed > 0,
         "placement changes did not drive background backfill: {b:?}"
     );
+    assert!(
+        b.flags_set > 0
+            && b.flag_waits > 0
+            && b.paused_ops > 0
+            && b.full_marks > 0
+            && b.mark_refusals > 0
+            && b.toofull_waits > 0,
+        "the operator's flags and full marks did not all bite: {b:?}"
+    );
+}
+
+/// Erasure-coded pools under `full`'s faults (`ecmove`): OSDs out/in,
+/// reweighted, automatic out, flags, usage marks; shards move and are
+/// rebuilt by activation (or the PG waits, incomplete, with fewer than k
+/// up-to-date shards). Not in CI yet: some seeds still fail (README,
+/// "Found, open": `ecmove` 4, 1013, 1016 of about 230 run); `cargo test
+/// -p cairn-sim -- --ignored` runs it.
+#[test]
+#[ignore = "open: ecmove seeds 4, 1013 and 1016 fail (crates/sim/README.md, Found, open)"]
+fn ecmove_profile_seeds_pass_the_oracle() {
+    let count: u64 = if soak() { 1000 } else { 60 };
+    let b = run_seeds(FaultProfile::EcMove, "ecmove", 0..count);
+    assert!(
+        b.flags_set > 0 && b.full_marks > 0 && b.mark_refusals > 0,
+        "the operator's faults did not bite: {b:?}"
+    );
+    assert!(
+        b.ec_incomplete > 0,
+        "no PG waited incomplete with fewer than k up-to-date shards: {b:?}"
+    );
+}
+
+/// `ecmove` seeds in which EC PGs stop activation incomplete (2: 225
+/// times, 3: 28, 14: 45) and heal.
+const ECMOVE_INCOMPLETE_SEEDS: &[u64] = &[2, 3, 14];
+
+/// In CI: `ecmove` seeds that pass, where EC PGs with fewer than k
+/// up-to-date acting shards stop activation incomplete (before any
+/// rollback or rebuild) and heal once the map changes back.
+#[test]
+fn ecmove_incomplete_pgs_wait_and_heal() {
+    let mut incomplete = 0;
+    let mut failures = Vec::new();
+    for &seed in ECMOVE_INCOMPLETE_SEEDS {
+        let o = run_seed(seed, FaultProfile::EcMove, false);
+        incomplete += o.ec_incomplete;
+        if !o.violations.is_empty() {
+            failures.push(format!(
+                "seed {seed}: {}\n  replay: cargo run -p cairn-sim -- --profile ecmove --seed {seed} -v",
+                o.violations.join("\n  ")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(incomplete > 0, "no PG waited incomplete");
 }
 
 /// The `disk` profile (basic plus full disks that get room again, commits

@@ -1333,8 +1333,10 @@ impl World {
                 }
             }
             100..=114 => self.inject_disk_fault(roll, &ids, &running),
-            115..=120 => self.flag_fault(),
-            121..=126 => self.usage_fault(&ids),
+            // The operator's faults: `full` and `ecmove` only (the `disk`
+            // profile's draws reach 115..=119 too, as slow networks).
+            115..=120 if self.cfg.ops.is_some() => self.flag_fault(),
+            121..=126 if self.cfg.ops.is_some() => self.usage_fault(&ids),
             _ => {
                 self.trace(|| "network slows down for 3 s".into());
                 self.slow_until = self.now + 3 * SEC;

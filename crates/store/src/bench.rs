@@ -282,7 +282,7 @@ fn worker(
         let off = rng.gen_range(0..slots) * o.io_bytes;
         let t0 = Instant::now();
         if o.read {
-            let got = store.read(&coll(t), &obj(t, oi), off, o.io_bytes)?;
+            let got = store.read_bytes(&coll(t), &obj(t, oi), off, o.io_bytes)?;
             debug_assert_eq!(got.len() as u64, o.io_bytes);
         } else {
             let mut txn = Transaction::new();

@@ -77,6 +77,11 @@ pub struct StoreConfig {
     /// Longest time acknowledged transactions stay only in the WAL before a
     /// checkpoint makes them durable in the data file and metadata.
     pub checkpoint_interval_ms: u64,
+    /// Write WAL records through the page cache (the WAL sync's fdatasync
+    /// then writes them back and flushes) instead of with O_DIRECT from the
+    /// committer. Buffered, the committer is back on the next group after a
+    /// memory copy instead of a device write.
+    pub wal_buffered: bool,
 }
 
 impl StoreConfig {
@@ -96,6 +101,7 @@ impl StoreConfig {
             wal_bytes: 32 << 20,
             deferred_write_below_bytes: 64 << 10,
             checkpoint_interval_ms: 1000,
+            wal_buffered: false,
         }
     }
     fn validate(&self) -> Result<()> {
@@ -2011,14 +2017,14 @@ fn write_records(inner: &Inner, wal: &dyn StoreFile, jobs: &[WalJob]) -> Result<
             Some((start, buf)) if *start + buf.len() as u64 == *off => buf.extend_from_slice(rec),
             _ => {
                 if let Some((start, buf)) = run.take() {
-                    wal::write_record(wal, start, &buf).map_err(wio)?;
+                    wal::write_record(wal, start, &buf, inner.cfg.wal_buffered).map_err(wio)?;
                 }
                 run = Some((*off, rec.clone()));
             }
         }
     }
     if let Some((start, buf)) = run {
-        wal::write_record(wal, start, &buf).map_err(wio)?;
+        wal::write_record(wal, start, &buf, inner.cfg.wal_buffered).map_err(wio)?;
     }
     Ok(())
 }

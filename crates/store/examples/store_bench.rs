@@ -1,7 +1,7 @@
 //! Runs the store benchmark without the CLI (quicker to build while tuning):
 //! `cargo run --release -p cairn-store --example store_bench -- DIR SIZE_BYTES THREADS SECONDS [read]`.
 //! Prints the JSON report `cairn store bench -f json` prints.
-//! To compare settings: `WAL_BYTES=N` (at mkfs), `CHECKPOINT_MS=N` and `WAL_BUFFERED=0|1`.
+//! To compare settings: `WAL_BYTES=N` (at mkfs) and `CHECKPOINT_MS=N`.
 
 use cairn_store::bench::{run_with, BenchOpts};
 
@@ -34,9 +34,6 @@ fn main() {
         }
         if let Some(n) = env("CHECKPOINT_MS") {
             c.checkpoint_interval_ms = n;
-        }
-        if let Some(n) = env("WAL_BUFFERED") {
-            c.wal_buffered = n != 0;
         }
     };
     match run_with(&opts, tune) {

@@ -1,5 +1,12 @@
 //! In-memory free-space map of the data file, in blocks. Rebuilt from the
 //! extent table at open; never persisted (the extent table is the truth).
+//!
+//! Two policies share the map: large allocations take the first free run
+//! from the start of the file that fits (low, already-written blocks are
+//! reused first); small ones fill one free run of at least a "fill run"
+//! sequentially from a cursor, so that thousands of small copy-on-write
+//! writes land next to each other and their page-cache write-back at a
+//! checkpoint is a few large I/Os instead of one random I/O per block.
 
 use std::collections::BTreeMap;
 
@@ -8,6 +15,14 @@ pub(crate) struct Allocator {
     /// start block -> length in blocks, non-overlapping, coalesced.
     free: BTreeMap<u64, u64>,
     free_blocks: u64,
+    /// Next block for small allocations (inside the run being filled).
+    cursor: Option<u64>,
+    /// The shortest free run small allocations start filling.
+    fill_run: u64,
+    /// No free run of `fill_run` blocks exists (set when a search failed,
+    /// cleared when a release makes one), so small allocations do not scan
+    /// the whole map each time on a fragmented file.
+    no_fill_run: bool,
 }
 
 impl Allocator {
@@ -41,6 +56,51 @@ impl Allocator {
         }
         self.free_blocks -= len;
         true
+    }
+
+    /// Sets the shortest free run small allocations fill sequentially
+    /// (0: small allocations are first fit too).
+    pub fn set_fill_run(&mut self, blocks: u64) {
+        self.fill_run = blocks;
+        self.cursor = None;
+        self.no_fill_run = false;
+    }
+
+    /// Allocates `n` blocks (a small write) right after the previous small
+    /// allocation when the free run there still has room; otherwise starts
+    /// filling the first free run of at least `fill_run` blocks; where none
+    /// is left (a fragmented file), first fit as [`Allocator::allocate`].
+    pub fn allocate_small(&mut self, n: u64, max_run: u64) -> Option<Vec<(u64, u64)>> {
+        if n > self.free_blocks {
+            return None;
+        }
+        if self.fill_run == 0 || n > self.fill_run {
+            return self.allocate(n, max_run);
+        }
+        if let Some(c) = self.cursor {
+            let room = self
+                .free
+                .range(..=c)
+                .next_back()
+                .is_some_and(|(&fs, &fl)| c + n <= fs + fl);
+            if room && self.mark_used(c, n) {
+                self.cursor = Some(c + n);
+                return Some(vec![(c, n)]);
+            }
+        }
+        self.cursor = None;
+        if !self.no_fill_run {
+            let fill = self.fill_run;
+            match self.free.iter().find(|(_, &l)| l >= fill).map(|(&s, _)| s) {
+                Some(s) => {
+                    self.mark_used(s, n);
+                    self.cursor = Some(s + n);
+                    return Some(vec![(s, n)]);
+                }
+                None => self.no_fill_run = true,
+            }
+        }
+        self.allocate(n, max_run)
     }
 
     /// Allocates `n` blocks as one or more runs of at most `max_run` blocks.
@@ -113,6 +173,9 @@ impl Allocator {
         }
         self.free.insert(s, l);
         self.free_blocks += len;
+        if self.fill_run > 0 && l >= self.fill_run {
+            self.no_fill_run = false;
+        }
     }
 }
 
@@ -125,12 +188,13 @@ mod tests {
         #[test]
         fn alloc_release_conserves_blocks(ops in proptest::collection::vec((1u64..40, any::<bool>()), 1..80)) {
             let mut a = Allocator::new_free(1, 1000);
+            a.set_fill_run(32);
             let mut held: Vec<(u64, u64)> = Vec::new();
             for (n, rel) in ops {
                 if rel && !held.is_empty() {
                     let (s, l) = held.remove(n as usize % held.len());
                     a.release(s, l);
-                } else if let Some(runs) = a.allocate(n, 16) {
+                } else if let Some(runs) = if n % 2 == 0 { a.allocate(n, 16) } else { a.allocate_small(n, 16) } {
                     prop_assert_eq!(runs.iter().map(|r| r.1).sum::<u64>(), n);
                     held.extend(runs);
                 }
@@ -154,6 +218,38 @@ mod tests {
         assert_eq!(a.free_parts(5, 50), vec![(5, 5), (30, 10), (50, 5)]);
         assert_eq!(a.free_parts(12, 5), vec![]);
         assert_eq!(a.free_parts(0, 3), vec![(0, 3)]);
+    }
+
+    #[test]
+    fn small_allocations_fill_one_run_in_order() {
+        let mut a = Allocator::new_free(0, 1000);
+        a.set_fill_run(64);
+        // Single free blocks at the start (as overwrites leave them)...
+        assert!(a.mark_used(0, 100));
+        for b in (0..100).step_by(2) {
+            a.release(b, 1);
+        }
+        // ...are skipped: small writes fill the first run of >= 64 blocks.
+        let got: Vec<_> = (0..10).map(|_| a.allocate_small(1, 16).unwrap()).collect();
+        let want: Vec<_> = (100..110).map(|b| vec![(b, 1)]).collect();
+        assert_eq!(got, want);
+        // A large allocation takes its first fit elsewhere; the cursor goes on.
+        assert_eq!(a.allocate(4, 16), Some(vec![(110, 4)]));
+        assert_eq!(a.allocate_small(2, 16), Some(vec![(114, 2)]));
+        // No run of 64 left: first fit (the single holes).
+        let mut b = Allocator::new_free(0, 10);
+        b.set_fill_run(64);
+        assert_eq!(b.allocate_small(1, 16), Some(vec![(0, 1)]));
+        assert_eq!(b.allocate_small(1, 16), Some(vec![(1, 1)]));
+        // A release that coalesces into a long run makes it usable again.
+        let mut c = Allocator::new_free(0, 200);
+        c.set_fill_run(64);
+        assert!(c.mark_used(0, 200));
+        c.release(10, 1);
+        assert_eq!(c.allocate_small(1, 16), Some(vec![(10, 1)]));
+        c.release(100, 80);
+        assert_eq!(c.allocate_small(1, 16), Some(vec![(100, 1)]));
+        assert_eq!(c.allocate_small(1, 16), Some(vec![(101, 1)]));
     }
 
     #[test]

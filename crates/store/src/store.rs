@@ -39,6 +39,10 @@ const MIN_WAL_BYTES: u64 = 256 << 10;
 const MAX_WAL_RECORD_BYTES: u64 = 16 << 20;
 /// How often the committer looks whether a background checkpoint's syncs are done.
 const FLUSH_POLL: Duration = Duration::from_millis(2);
+/// Small writes (below `deferred_write_below_bytes`) fill free runs of at
+/// least this many bytes sequentially (see `alloc`), so that a checkpoint
+/// writes them back in large I/Os.
+const SMALL_WRITE_FILL_RUN_BYTES: u64 = 1 << 20;
 /// Overlay memory (metadata changes not yet in redb) that starts a checkpoint
 /// even before `checkpoint_interval_ms` or a quarter-full log.
 const OVERLAY_CHECKPOINT_BYTES: usize = 16 << 20;
@@ -77,11 +81,6 @@ pub struct StoreConfig {
     /// Longest time acknowledged transactions stay only in the WAL before a
     /// checkpoint makes them durable in the data file and metadata.
     pub checkpoint_interval_ms: u64,
-    /// Write WAL records through the page cache (the WAL sync's fdatasync
-    /// then writes them back and flushes) instead of with O_DIRECT from the
-    /// committer. Buffered, the committer is back on the next group after a
-    /// memory copy instead of a device write.
-    pub wal_buffered: bool,
 }
 
 impl StoreConfig {
@@ -101,7 +100,6 @@ impl StoreConfig {
             wal_bytes: 32 << 20,
             deferred_write_below_bytes: 64 << 10,
             checkpoint_interval_ms: 1000,
-            wal_buffered: false,
         }
     }
     fn validate(&self) -> Result<()> {
@@ -296,7 +294,11 @@ impl Inner {
         if used + n > limit {
             return Err(full);
         }
-        a.allocate(n, MAX_RUN_BYTES / bs).ok_or(full)
+        if n * bs < self.cfg.deferred_write_below_bytes {
+            a.allocate_small(n, MAX_RUN_BYTES / bs).ok_or(full)
+        } else {
+            a.allocate(n, MAX_RUN_BYTES / bs).ok_or(full)
+        }
     }
 
     /// Writes every block-aligned `Write` of `txn` into new blocks from the
@@ -686,7 +688,8 @@ impl Store {
         let (last_seq, wal_start, rewritten) = replay.run(applied, wal_head, wal_cap)?;
         let r = db.begin_read()?;
         let next_id = sup_u64(&r.open_table(T_SUPER)?, b"next_id").map_err(fmt_err)?;
-        let alloc = rebuild_allocator(&r, first_block, total_blocks)?;
+        let mut alloc = rebuild_allocator(&r, first_block, total_blocks)?;
+        alloc.set_fill_run((SMALL_WRITE_FILL_RUN_BYTES / bs).max(1));
         drop(r);
         // Replay rewrote block images of the log, some into blocks a later
         // record freed (and punched): give those back to the filesystem again.
@@ -2017,14 +2020,14 @@ fn write_records(inner: &Inner, wal: &dyn StoreFile, jobs: &[WalJob]) -> Result<
             Some((start, buf)) if *start + buf.len() as u64 == *off => buf.extend_from_slice(rec),
             _ => {
                 if let Some((start, buf)) = run.take() {
-                    wal::write_record(wal, start, &buf, inner.cfg.wal_buffered).map_err(wio)?;
+                    wal::write_record(wal, start, &buf).map_err(wio)?;
                 }
                 run = Some((*off, rec.clone()));
             }
         }
     }
     if let Some((start, buf)) = run {
-        wal::write_record(wal, start, &buf, inner.cfg.wal_buffered).map_err(wio)?;
+        wal::write_record(wal, start, &buf).map_err(wio)?;
     }
     Ok(())
 }

@@ -246,7 +246,7 @@ impl WalWriter {
         let at = self
             .reserve(record.len() as u64)
             .ok_or_else(|| io::Error::other("WAL record does not fit"))?;
-        write_record(file, at, record, false)?;
+        write_record(file, at, record)?;
         file.sync_data()
     }
     /// A checkpoint made every record before logical position `pos` durable
@@ -260,17 +260,8 @@ impl WalWriter {
 /// Writes one record at its reserved offset (not yet durable: the caller
 /// syncs once for all the records it wrote). On error the log must not be
 /// used again (the store poisons itself): the file may hold a torn record.
-pub(crate) fn write_record(
-    file: &dyn StoreFile,
-    offset: u64,
-    record: &[u8],
-    buffered: bool,
-) -> io::Result<()> {
-    if buffered {
-        file.write_at(record, offset)
-    } else {
-        file.write_at_direct(record, offset)
-    }
+pub(crate) fn write_record(file: &dyn StoreFile, offset: u64, record: &[u8]) -> io::Result<()> {
+    file.write_at_direct(record, offset)
 }
 
 /// Lays out a new WAL file: `bytes` reserved and written with zeros (so

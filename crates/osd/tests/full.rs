@@ -468,7 +468,7 @@ async fn a_backfill_target_that_cannot_commit_a_write_is_dropped_not_the_write()
             .unwrap_or(0)
     };
     let t0 = Instant::now();
-    while copied(&c) < 16 {
+    while copied(&c) < 24 {
         assert!(
             t0.elapsed() < Duration::from_secs(30),
             "backfill copied no objects to the new OSD in 30 s"
@@ -498,32 +498,40 @@ async fn a_backfill_target_that_cannot_commit_a_write_is_dropped_not_the_write()
     };
     let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut acked = Vec::new();
+    // Polled every 10 ms while a write is in flight and up to 1 s after
+    // it: a refused write shows as the target's stall reason for at least
+    // the back-off (500 ms) before it resumes with another reason.
+    let observe = |c: &Cluster, seen: &mut BTreeSet<String>| {
+        for s in c.osds.values().flatten().flat_map(|o| o.pg_stats()) {
+            let why = s.down_reason.as_deref().unwrap_or("");
+            if why.contains("failed to commit") {
+                seen.insert(format!("DOWN {} {}: {why}", s.pgid, s.state));
+            }
+            if let Some(w) = s.backfill.and_then(|b| b.waiting) {
+                seen.insert(w);
+            }
+        }
+    };
     for (k, n) in targets.iter().enumerate() {
         if failed_write(&seen) {
             break;
         }
         let seed = 1000 + k as u64;
-        within("write", io.write_full(n, pattern(seed, OBJ)))
-            .await
+        let write = within("write", io.write_full(n, pattern(seed, OBJ)));
+        tokio::pin!(write);
+        let result = loop {
+            tokio::select! {
+                r = &mut write => break r,
+                _ = tokio::time::sleep(Duration::from_millis(10)) => observe(&c, &mut seen),
+            }
+        };
+        result
             .unwrap_or_else(|e| panic!("write of {n} failed while a backfill target is full: {e}"));
         acked.push((n.clone(), seed));
-        // The refusal reaches the primary's backfill state with the
-        // target's reply, which may follow the client's acknowledgement.
         let t = Instant::now();
-        loop {
-            for s in c.osds.values().flatten().flat_map(|o| o.pg_stats()) {
-                let why = s.down_reason.as_deref().unwrap_or("");
-                if why.contains("failed to commit") {
-                    seen.insert(format!("DOWN {} {}: {why}", s.pgid, s.state));
-                }
-                if let Some(w) = s.backfill.and_then(|b| b.waiting) {
-                    seen.insert(w);
-                }
-            }
-            if failed_write(&seen) || t.elapsed() > Duration::from_millis(300) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        while !failed_write(&seen) && t.elapsed() < Duration::from_secs(1) {
+            observe(&c, &mut seen);
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
     assert!(

@@ -121,7 +121,8 @@ enum RbdCmd {
         /// Unix socket path instead of TCP.
         #[arg(long)]
         socket: Option<PathBuf>,
-        /// Take the lock even if a (dead) client holds it.
+        /// Take the lock even if another client holds it: that client is
+        /// blocklisted first, so it cannot write any more.
         #[arg(long)]
         break_lock: bool,
     },
@@ -212,7 +213,8 @@ enum LockCmd {
     /// Show the lock holder.
     #[command(alias = "list")]
     Ls { image: String },
-    /// Break the lock (only when its holder is dead: it is not fenced).
+    /// Break the lock: its holder's client instance is blocklisted first
+    /// (`cairn osd blocklist ls`), so it cannot write any more.
     #[command(alias = "rm")]
     Break { image: String },
 }
@@ -326,6 +328,38 @@ fn print_json(g: &GlobalArgs, v: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
+/// Blocklists clients through the monitors (`osd blocklist add`), for
+/// breaking image locks.
+struct MonFencer(Arc<cairn_mon::MonClient>);
+
+impl cairn_rbd::Fencer for MonFencer {
+    fn blocklist<'a>(
+        &'a self,
+        client: &'a cairn_map::ClientInstance,
+    ) -> cairn_rbd::fence::BoxFuture<'a, std::result::Result<cairn_types::Epoch, String>> {
+        Box::pin(async move {
+            let cmd = cairn_map::MonCommand::OsdBlocklistAdd {
+                client: client.clone(),
+                expire_secs: None,
+            };
+            let reply = self.0.command(&cmd).await.map_err(|e| e.to_string())?;
+            reply.json["epoch"]
+                .as_u64()
+                .map(cairn_types::Epoch)
+                .ok_or_else(|| {
+                    format!(
+                        "the monitors answered 'osd blocklist add' with {}",
+                        reply.json
+                    )
+                })
+        })
+    }
+}
+
+fn fencer(session: &Session) -> Arc<dyn cairn_rbd::Fencer> {
+    Arc::new(MonFencer(session.mon_shared()))
+}
+
 /// Who this process is, for lock records: `client.admin@HOST:PID/ROLE`.
 fn lock_owner(role: &str) -> String {
     format!(
@@ -381,8 +415,11 @@ pub fn run(args: RbdArgs, g: &GlobalArgs) -> Result<()> {
 async fn run_async(cmd: RbdCmd, pool: Option<&str>, g: &GlobalArgs) -> Result<()> {
     let session = Session::connect(g.conf.as_deref(), None).await?;
     let rados = &session.rados;
+    let fence = fencer(&session);
     let open = |s: &Spec| -> Result<Rbd> {
-        Rbd::new(rados, &s.pool).map_err(|e| anyhow!("pool '{}': {e}", s.pool))
+        Rbd::new(rados, &s.pool)
+            .map(|r| r.with_fencer(fence.clone()))
+            .map_err(|e| anyhow!("pool '{}': {e}", s.pool))
     };
     match cmd {
         RbdCmd::Create {
@@ -524,14 +561,23 @@ async fn run_async(cmd: RbdCmd, pool: Option<&str>, g: &GlobalArgs) -> Result<()
             LockCmd::Break { image } => {
                 let s = spec(&image, pool)?;
                 let rbd = open(&s)?;
-                let holder = rbd.lock_status(&s.name).await.map_err(|e| rbd_err(&s, e))?;
-                rbd.break_lock(&s.name).await.map_err(|e| rbd_err(&s, e))?;
-                match holder {
-                    Some(h) => eprintln!(
-                        "broke the lock of {} on {s} (it is not fenced: make sure it is dead)",
-                        h.owner
+                let broken = rbd.break_lock(&s.name).await.map_err(|e| rbd_err(&s, e))?;
+                let Some(b) = broken else {
+                    eprintln!("{s} was not locked");
+                    return Ok(());
+                };
+                let owner = &b.holder.owner;
+                match b.fenced {
+                    cairn_rbd::Fenced::Blocklisted { client, epoch } => eprintln!(
+                        "blocklisted {client} (osdmap epoch {}) and broke its lock on {s} (held by {owner});                          once that client is stopped, 'cairn osd blocklist rm {client}' lifts the blocklist",
+                        epoch.0
                     ),
-                    None => eprintln!("{s} was not locked"),
+                    cairn_rbd::Fenced::OwnInstance => {
+                        eprintln!("broke the lock of {owner} on {s} (this very client held it)")
+                    }
+                    cairn_rbd::Fenced::Unknown => eprintln!(
+                        "broke the lock of {owner} on {s}; its lock record predates client instances,                          so it was NOT blocklisted: make sure that client is stopped"
+                    ),
                 }
                 Ok(())
             }
@@ -1027,7 +1073,7 @@ async fn lock_ls(g: &GlobalArgs, rbd: &Rbd, s: &Spec) -> Result<()> {
     if json_out(g) {
         let v: Vec<_> = lock
             .iter()
-            .map(|l| json!({"locker": l.owner, "id": l.cookie, "type": "exclusive"}))
+            .map(|l| json!({"locker": l.owner, "id": l.cookie, "type": "exclusive", "address": l.client}))
             .collect();
         return print_json(g, &json!(v));
     }
@@ -1035,8 +1081,9 @@ async fn lock_ls(g: &GlobalArgs, rbd: &Rbd, s: &Spec) -> Result<()> {
         None => println!("There are no locks on {s}."),
         Some(l) => {
             println!("There is 1 exclusive lock on this image.");
-            println!("Locker\tID");
-            println!("{}\t{}", l.owner, l.cookie);
+            println!("Locker\tID\tAddress");
+            let addr = if l.client.is_empty() { "?" } else { &l.client };
+            println!("{}\t{}\t{addr}", l.owner, l.cookie);
         }
     }
     Ok(())
@@ -1204,7 +1251,9 @@ async fn serve(
     {
         bail!("rbd serve: an image is named twice");
     }
-    let rbd = Rbd::new(&session.rados, p).map_err(|e| anyhow!("pool '{p}': {e}"))?;
+    let rbd = Rbd::new(&session.rados, p)
+        .map_err(|e| anyhow!("pool '{p}': {e}"))?
+        .with_fencer(fencer(session));
     let (listener, shown) = match socket {
         Some(path) => {
             if path.exists() {

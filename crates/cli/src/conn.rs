@@ -127,7 +127,7 @@ pub async fn follow_map(mon: &MonClient) -> Result<watch::Receiver<Arc<ClusterMa
 pub struct Session {
     pub rados: Rados,
     /// Keeps the monitor session that feeds the map alive.
-    _mon: MonClient,
+    _mon: Arc<MonClient>,
 }
 
 impl Session {
@@ -150,11 +150,20 @@ impl Session {
                 })?);
         }
         let rados = Rados::new(cfg, rx);
-        Ok(Session { rados, _mon: mon })
+        Ok(Session {
+            rados,
+            _mon: Arc::new(mon),
+        })
     }
 
     /// The monitor client (for commands such as snapshot id allocation).
     pub fn mon(&self) -> &MonClient {
         &self._mon
+    }
+
+    /// The monitor client, shared (for helpers that outlive a borrow, such
+    /// as the lock breaker's blocklisting).
+    pub fn mon_shared(&self) -> Arc<MonClient> {
+        self._mon.clone()
     }
 }

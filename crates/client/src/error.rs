@@ -37,4 +37,8 @@ impl ClientError {
     pub fn is_not_found(&self) -> bool {
         matches!(self.op_error(), Some(OpError::NoEnt))
     }
+    /// This client instance is blocklisted (fenced): no op will succeed.
+    pub fn is_blocklisted(&self) -> bool {
+        matches!(self.op_error(), Some(OpError::Blocklisted { .. }))
+    }
 }

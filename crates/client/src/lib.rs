@@ -8,6 +8,13 @@
 //! waited on. [`IoCtx`] is one pool; [`Striper`] spreads large data over
 //! many objects.
 //!
+//! A handle is one client *instance*: its entity name plus the random
+//! nonce it picks at start ([`Rados::instance`]; every request id carries
+//! it). Once the instance is blocklisted (the map lists it, or an OSD
+//! refused an op as blocklisted) the handle is fenced for good: every
+//! later op fails at once with [`cairn_ops::OpError::Blocklisted`], even
+//! after the entry expires — a new handle (a new nonce) is needed.
+//!
 //! ```no_run
 //! # async fn demo(map: tokio::sync::watch::Receiver<std::sync::Arc<cairn_map::ClusterMap>>,
 //! #               creds: cairn_msg::Credentials) -> Result<(), cairn_client::ClientError> {
@@ -47,10 +54,10 @@ impl Default for SnapArgs {
 }
 pub use striper::{Extent, Striper};
 
-use cairn_map::ClusterMap;
+use cairn_map::{ClientInstance, ClusterMap};
 use cairn_msg::{connect, Connection, Credentials, FrameMode, MsgConfig};
 use cairn_ops::{decode_shared, encode_parts, msg_type, OpReply, OpRequest, OpStatus, ReqId};
-use cairn_types::{EntityName, PgId};
+use cairn_types::{EntityName, Epoch, PgId};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,6 +113,8 @@ struct Inner {
     conns: Mutex<HashMap<ConnKey, Slot>>,
     incarnation: u64,
     next_tid: AtomicU64,
+    /// Set once this instance is known to be blocklisted: (why, epoch).
+    fenced: watch::Sender<Option<(String, u64)>>,
 }
 
 /// A cluster handle. Cheap to clone.
@@ -133,6 +142,7 @@ impl Rados {
                 conns: Mutex::new(HashMap::new()),
                 incarnation: rand::random::<u64>(),
                 next_tid: AtomicU64::new(1),
+                fenced: watch::Sender::new(None),
             }),
         }
     }
@@ -144,6 +154,85 @@ impl Rados {
 
     pub fn name(&self) -> &EntityName {
         self.inner.cfg.creds.name()
+    }
+
+    /// This handle's client instance (what `osd blocklist add` names).
+    pub fn instance(&self) -> ClientInstance {
+        ClientInstance {
+            name: self.inner.cfg.creds.name().clone(),
+            nonce: self.inner.incarnation,
+        }
+    }
+
+    /// Waits until this handle's map has at least `epoch` (e.g. the epoch
+    /// that blocklisted another client: every op sent afterwards carries
+    /// it, so OSDs that have not seen it yet fetch it first).
+    pub async fn wait_for_epoch(&self, epoch: Epoch, timeout: Duration) -> Result<(), ClientError> {
+        let mut rx = self.inner.map.clone();
+        let reached = matches!(
+            tokio::time::timeout(timeout, rx.wait_for(|m| m.epoch >= epoch)).await,
+            Ok(Ok(_))
+        );
+        if reached {
+            Ok(())
+        } else {
+            Err(ClientError::Invalid(format!(
+                "the cluster map did not reach epoch {} within {timeout:?} (still at e{}); is the monitor subscription alive?",
+                epoch.0,
+                self.map().epoch.0
+            )))
+        }
+    }
+
+    /// Why this instance is fenced (blocklisted), if it is: the error every
+    /// op now fails with.
+    pub fn fenced_error(&self) -> Option<cairn_ops::OpError> {
+        self.inner
+            .fenced
+            .borrow()
+            .as_ref()
+            .map(|(client, epoch)| cairn_ops::OpError::Blocklisted {
+                client: client.clone(),
+                epoch: *epoch,
+            })
+    }
+
+    /// Resolves once this instance is fenced: an OSD refused one of its ops
+    /// as blocklisted, or the map lists it. Returns the error ops now fail
+    /// with. Servers use it to stop serving.
+    pub async fn fenced(&self) -> cairn_ops::OpError {
+        let mut latch = self.inner.fenced.subscribe();
+        let mut maps = self.inner.map.clone();
+        loop {
+            let map = maps.borrow_and_update().clone();
+            self.check_map_fence(&map);
+            if let Some(e) = self.fenced_error() {
+                return e;
+            }
+            tokio::select! {
+                r = latch.changed() => { if r.is_err() { std::future::pending::<()>().await } }
+                r = maps.changed() => { if r.is_err() { std::future::pending::<()>().await } }
+            }
+        }
+    }
+
+    /// Latches the fence if `map` blocklists this instance.
+    fn check_map_fence(&self, map: &ClusterMap) {
+        if let Some(e) = map.blocklisted(self.name(), self.inner.incarnation) {
+            self.fence(e.added.0);
+        }
+    }
+
+    fn fence(&self, epoch: u64) {
+        let who = self.instance().to_string();
+        self.inner.fenced.send_if_modified(|f| {
+            if f.is_some() {
+                return false;
+            }
+            tracing::warn!("client instance {who} is blocklisted (osdmap epoch {epoch}): every further op fails");
+            *f = Some((who.clone(), epoch));
+            true
+        });
     }
 
     /// An I/O context on pool `pool` (by name).
@@ -265,6 +354,13 @@ impl Rados {
                 });
             }
             let map = self.map();
+            self.check_map_fence(&map);
+            if let Some(error) = self.fenced_error() {
+                return Err(ClientError::Op {
+                    object: oid.to_string(),
+                    error,
+                });
+            }
             let p = map
                 .pools
                 .get(&pool)
@@ -341,6 +437,10 @@ impl Rados {
             let reply: OpReply = decode_shared("op reply", &m.payload)
                 .map_err(|e| ClientError::Protocol(format!("osd.{osd}: {e}")))?;
             match &reply.status {
+                OpStatus::Done(Err(cairn_ops::OpError::Blocklisted { epoch, .. })) => {
+                    self.fence(*epoch);
+                    return Ok(reply);
+                }
                 OpStatus::Done(_) => return Ok(reply),
                 OpStatus::MapTooOld { need } => {
                     last = format!("osd.{osd} has map e{}, ours is e{}", need.0, map.epoch.0);

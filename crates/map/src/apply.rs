@@ -41,12 +41,14 @@ pub const CRUSH_RULES_MAX: usize = 256;
 pub const OSD_ADDRS_MAX: usize = 8;
 /// Longest state string an OSD may report.
 pub const OSD_STATE_MAX_LEN: usize = 256;
-/// Version byte of the encoded cluster map. 4: the full ratios and the
+/// Version byte of the encoded cluster map. 5: the client blocklist
+/// (`crate::blocklist`), the last field; maps of versions 3 and 4 are read
+/// with an empty one. 4: the full ratios and the
 /// OSDs' fullness marks (`crate::fullness`), the last two fields; a map of
 /// version 3 is read with their defaults. 3: each PG's activation history
 /// (`pg_history`); maps of version 2 are refused with a clear error (a dev
 /// cluster made before it must be recreated).
-pub const MAP_FORMAT_VERSION: u8 = 4;
+pub const MAP_FORMAT_VERSION: u8 = 5;
 /// Oldest map version still read.
 const MAP_FORMAT_MIN_VERSION: u8 = 3;
 /// Largest encoded cluster map we decode.
@@ -114,6 +116,7 @@ impl ClusterMap {
             pg_history: Default::default(),
             full_ratios: Default::default(),
             osd_fullness: Default::default(),
+            blocklist: Default::default(),
         };
         map.ec_profiles
             .insert("default".into(), EcProfile::default_profile());
@@ -147,21 +150,37 @@ impl ClusterMap {
     }
 
     pub fn decode(buf: &[u8]) -> Result<ClusterMap, cairn_types::DecodeError> {
-        if buf.first() == Some(&MAP_FORMAT_MIN_VERSION) && buf.len() <= MAP_MAX_BYTES {
-            // Version 3 lacks only the trailing fields of version 4: its
-            // body followed by their default encoding is a version-4 body.
-            let tail = cairn_types::encode_versioned(
+        use std::collections::BTreeMap;
+        // Versions 3 and 4 lack only trailing fields of the current version:
+        // their body followed by the default encoding of what they lack is a
+        // current body.
+        let tail = match buf.first() {
+            Some(3) => cairn_types::encode_versioned(
                 MAP_FORMAT_VERSION,
                 &(
                     crate::fullness::FullRatios::default(),
-                    std::collections::BTreeMap::<i32, crate::fullness::OsdFullness>::new(),
+                    BTreeMap::<i32, crate::fullness::OsdFullness>::new(),
+                    Vec::<(
+                        crate::blocklist::ClientInstance,
+                        crate::blocklist::BlocklistEntry,
+                    )>::new(),
                 ),
-            );
-            let mut v4 = Vec::with_capacity(buf.len() + tail.len());
-            v4.push(MAP_FORMAT_VERSION);
-            v4.extend_from_slice(&buf[1..]);
-            v4.extend_from_slice(&tail[1..]);
-            return ClusterMap::decode(&v4);
+            ),
+            Some(4) => cairn_types::encode_versioned(
+                MAP_FORMAT_VERSION,
+                &Vec::<(
+                    crate::blocklist::ClientInstance,
+                    crate::blocklist::BlocklistEntry,
+                )>::new(),
+            ),
+            _ => Vec::new(),
+        };
+        if !tail.is_empty() && buf.len() <= MAP_MAX_BYTES {
+            let mut current = Vec::with_capacity(buf.len() + tail.len());
+            current.push(MAP_FORMAT_VERSION);
+            current.extend_from_slice(&buf[1..]);
+            current.extend_from_slice(&tail[1..]);
+            return ClusterMap::decode(&current);
         }
         cairn_types::decode_versioned(
             "cluster map",
@@ -399,6 +418,12 @@ impl ClusterMap {
             PgScrub { pgid, kind } => self.pg_scrub(*pgid, *kind),
             OsdScrub { osds, kind } => self.osd_scrub(osds, *kind),
             ScrubOrdersDone { done } => self.scrub_orders_done(done),
+            OsdBlocklistAdd {
+                client,
+                expire_secs,
+            } => self.blocklist_add(client, *expire_secs),
+            OsdBlocklistRm { client } => self.blocklist_rm(client),
+            OsdBlocklistExpire { client, added } => Ok(self.blocklist_expire(client, *added)),
             _ => Err(CommandError::invalid(format!(
                 "'{}' is read-only",
                 cmd.verb()

@@ -301,6 +301,25 @@ pub enum MonCommand {
         used_bytes: u64,
         total_bytes: u64,
     },
+
+    // ---- client blocklist (crate::blocklist; last, so earlier variants keep their encoding) ----
+    /// `osd blocklist add CLIENT [--expire SECONDS]`.
+    OsdBlocklistAdd {
+        client: crate::blocklist::ClientInstance,
+        expire_secs: Option<u64>,
+    },
+    /// `osd blocklist rm CLIENT`.
+    OsdBlocklistRm {
+        client: crate::blocklist::ClientInstance,
+    },
+    /// `osd blocklist ls`.
+    OsdBlocklistLs,
+    /// Internal (monitor leader): the entry added in epoch `added` lasted
+    /// its duration on the leader's clock.
+    OsdBlocklistExpire {
+        client: crate::blocklist::ClientInstance,
+        added: Epoch,
+    },
 }
 
 impl MonCommand {
@@ -338,6 +357,7 @@ impl MonCommand {
                 | PgListInconsistent { .. }
                 | OsdBeacon { .. }
                 | OsdFailureReport { .. }
+                | OsdBlocklistLs
         )
     }
 
@@ -382,7 +402,8 @@ impl MonCommand {
             | OsdPurge { .. }
             | OsdLost { .. }
             | ScrubOrdersDone { .. }
-            | OsdFullness { .. } => CapsNeed::mon(Perms::RWX),
+            | OsdFullness { .. }
+            | OsdBlocklistExpire { .. } => CapsNeed::mon(Perms::RWX),
             OsdBoot { id, .. }
             | OsdAlive { id, .. }
             | PgTemp { from: id, .. }
@@ -479,6 +500,10 @@ impl MonCommand {
                 crate::fullness::FullRatioKind::Full => "osd set-full-ratio",
             },
             OsdFullness { .. } => "osd fullness",
+            OsdBlocklistAdd { .. } => "osd blocklist add",
+            OsdBlocklistRm { .. } => "osd blocklist rm",
+            OsdBlocklistLs => "osd blocklist ls",
+            OsdBlocklistExpire { .. } => "osd blocklist expire",
             OsdBeacon { .. } => "osd beacon",
             OsdFailureReport { .. } => "osd failure report",
         }

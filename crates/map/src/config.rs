@@ -143,6 +143,15 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "mark a new OSD in on its first boot",
     ),
     opt(
+        "mon_osd_blocklist_default_expire",
+        OptKind::Secs {
+            min: 1,
+            max: crate::blocklist::BLOCKLIST_EXPIRE_MAX_SECS,
+        },
+        "3600",
+        "seconds a blocklist entry lasts when 'osd blocklist add' gives no --expire (counted by the monitor leader's own clock from when it saw the entry)",
+    ),
+    opt(
         "mon_osd_down_out_interval",
         OptKind::Secs {
             min: 0,

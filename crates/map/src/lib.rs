@@ -11,6 +11,7 @@
 //! the monitor runtime's (`cairn-mon`).
 
 mod apply;
+pub mod blocklist;
 pub mod caps;
 mod command;
 pub mod config;
@@ -34,6 +35,7 @@ pub use apply::{
     MAP_FORMAT_VERSION, MAP_MAX_BYTES, MONS_MAX, NAME_MAX_LEN, OSD_ADDRS_MAX, OSD_STATE_MAX_LEN,
     POOLS_MAX, POOL_PG_NUM_MAX, POOL_SET_KEYS, POOL_SIZE_MAX,
 };
+pub use blocklist::{BlocklistEntry, BlocklistExpiry, ClientInstance};
 pub use caps::{Caps, CapsError, CapsNeed, Perms};
 pub use command::{MonCommand, OsdSelector};
 pub use decisions::{stable_mod, PgMapping};

@@ -274,6 +274,9 @@ pub struct ClusterMap {
     /// reported usage (absent = below every ratio).
     #[serde(default)]
     pub osd_fullness: BTreeMap<i32, crate::fullness::OsdFullness>,
+    /// Client instances whose ops the OSDs refuse (`crate::blocklist`).
+    #[serde(default, with = "crate::blocklist::as_seq")]
+    pub blocklist: BTreeMap<crate::blocklist::ClientInstance, crate::blocklist::BlocklistEntry>,
 }
 
 /// An interval in which a PG may have gone active (and accepted writes):

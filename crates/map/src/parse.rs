@@ -32,6 +32,9 @@ const HELP: &[(&str, &str)] = &[
     ("osd set-nearfull-ratio RATIO", "usage above which an OSD is marked nearfull (OSD_NEARFULL; default 0.85)"),
     ("osd set-backfillfull-ratio RATIO", "usage above which an OSD is marked backfillfull: no backfill onto it (OSD_BACKFILLFULL; default 0.90)"),
     ("osd set-full-ratio RATIO", "usage above which an OSD is marked full: writes to its PGs are refused (OSD_FULL; default 0.95, at most 0.97)"),
+    ("osd blocklist add CLIENT [--expire SECONDS]", "refuse every op of client instance CLIENT (client.NAME/NONCE, as 'cairn rbd lock ls' shows it) on every OSD, for SECONDS (default mon_osd_blocklist_default_expire, 1 h) counted by the monitor leader"),
+    ("osd blocklist ls", "list blocklisted client instances"),
+    ("osd blocklist rm CLIENT", "let a blocklisted client instance send ops again"),
     ("osd scrub ID|all", "scrub every PG whose primary is osd.ID (or any up OSD)"),
     ("osd deep-scrub ID|all", "deep-scrub every PG whose primary is osd.ID (or any up OSD)"),
     ("osd repair ID|all", "repair every PG whose primary is osd.ID (or any up OSD)"),
@@ -357,6 +360,7 @@ fn parse_osd(w: &[&str], input: Option<&[u8]>) -> Result<MonCommand, ParseError>
             },
             kind: scrub_kind(verb),
         }),
+        ["blocklist" | "blacklist", rest @ ..] => parse_blocklist(rest),
         ["crush", rest @ ..] => parse_crush(rest),
         ["erasure-code-profile", rest @ ..] => parse_ec_profile(rest),
         ["pool", rest @ ..] => parse_pool(rest),
@@ -367,6 +371,40 @@ fn parse_osd(w: &[&str], input: Option<&[u8]>) -> Result<MonCommand, ParseError>
             "wrong number of arguments",
         )),
         _ => Err(usage_err("osd", "unknown osd command")),
+    }
+}
+
+fn parse_blocklist(w: &[&str]) -> Result<MonCommand, ParseError> {
+    let client = |prefix: &str, word: &str| {
+        word.parse::<crate::blocklist::ClientInstance>()
+            .map_err(|e| usage_err(prefix, &e))
+    };
+    match w {
+        ["ls"] => Ok(MonCommand::OsdBlocklistLs),
+        ["add", c] => Ok(MonCommand::OsdBlocklistAdd {
+            client: client("osd blocklist add", c)?,
+            expire_secs: None,
+        }),
+        ["add", c, "--expire", secs] | ["add", c, secs] => {
+            let secs: u64 = secs.parse().map_err(|_| {
+                usage_err(
+                    "osd blocklist add",
+                    &format!("'{secs}' is not a whole number of seconds"),
+                )
+            })?;
+            Ok(MonCommand::OsdBlocklistAdd {
+                client: client("osd blocklist add", c)?,
+                expire_secs: Some(secs),
+            })
+        }
+        ["rm", c] => Ok(MonCommand::OsdBlocklistRm {
+            client: client("osd blocklist rm", c)?,
+        }),
+        [verb @ ("ls" | "add" | "rm"), ..] => Err(usage_err(
+            &format!("osd blocklist {verb}"),
+            "wrong number of arguments",
+        )),
+        _ => Err(usage_err("osd blocklist", "unknown osd blocklist command")),
     }
 }
 

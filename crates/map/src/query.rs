@@ -189,6 +189,7 @@ impl ClusterMap {
             ))),
             ConfigGet { who, key } => self.q_config_get(who, key.as_deref()),
             ConfigDump => Ok(self.q_config_dump()),
+            OsdBlocklistLs => Ok(self.q_blocklist_ls()),
             _ => Err(CommandError::invalid(format!(
                 "'{}' changes the map: submit it through the monitors (apply), not as a query",
                 cmd.verb()
@@ -221,7 +222,12 @@ impl ClusterMap {
             format_age(rt.quorum_age_secs)
         );
         let (n, up, inn) = self.osd_counts();
-        let _ = writeln!(s, "    osd: {n} osds: {up} up, {inn} in");
+        let blocklisted = match self.blocklist.len() {
+            0 => String::new(),
+            1 => "; 1 blocklisted client".to_string(),
+            b => format!("; {b} blocklisted clients"),
+        };
+        let _ = writeln!(s, "    osd: {n} osds: {up} up, {inn} in{blocklisted}");
         let _ = writeln!(s, " ");
         let _ = writeln!(s, "  data:");
         let pgs: u64 = self.pools.values().map(|p| u64::from(p.pg_num)).sum();
@@ -308,7 +314,8 @@ impl ClusterMap {
             "quorum_names": rt.health.quorum,
             "quorum_age": rt.quorum_age_secs,
             "monmap": { "epoch": self.epoch.0, "num_mons": self.mons.len() },
-            "osdmap": { "epoch": self.epoch.0, "num_osds": n, "num_up_osds": up, "num_in_osds": inn },
+            "osdmap": { "epoch": self.epoch.0, "num_osds": n, "num_up_osds": up, "num_in_osds": inn,
+                "num_blocklisted_clients": self.blocklist.len() },
             "pgmap": { "num_pools": self.pools.len(), "num_pgs": pgs, "pgs_by_state": pgs_by_state,
                 "num_objects": objects, "data_bytes": data_bytes,
                 "degraded_objects": totals.as_ref().map(|t| t.degraded_objects),
@@ -580,6 +587,13 @@ impl ClusterMap {
         for o in self.osds.values() {
             let _ = writeln!(s, "{}", self.osd_line(o));
         }
+        for (c, e) in &self.blocklist {
+            let _ = writeln!(
+                s,
+                "blocklist {c} expires {} s after the leader saw it (added e{})",
+                e.expire_secs, e.added.0
+            );
+        }
         let json = json!({
             "epoch": self.epoch.0,
             "fsid": self.fsid,
@@ -593,6 +607,9 @@ impl ClusterMap {
             "osd_fullness": self.osd_fullness.iter().map(|(id, f)| json!({
                 "osd": id, "state": f.state.as_str(), "used_bytes": f.used_bytes,
                 "total_bytes": f.total_bytes, "percent": f.percent(),
+            })).collect::<Vec<_>>(),
+            "blocklist": self.blocklist.iter().map(|(c, e)| json!({
+                "addr": c.to_string(), "added_epoch": e.added.0, "expire_secs": e.expire_secs,
             })).collect::<Vec<_>>(),
         });
         Reply::new(s, json)

@@ -112,6 +112,8 @@ fn every_help_usage_parses() {
     // Each usage, with placeholders filled in, must parse.
     for (usage, _) in command_help() {
         let line = usage
+            .replace("CLIENT [--expire SECONDS]", "client.x/1f --expire 60")
+            .replace("CLIENT", "client.x/1f")
             .replace("[detail]", "detail")
             .replace("PGID", "1.1f")
             .replace("FLAG", "noout")

@@ -187,21 +187,23 @@ fn beacons_mark_osds_and_health_names_them() {
 fn a_version_3_map_is_read_with_default_ratios() {
     let mut m = cluster(3, 1);
     ok(&mut m, "osd pool create rbd 4");
-    let v4 = m.encode();
-    // Version 3 is version 4 without the two trailing fields.
+    let v5 = m.encode();
+    // Version 3 is version 5 without the three trailing fields (version 4
+    // added the first two, version 5 the blocklist).
     let tail = cairn_types::encode_versioned(
         MAP_FORMAT_VERSION,
         &(
             FullRatios::default(),
             std::collections::BTreeMap::<i32, OsdFullness>::new(),
+            Vec::<(cairn_map::ClientInstance, cairn_map::BlocklistEntry)>::new(),
         ),
     );
-    let body = &v4[1..v4.len() - (tail.len() - 1)];
+    let body = &v5[1..v5.len() - (tail.len() - 1)];
     let mut v3 = vec![3u8];
     v3.extend_from_slice(body);
     let back = ClusterMap::decode(&v3).expect("v3 map");
     assert_eq!(back, m);
-    assert_eq!(ClusterMap::decode(&v4).expect("v4"), m);
+    assert_eq!(ClusterMap::decode(&v5).expect("v5"), m);
     let mut v2 = v3.clone();
     v2[0] = 2;
     assert!(ClusterMap::decode(&v2).is_err());

@@ -1,13 +1,14 @@
 //! What the monitor leader keeps in memory about the OSDs, outside the
 //! Raft-replicated map (like Ceph's mgr PGMap and the mon's failure
-//! tracking): the last beacon of each OSD (store usage and PG reports) and
-//! the failure judge. Both belong to one leadership term: a new leader (or
+//! tracking): the last beacon of each OSD (store usage and PG reports), the
+//! failure judge and the blocklist entries' expiry timers. All belong to one leadership term: a new leader (or
 //! a new term) starts empty, so every timer restarts on the new leader's
 //! monotonic clock and nothing depends on clocks agreeing across machines.
 //! Proposing the judge's decisions is the service's job.
 
 use cairn_map::{
-    ClusterMap, FailureJudge, MonCommand, OsdBeacon, OsdStatsEntry, PgMapView, RecoveryRate,
+    BlocklistExpiry, ClusterMap, FailureJudge, MonCommand, OsdBeacon, OsdStatsEntry, PgMapView,
+    RecoveryRate,
 };
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
@@ -32,6 +33,8 @@ pub struct LeaderReports {
     /// Raft term this state belongs to.
     pub term: u64,
     judge: FailureJudge,
+    /// Blocklist entries' expiry timers (`cairn_map::blocklist`).
+    blocklist: BlocklistExpiry,
     beacons: BTreeMap<i32, (Instant, OsdBeacon)>,
     /// (when, bytes, objects) of cluster-wide recovery counters, on this
     /// leader's monotonic clock.
@@ -52,6 +55,7 @@ impl LeaderReports {
         LeaderReports {
             term,
             judge: FailureJudge::new(),
+            blocklist: BlocklistExpiry::new(),
             beacons: BTreeMap::new(),
             rate_samples: VecDeque::new(),
         }
@@ -102,12 +106,15 @@ impl LeaderReports {
     }
 
     /// Periodic decisions (failures from reports or missed beacons, OSDs
-    /// due to be marked out); also forgets old beacons.
+    /// due to be marked out, blocklist entries that ran out); also forgets
+    /// old beacons.
     pub fn tick(&mut self, now: Instant, map: &ClusterMap) -> Vec<MonCommand> {
         self.beacons.retain(|id, (at, _)| {
             map.osds.contains_key(id) && now.duration_since(*at) <= BEACON_FORGET_AFTER
         });
-        self.judge.tick(now.into_std(), map)
+        let mut out = self.judge.tick(now.into_std(), map);
+        out.extend(self.blocklist.tick(now.into_std(), map));
+        out
     }
 
     /// Records the cluster-wide recovery counters (sums over the last

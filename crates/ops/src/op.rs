@@ -321,6 +321,10 @@ pub enum OpError {
     Io(String),
     #[error("permission denied: {0}")]
     Access(String),
+    /// The client instance is on the OSD map's blocklist (Ceph's
+    /// EBLOCKLISTED): typically another client broke its image lock.
+    #[error("client instance {client} is blocklisted (osdmap epoch {epoch}): another client fenced it, e.g. by breaking its image lock; this instance may send no more ops — see 'cairn osd blocklist ls'")]
+    Blocklisted { client: String, epoch: u64 },
 }
 
 /// How the primary answered a request.

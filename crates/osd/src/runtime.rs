@@ -1139,6 +1139,32 @@ async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Res
     Ok(())
 }
 
+/// The answer to an op of a blocklisted client instance, if `req` is one.
+///
+/// Judged in the PG actor, where ops are ordered, against the newest map
+/// the OSD has (not the PG's): an op of a new lock holder carries an epoch
+/// at least the blocklisting one and makes the PG take that map before it
+/// is handled, and maps only grow, so every op of the fenced instance the
+/// PG handles after it is refused. Its ops handled before were ordered
+/// before the new holder's (the PG's queues keep arrival order per object).
+fn blocklist_refusal(shared: &Shared, req: &OpRequest) -> Option<OpReply> {
+    let map = shared.map_rx.borrow();
+    let entry = map.blocklisted(&req.reqid.client, req.reqid.incarnation)?;
+    Some(OpReply {
+        reqid: req.reqid.clone(),
+        status: OpStatus::Done(Err(OpError::Blocklisted {
+            client: cairn_map::ClientInstance {
+                name: req.reqid.client.clone(),
+                nonce: req.reqid.incarnation,
+            }
+            .to_string(),
+            epoch: entry.added.0,
+        })),
+        version: Version::default(),
+        epoch: map.epoch,
+    })
+}
+
 impl Shared {
     /// A live connection to peer `osd` and its generation, without ever
     /// waiting: when there is none, a bounded connect starts in the
@@ -1424,6 +1450,10 @@ impl PgActor {
                 self.pending.insert(token, (conn, msg, permit));
                 self.pending_since
                     .insert(token, (std::time::Instant::now(), false));
+                if let Some(refusal) = blocklist_refusal(&self.shared, &req) {
+                    self.reply(token, refusal);
+                    return;
+                }
                 let acts = self.pg.handle(PgEvent::ClientOp { token, req });
                 self.run_actions(acts).await;
             }

@@ -44,6 +44,8 @@ pub enum RbdError {
     },
     #[error("snapshot '{snap}' of image '{image}' is not protected; protect it first with 'cairn rbd snap protect' (a clone needs a protected snapshot)")]
     SnapNotProtected { image: String, snap: String },
+    #[error("{0}. Serving stopped: another client broke the image lock and now owns the image; check 'cairn rbd status' before serving it again")]
+    Fenced(String),
     #[error(transparent)]
     Client(#[from] ClientError),
 }

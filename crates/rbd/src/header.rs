@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 /// Version byte of the header encoding (1: no snapshots; 2: snapshots,
 /// snap seq and parent).
 pub const HEADER_VERSION: u8 = 2;
-/// Version byte of the lock record encoding.
-pub const LOCK_VERSION: u8 = 1;
+/// Version byte of the lock record encoding (1: owner and cookie; 2: also
+/// the holder's client instance, so a breaker can blocklist it).
+pub const LOCK_VERSION: u8 = 2;
 /// Largest header or lock record accepted when decoding.
 pub const MAX_RECORD_BYTES: usize = 1 << 20;
 /// Directory object (omap `name_<image>` -> id, `id_<id>` -> name).
@@ -130,6 +131,16 @@ impl ImageHeader {
 pub struct LockRecord {
     pub owner: String,
     pub cookie: String,
+    /// The holder's client instance (`client.NAME/NONCE`), which breaking
+    /// the lock blocklists; empty in records of version 1 (unknown).
+    pub client: String,
+}
+
+/// The first lock record layout (no client instance).
+#[derive(Deserialize)]
+struct LockRecordV1 {
+    owner: String,
+    cookie: String,
 }
 
 impl LockRecord {
@@ -137,9 +148,23 @@ impl LockRecord {
         cairn_types::encode_versioned(LOCK_VERSION, self)
     }
     pub fn decode(buf: &[u8]) -> Result<LockRecord, String> {
-        cairn_types::decode_versioned("rbd lock record", buf, 1, LOCK_VERSION, MAX_RECORD_BYTES)
+        if buf.first() == Some(&1) {
+            let (_, v1): (u8, LockRecordV1) =
+                cairn_types::decode_versioned("rbd lock record", buf, 1, 1, MAX_RECORD_BYTES)
+                    .map_err(|e| e.to_string())?;
+            return Ok(LockRecord {
+                owner: v1.owner,
+                cookie: v1.cookie,
+                client: String::new(),
+            });
+        }
+        cairn_types::decode_versioned("rbd lock record", buf, 2, LOCK_VERSION, MAX_RECORD_BYTES)
             .map(|(_, l)| l)
             .map_err(|e| e.to_string())
+    }
+    /// The holder's client instance, when the record names one.
+    pub fn instance(&self) -> Option<cairn_map::ClientInstance> {
+        self.client.parse().ok()
     }
 }
 

@@ -11,6 +11,7 @@
 //! exist only where something was written (thin provisioning).
 
 use crate::error::RbdError;
+use crate::fence::{BrokenLock, Fenced, Fencer, FENCE_MAP_WAIT};
 use crate::header::*;
 use bytes::{Bytes, BytesMut};
 use cairn_client::{ClientError, IoCtx, Rados};
@@ -49,6 +50,8 @@ pub struct DiskUsage {
 pub struct Rbd {
     rados: Rados,
     meta: IoCtx,
+    /// Blocklists the holder of a lock this handle breaks.
+    fencer: Option<Arc<dyn Fencer>>,
 }
 
 /// Fails early, with a clear error, if `pool` cannot hold image data: it
@@ -132,7 +135,16 @@ impl Rbd {
         Ok(Rbd {
             rados: rados.clone(),
             meta: rados.ioctx(pool)?,
+            fencer: None,
         })
+    }
+
+    /// This handle with a way to blocklist clients: needed to break a lock
+    /// held by another client instance ([`Rbd::break_lock`], `open` with
+    /// `break_lock`).
+    pub fn with_fencer(mut self, fencer: Arc<dyn Fencer>) -> Rbd {
+        self.fencer = Some(fencer);
+        self
     }
 
     /// The object client this handle uses.
@@ -289,9 +301,19 @@ impl Rbd {
         name: &str,
         id: &str,
     ) -> Result<Option<LockRecord>, RbdError> {
+        Ok(self.read_lock_raw(name, id).await?.map(|(l, _)| l))
+    }
+
+    /// The lock record and its bytes as stored (what a compare-and-remove
+    /// must match).
+    async fn read_lock_raw(
+        &self,
+        name: &str,
+        id: &str,
+    ) -> Result<Option<(LockRecord, Vec<u8>)>, RbdError> {
         match self.meta.read(&lock_object(id), 0, 0).await {
             Ok(d) => LockRecord::decode(&d)
-                .map(Some)
+                .map(|l| Some((l, d)))
                 .map_err(|reason| RbdError::BadHeader {
                     image: name.to_string(),
                     reason,
@@ -301,35 +323,103 @@ impl Rbd {
         }
     }
 
-    /// Breaks the lock whoever holds it. The old holder is not fenced (no
-    /// blocklist yet): only do this when it is known to be dead.
-    pub async fn break_lock(&self, name: &str) -> Result<(), RbdError> {
-        let id = self.image_id(name).await?;
-        match self.meta.remove(&lock_object(&id)).await {
-            Ok(_) => Ok(()),
-            Err(e) if is_noent(&e) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Breaks the lock only if it is still exactly `held` (compare and
-    /// remove in one op), so a lock someone took in the meantime stays.
-    /// Returns whether it was removed.
-    pub async fn break_lock_if(&self, name: &str, held: &LockRecord) -> Result<bool, RbdError> {
-        let id = self.image_id(name).await?;
+    /// Removes the lock record if it is still exactly `raw`; false if it
+    /// is gone or someone else's now.
+    async fn remove_lock_if(&self, id: &str, raw: &[u8]) -> Result<bool, RbdError> {
         let ops = vec![
             SubOp::CmpExt {
                 offset: 0,
-                expected: Bytes::from(held.encode()),
+                expected: Bytes::copy_from_slice(raw),
             },
             SubOp::Remove,
         ];
-        match self.meta.operate(&lock_object(&id), ops).await {
+        match self.meta.operate(&lock_object(id), ops).await {
             Ok(_) => Ok(true),
             Err(e) if is_noent(&e) || matches!(e.op_error(), Some(OpError::CmpMismatch { .. })) => {
                 Ok(false)
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Blocklists the holder of `holder` (unless it is this very client
+    /// instance) and waits until this handle's map lists it, so every op
+    /// sent from here on carries the blocklisting epoch.
+    async fn fence_holder(&self, name: &str, holder: &LockRecord) -> Result<Fenced, RbdError> {
+        let Some(client) = holder.instance() else {
+            if holder.client.is_empty() {
+                tracing::warn!(
+                    image = name,
+                    owner = holder.owner,
+                    "the lock record predates client instances: its holder cannot be blocklisted"
+                );
+                return Ok(Fenced::Unknown);
+            }
+            return Err(RbdError::BadHeader {
+                image: name.to_string(),
+                reason: format!(
+                    "the lock record names '{}', which is not a client instance",
+                    holder.client
+                ),
+            });
+        };
+        if client == self.rados.instance() {
+            return Ok(Fenced::OwnInstance);
+        }
+        let fencer = self.fencer.as_ref().ok_or_else(|| {
+            RbdError::Invalid(format!(
+                "image '{name}' is locked by {} ({client}); breaking the lock needs a way to blocklist that client and none was given (Rbd::with_fencer); the lock was not broken",
+                holder.owner
+            ))
+        })?;
+        let epoch = fencer.blocklist(&client).await.map_err(|e| {
+            RbdError::Invalid(format!(
+                "could not blocklist {client}, the holder of image '{name}''s lock, so the lock was not broken: {e}"
+            ))
+        })?;
+        self.rados.wait_for_epoch(epoch, FENCE_MAP_WAIT).await?;
+        tracing::warn!(image = name, %client, epoch = epoch.0, "blocklisted the lock holder");
+        Ok(Fenced::Blocklisted { client, epoch })
+    }
+
+    /// Breaks the lock whoever holds it: blocklists the holder's client
+    /// instance first (through this handle's [`Fencer`]) and waits for the
+    /// map that lists it, then removes the record — only if it is still the
+    /// one fenced. `None` when the image was not locked.
+    pub async fn break_lock(&self, name: &str) -> Result<Option<BrokenLock>, RbdError> {
+        let id = self.image_id(name).await?;
+        self.break_lock_id(name, &id).await
+    }
+
+    async fn break_lock_id(&self, name: &str, id: &str) -> Result<Option<BrokenLock>, RbdError> {
+        let Some((holder, raw)) = self.read_lock_raw(name, id).await? else {
+            return Ok(None);
+        };
+        let fenced = self.fence_holder(name, &holder).await?;
+        if !self.remove_lock_if(id, &raw).await? {
+            if let Some(now) = self.read_lock(name, id).await? {
+                return Err(RbdError::Locked {
+                    image: name.to_string(),
+                    owner: format!(
+                        "{} (who took it while {} was fenced)",
+                        now.owner, holder.owner
+                    ),
+                    cookie: now.cookie,
+                });
+            }
+        }
+        Ok(Some(BrokenLock { holder, fenced }))
+    }
+
+    /// Breaks the lock only if it is still exactly `held` (compare and
+    /// remove in one op), so a lock someone took in the meantime stays.
+    /// Does not fence: for holders known to be dead (a map helper of this
+    /// host that was killed). Returns whether it was removed.
+    pub async fn break_lock_if(&self, name: &str, held: &LockRecord) -> Result<bool, RbdError> {
+        let id = self.image_id(name).await?;
+        match self.read_lock_raw(name, &id).await? {
+            Some((now, raw)) if now == *held => self.remove_lock_if(&id, &raw).await,
+            _ => Ok(false),
         }
     }
 
@@ -405,13 +495,15 @@ impl Rbd {
 
     /// Opens an image for I/O, taking its exclusive lock as `owner`. If
     /// someone else holds it, fails with [`RbdError::Locked`] unless
-    /// `break_lock` (then the old holder is not fenced: it must be dead).
+    /// `break_lock`: then the holder is fenced first (see
+    /// [`Rbd::break_lock`]; needs [`Rbd::with_fencer`]).
     pub async fn open(&self, name: &str, owner: &str, break_lock: bool) -> Result<Image, RbdError> {
         let id = self.image_id(name).await?;
         let header = self.read_header(name, &id).await?;
         let record = LockRecord {
             owner: owner.to_string(),
             cookie: format!("{:016x}", rand::random::<u64>()),
+            client: self.rados.instance().to_string(),
         };
         let take = || {
             vec![
@@ -424,11 +516,11 @@ impl Rbd {
         match self.meta.operate(&lock_object(&id), take()).await {
             Ok(_) => {}
             Err(e) if matches!(e.op_error(), Some(OpError::Exists)) => {
-                let holder = self.read_lock(name, &id).await?;
                 if !break_lock {
-                    let h = holder.unwrap_or(LockRecord {
+                    let h = self.read_lock(name, &id).await?.unwrap_or(LockRecord {
                         owner: "an unknown client".into(),
                         cookie: "?".into(),
+                        client: String::new(),
                     });
                     return Err(RbdError::Locked {
                         image: name.to_string(),
@@ -436,8 +528,8 @@ impl Rbd {
                         cookie: h.cookie,
                     });
                 }
-                tracing::warn!(image = name, holder = ?holder, "breaking the exclusive lock");
-                ignore_noent(self.meta.remove(&lock_object(&id)).await)?;
+                let broken = self.break_lock_id(name, &id).await?;
+                tracing::warn!(image = name, broken = ?broken, "broke the exclusive lock");
                 self.meta
                     .operate(&lock_object(&id), take())
                     .await

@@ -15,11 +15,14 @@
 //! Snapshots work the same whether the data pool is replicated or
 //! erasure-coded (the OSDs of an EC pool clone each shard's chunk).
 //!
-//! Not here yet: lock fencing (blocklisting a broken lock's old holder).
+//! [`fence`]: breaking a lock blocklists the old holder's client instance
+//! first (and waits for the map that lists it), so a holder that is still
+//! alive cannot write after the new holder starts.
 
 mod backend;
 pub mod bench;
 pub mod error;
+pub mod fence;
 pub mod fuse;
 pub mod header;
 pub mod image;
@@ -29,6 +32,7 @@ pub mod snap;
 pub mod transfer;
 
 pub use error::RbdError;
+pub use fence::{BrokenLock, Fenced, Fencer};
 pub use header::{ImageHeader, LockRecord, ParentSpec, SnapInfo};
 pub use image::{CreateOptions, DiskUsage, Image, Rbd};
 pub use serve::{serve_images, Listener, ServeOptions};

@@ -1,7 +1,9 @@
 //! Serving images over NBD: opens each image (taking its lock), exports it
 //! under its image name, serves until shutdown, then closes the images
-//! (releasing the locks). `NAME@SNAP` serves a snapshot read-only. This is
-//! what `cairn rbd serve` calls.
+//! (releasing the locks). `NAME@SNAP` serves a snapshot read-only. If this
+//! client instance is blocklisted (another client broke a lock it held),
+//! serving stops at once with [`RbdError::Fenced`]. This is what
+//! `cairn rbd serve` calls.
 
 use crate::error::RbdError;
 use crate::image::{Image, Rbd};
@@ -85,12 +87,22 @@ pub async fn serve_images(
             return Err(RbdError::Invalid(e.to_string()));
         }
     };
+    let rados = rbd.rados().clone();
+    let stop = async move {
+        tokio::select! {
+            _ = shutdown => {}
+            e = rados.fenced() => tracing::error!("stopping the NBD server: {e}"),
+        }
+    };
     let served = match listener {
-        Listener::Tcp(l) => server.serve_tcp(l, shutdown).await,
-        Listener::Unix(l) => server.serve_unix(l, shutdown).await,
+        Listener::Tcp(l) => server.serve_tcp(l, stop).await,
+        Listener::Unix(l) => server.serve_unix(l, stop).await,
     };
     drop(server);
     let closed = close_all(images).await;
+    if let Some(e) = rbd.rados().fenced_error() {
+        return Err(RbdError::Fenced(e.to_string()));
+    }
     served.map_err(|e| RbdError::Invalid(format!("NBD listener failed: {e}")))?;
     closed
 }

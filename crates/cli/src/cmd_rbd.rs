@@ -1039,15 +1039,16 @@ async fn status(g: &GlobalArgs, rbd: &Rbd, s: &Spec) -> Result<()> {
     if json_out(g) {
         return print_json(
             g,
-            &json!({"watchers": lock.iter().map(|l| json!({"owner": l.owner, "cookie": l.cookie})).collect::<Vec<_>>(),
+            &json!({"watchers": lock.iter().map(|l| json!({"owner": l.owner, "cookie": l.cookie, "address": l.client})).collect::<Vec<_>>(),
                     "mapped_here": mapped.iter().map(|m| json!({"device": m.device, "pid": m.helper_pid})).collect::<Vec<_>>()}),
         );
     }
     match &lock {
         Some(l) => {
             println!("Watchers:");
+            let addr = if l.client.is_empty() { "?" } else { &l.client };
             println!(
-                "\twatcher={} cookie={} (holds the exclusive lock)",
+                "\twatcher={} address={addr} cookie={} (holds the exclusive lock)",
                 l.owner, l.cookie
             );
         }

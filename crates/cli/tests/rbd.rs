@@ -517,6 +517,14 @@ fn rbd_commands_and_nbd_clients() {
         assert!(e.contains("locked by"), "{e}");
         dev.ok(&["rbd", "lock", "break", "vm1"]);
         assert!(dev.ok(&["rbd", "lock", "ls", "vm1"]).contains("no locks"));
+        // Breaking blocklisted the dead server's client instance.
+        let bl = dev.ok(&["osd", "blocklist", "ls"]);
+        assert!(
+            bl.contains("client.admin/") && bl.contains("listed 1 entries"),
+            "{bl}"
+        );
+        let e = dev.fails(&["osd", "blocklist", "add", "client.admin"]);
+        assert!(e.contains("client.NAME/NONCE"), "{e}");
         let s1 = dev.serve(&["vm1", "--listen", &listen]);
         qemu_io(
             &url,

@@ -1050,6 +1050,20 @@ async fn client_op(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Res
             .reply_parts(msg_ref, msg_type::OP_REPLY, encode_parts(&r))
             .await;
     };
+    // A request id names its sender: it must be the entity the connection
+    // authenticated as (OSDs excepted: they relay on their own behalf), or
+    // a client could write under another's name — slipping past that name's
+    // blocklist entry or colliding with its request ids in dedup.
+    if conn.peer().kind != cairn_types::EntityKind::Osd && &req.reqid.client != conn.peer() {
+        let why = format!(
+            "the request names {} but the connection is authenticated as {}",
+            req.reqid.client,
+            conn.peer()
+        );
+        let epoch = shared.map_rx.borrow().epoch;
+        send(answer(OpStatus::Done(Err(OpError::Access(why))), epoch)).await;
+        return Ok(());
+    }
     let mut map = shared.map_rx.borrow().clone();
     if req.epoch > map.epoch {
         let mut rx = shared.map_rx.clone();

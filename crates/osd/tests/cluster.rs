@@ -337,6 +337,28 @@ async fn a_resent_op_is_applied_once() {
     }
     assert!(versions.windows(2).all(|w| w[0] == w[1]), "{versions:?}");
     assert_eq!(io.read("dup", 0, 0).await.unwrap(), b"start+once");
+
+    // A request id naming another client than the connection's own
+    // identity is refused and changes nothing.
+    let mut forged = req.clone();
+    forged.reqid.client = cairn_types::EntityName::client("someone-else");
+    forged.reqid.tid = 2;
+    let m = conn
+        .call(
+            msg_type::OP,
+            cairn_ops::encode(&forged),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("call");
+    let r: OpReply = cairn_ops::decode("reply", &m.payload).unwrap();
+    match &r.status {
+        OpStatus::Done(Err(cairn_ops::OpError::Access(why))) => {
+            assert!(why.contains("client.someone-else"), "{why}")
+        }
+        other => panic!("a forged request id was not refused: {other:?}"),
+    }
+    assert_eq!(io.read("dup", 0, 0).await.unwrap(), b"start+once");
 }
 
 /// Object size of the failure-test load: 16 KiB to 40 KiB.

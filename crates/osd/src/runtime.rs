@@ -105,6 +105,12 @@ pub struct OsdConfig {
     /// Big reads (>= 64 KiB) of replicated PGs run off the PG's task, at
     /// most this many at once per OSD (each holds its read buffer).
     pub max_parallel_reads: usize,
+    /// The copy that client reads are served from (a replicated PG's
+    /// primary, an EC PG's data chunks) writes big data through the
+    /// kernel's page cache instead of O_DIRECT, so reads soon after a
+    /// write come from memory (see `Transaction::keep_data_cached`);
+    /// replicas and parity chunks bypass it.
+    pub cache_written_data: bool,
 }
 
 impl OsdConfig {
@@ -126,6 +132,7 @@ impl OsdConfig {
             memory_target_bytes: 0,
             data_cache_bytes: 0,
             max_parallel_reads: DEFAULT_MAX_PARALLEL_READS,
+            cache_written_data: true,
         }
         .with_memory_target(crate::budget::DEFAULT_MEMORY_TARGET_BYTES)
     }
@@ -2243,6 +2250,9 @@ impl PgActor {
         });
         let roll_forward_to = self.pg.complete_through();
         let mut txn = Transaction::new();
+        if self.copy_serves_reads() {
+            txn.keep_data_cached();
+        }
         if ec.is_some() {
             let done: Vec<LogEntry> = self.rolled_forward(roll_forward_to).cloned().collect();
             self.ec_rolled_forward = roll_forward_to;
@@ -2502,6 +2512,9 @@ impl PgActor {
                 return;
             }
             exec::apply_mutations(&mut txn, self.coll, &rep.entry.oid, &rep.mutations);
+            if self.copy_serves_reads() {
+                txn.keep_data_cached();
+            }
             txn.log_append(self.coll, rep.entry.version.seq, encode(&rep.entry));
             if self.pg.info.log_tail.seq > 0 {
                 txn.log_trim(self.coll, self.pg.info.log_tail.seq);
@@ -2636,6 +2649,21 @@ impl PgActor {
         t.meta_set(self.coll, META_PAST, encode(&self.pg.past));
         if let Err(e) = self.shared.store.submit(t) {
             tracing::error!("pg {}: persisting info failed: {e}", self.pgid);
+        }
+    }
+
+    /// Whether client reads are served from this OSD's copy of the PG's
+    /// objects: a replicated PG's primary (reads go to it alone), or an EC
+    /// PG's data chunk (reads take data chunks, parity only when one is
+    /// missing). Such a copy's writes stay in the page cache
+    /// ([`OsdConfig::cache_written_data`]).
+    fn copy_serves_reads(&self) -> bool {
+        if !self.shared.cfg.cache_written_data {
+            return false;
+        }
+        match &self.ec {
+            Some(ec) => usize::from(self.coll.shard) < ec.code.k(),
+            None => self.pg.role == Role::Primary,
         }
     }
 

@@ -1105,7 +1105,7 @@ fn read_range_into(
         if s == r0 * bs && en == r1 * bs {
             let dst = &mut out[(s - off) as usize..(en - off) as usize];
             let io = if dst.len() as u64 >= DIRECT_READ_MIN_BYTES {
-                inner.data.read_at_direct(dst, pstart * bs)
+                read_big(inner, dst, pstart * bs)
             } else {
                 inner.data.read_at(dst, pstart * bs)
             };
@@ -1125,6 +1125,29 @@ fn read_range_into(
     // A hole at the end.
     out[filled..].fill(0);
     Ok(())
+}
+
+/// A big read of whole blocks: the part the page cache holds (data written
+/// with [`crate::Transaction::keep_data_cached`] stays there until the
+/// kernel needs the memory) is copied from it, the rest read with O_DIRECT
+/// (one DMA, and no page-cache pages for data nobody asked to keep).
+fn read_big(inner: &Inner, dst: &mut [u8], at: u64) -> std::io::Result<()> {
+    // A failed cached read (even EIO) is retried by the direct read, which
+    // reports the device's answer.
+    let cached = inner.data.read_at_cached(dst, at).unwrap_or(0);
+    // Whole pages only: the rest must stay aligned for O_DIRECT.
+    let cached = cached - cached % crate::device::DIRECT_ALIGN;
+    if cached > 0 {
+        inner
+            .cached_read_bytes
+            .fetch_add(cached as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    if cached == dst.len() {
+        return Ok(());
+    }
+    inner
+        .data
+        .read_at_direct(&mut dst[cached..], at + cached as u64)
 }
 
 /// Deletes keys in `[lo, hi)` in bounded chunks.

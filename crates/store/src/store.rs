@@ -232,6 +232,8 @@ pub(crate) struct Inner {
     pub(crate) overlay: Arc<Overlay>,
     /// Recycled buffers of big reads.
     pub(crate) read_bufs: Arc<crate::readbuf::ReadBufPool>,
+    /// Bytes big reads copied from the page cache instead of the disk.
+    pub(crate) cached_read_bytes: std::sync::atomic::AtomicU64,
     /// Group commits whose WAL record (or direct durable commit) is on disk.
     durable_groups: Mutex<u64>,
     durable_cv: Condvar,
@@ -317,7 +319,7 @@ impl Inner {
                         && (data.len() as u64).is_multiple_of(bs)
                         && offset + data.len() as u64 <= self.cfg.max_object_size =>
                 {
-                    match self.prewrite_one(*offset, data) {
+                    match self.prewrite_one(data, txn.keep_cached) {
                         Ok(pw) => Some(pw),
                         Err(e) => {
                             res = Err(e);
@@ -343,7 +345,9 @@ impl Inner {
         Ok(pre)
     }
 
-    fn prewrite_one(&self, _offset: u64, data: &bytes::Bytes) -> Result<Prewrite> {
+    /// `cached`: a large write goes through the page cache (then synced
+    /// like the O_DIRECT ones), so that reads soon after find it there.
+    fn prewrite_one(&self, data: &bytes::Bytes, cached: bool) -> Result<Prewrite> {
         let bs = self.block_size;
         let deferred = (data.len() as u64) < self.cfg.deferred_write_below_bytes;
         let runs = self.allocate_blocks(data.len() as u64 / bs)?;
@@ -351,7 +355,7 @@ impl Inner {
         let mut written = Ok(());
         for &(pstart, plen) in &runs {
             let part = &data[done..done + (plen * bs) as usize];
-            let r = if deferred {
+            let r = if deferred || cached {
                 self.data.write_at(part, pstart * bs)
             } else {
                 self.data.write_at_direct(part, pstart * bs)
@@ -719,6 +723,7 @@ impl Store {
             applied_group: std::sync::atomic::AtomicU64::new(0),
             overlay: Arc::new(Overlay::default()),
             read_bufs: Arc::default(),
+            cached_read_bytes: Default::default(),
             durable_groups: Mutex::new(0),
             durable_cv: Condvar::new(),
             wal_jobs: Mutex::new(0),
@@ -1098,6 +1103,15 @@ impl Store {
             }
             Ok(out)
         })
+    }
+
+    /// Bytes that big reads (>= 64 KiB) found in the kernel's page cache
+    /// and copied from there instead of reading the disk, since the store
+    /// opened (see [`Transaction::keep_data_cached`]).
+    pub fn page_cache_read_bytes(&self) -> u64 {
+        self.inner
+            .cached_read_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn statfs(&self) -> Result<StatFs> {

@@ -106,6 +106,8 @@ pub enum Op {
 #[derive(Debug, Clone, Default)]
 pub struct Transaction {
     pub(crate) ops: Vec<Op>,
+    /// See [`Transaction::keep_data_cached`].
+    pub(crate) keep_cached: bool,
 }
 
 impl Transaction {
@@ -117,6 +119,16 @@ impl Transaction {
     }
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
+    }
+    /// Asks that the data of this transaction's large writes stay in the
+    /// kernel's page cache (written through it, then synced: durability
+    /// is unchanged) instead of bypassing it with O_DIRECT, because it is
+    /// likely to be read soon; big reads take what the page cache holds
+    /// from there. Memory the kernel takes back when it needs it; not
+    /// counted in the process's RSS.
+    pub fn keep_data_cached(&mut self) -> &mut Self {
+        self.keep_cached = true;
+        self
     }
     pub fn push(&mut self, op: Op) -> &mut Self {
         self.ops.push(op);

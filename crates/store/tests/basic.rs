@@ -376,3 +376,32 @@ fn read_with_attrs_answers_as_read_bytes_stat_and_getattrs() {
         "{missing:?}"
     );
 }
+
+#[test]
+fn data_kept_cached_is_read_from_the_page_cache_and_still_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = CollectionId::pg(3, 2);
+    let o = ObjectId::new(0x1, "hot");
+    let data: Vec<u8> = (0..1usize << 20).map(|i| (i * 7 % 251) as u8).collect();
+    let s = Store::create(cfg(dir.path())).unwrap();
+    let mut t = Transaction::new();
+    t.create_collection(c)
+        .write(c, o.clone(), 0, data.clone())
+        .keep_data_cached();
+    s.commit(t).unwrap();
+    assert_eq!(s.read_bytes(&c, &o, 0, 1 << 20).unwrap(), data);
+    // The whole object came from the page cache (ext4 and most local file
+    // systems answer RWF_NOWAIT reads).
+    assert_eq!(s.page_cache_read_bytes(), 1 << 20);
+    // Bytes changed under the store in the page cache (the object's first
+    // block follows the 4 KiB label) fail their checksum as from the disk.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join(DATA_FILE))
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[data[5000] ^ 0xFF], 4096 + 5000).unwrap();
+    match s.read_bytes(&c, &o, 0, 1 << 20) {
+        Err(StoreError::Checksum { obj, offset, .. }) => assert_eq!((obj, offset), (o, 4096)),
+        other => panic!("expected a checksum error, got {other:?}"),
+    }
+}

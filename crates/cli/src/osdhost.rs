@@ -360,6 +360,25 @@ fn data_cache_setting(
         .map_err(|e| anyhow!("{who}: osd_data_cache_bytes '{text}' (from {from}): {e}"))
 }
 
+/// `osd_cache_written_data` of osd.`id` (cairn.conf wins over the central
+/// config; default off).
+fn cache_written_data_setting(
+    conf: &cairn_types::Conf,
+    map: &cairn_map::ClusterMap,
+    id: i32,
+) -> Result<bool> {
+    let who = format!("osd.{id}");
+    let (text, from) = match conf.get(&who, "osd_cache_written_data") {
+        Some(v) => (v.to_string(), "cairn.conf"),
+        None => match map.config_value(&who, "osd_cache_written_data") {
+            Some(v) => (v, "the central config"),
+            None => return Ok(false),
+        },
+    };
+    cairn_map::config::parse_bool_value(text.trim())
+        .map_err(|e| anyhow!("{who}: osd_cache_written_data (from {from}): {e}"))
+}
+
 /// A messenger mode (`ms_cluster_mode`, `ms_client_mode`) of osd.`id`:
 /// cairn.conf wins over the central config, which falls back to the
 /// option's default. Read when the OSD starts.
@@ -488,6 +507,7 @@ async fn run_one(
     });
     let mut ocfg = OsdConfig::new(id, secret).with_memory_target(budget.target_bytes);
     ocfg.data_cache_bytes = budget.data_cache_bytes;
+    ocfg.cache_written_data = cache_written_data_setting(conf, &map_rx.borrow(), id)?;
     ocfg.cluster_mode = frame_mode(
         conf,
         &map_rx.borrow(),

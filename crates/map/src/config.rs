@@ -242,6 +242,12 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "move an OSD to host=<hostname> in CRUSH when it starts",
     ),
     opt(
+        "osd_cache_written_data",
+        OptKind::Bool,
+        "false",
+        "the copy client reads come from (replicated primary, EC data chunks) writes big data through the page cache so reads soon after are served from memory (read at OSD start)",
+    ),
+    opt(
         "osd_data_cache_bytes",
         OptKind::Size {
             min: 0,

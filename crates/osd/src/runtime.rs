@@ -109,7 +109,9 @@ pub struct OsdConfig {
     /// primary, an EC PG's data chunks) writes big data through the
     /// kernel's page cache instead of O_DIRECT, so reads soon after a
     /// write come from memory (see `Transaction::keep_data_cached`);
-    /// replicas and parity chunks bypass it.
+    /// replicas and parity chunks bypass it. `osd_cache_written_data`,
+    /// default off: it took the disk out of `rados bench seq` but cost
+    /// 4 MiB writes CPU and bandwidth on the 2-vCPU test VM (bench/README.md).
     pub cache_written_data: bool,
 }
 
@@ -132,7 +134,7 @@ impl OsdConfig {
             memory_target_bytes: 0,
             data_cache_bytes: 0,
             max_parallel_reads: DEFAULT_MAX_PARALLEL_READS,
-            cache_written_data: true,
+            cache_written_data: false,
         }
         .with_memory_target(crate::budget::DEFAULT_MEMORY_TARGET_BYTES)
     }

@@ -260,6 +260,9 @@ pub fn limit_heap_arenas() {
 /// without this the daemon's RSS stays at the high-water mark of every
 /// arena rather than following what is in use. A no-op elsewhere.
 pub fn trim_heap() {
+    // Idle receive buffers the messenger keeps for reuse go first, so the
+    // heap trim below can return their pages too.
+    cairn_msg::bufpool::trim_idle();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks glibc's own heap structures under
     // their locks; it has no preconditions on the caller.

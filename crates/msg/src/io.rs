@@ -88,6 +88,14 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     // The length is within its limit (and, on signed frames, authentic):
     // allocating it is allowed.
     let len = header.payload_len as usize;
+    if len >= crate::bufpool::POOL_MIN_BYTES {
+        let payload = read_pooled(r, peer, len, header.bulk_at, idle).await?;
+        return Ok(RawFrame {
+            header,
+            raw_header,
+            payload,
+        });
+    }
     let mut payload = payload_buffer(len, header.bulk_at);
     while payload.len() < len {
         let remaining = len - payload.len();
@@ -120,6 +128,42 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         raw_header,
         payload: payload.freeze(),
     })
+}
+
+/// Reads a big payload into a recycled buffer (see `bufpool`), its bulk
+/// segment (at `bulk_at`) on a [`BULK_ALIGN`] boundary.
+async fn read_pooled<R: AsyncRead + Unpin>(
+    r: &mut R,
+    peer: &str,
+    len: usize,
+    bulk_at: Option<u16>,
+    idle: Duration,
+) -> Result<Bytes, MsgError> {
+    let (mut buf, start) = crate::bufpool::take(len, bulk_at);
+    let mut have = 0;
+    while have < len {
+        let n = match timeout(idle, r.read(&mut buf[start + have..start + len])).await {
+            Err(_) => return Err(MsgError::timeout(
+                peer,
+                format!(
+                    "the rest of a {len}-byte payload ({have} bytes received; keepalive timeout)"
+                ),
+                idle,
+            )),
+            Ok(Err(e)) => return Err(MsgError::io(peer, "reading a frame payload", &e)),
+            Ok(Ok(n)) => n,
+        };
+        if n == 0 {
+            return Err(MsgError::Closed {
+                peer: peer.to_string(),
+                reason: format!(
+                    "the peer closed the connection in the middle of a {len}-byte payload"
+                ),
+            });
+        }
+        have += n;
+    }
+    Ok(crate::bufpool::freeze(buf, start, len))
 }
 
 /// An empty buffer with room for a `len`-byte payload. With `bulk_at`, the

@@ -8,6 +8,7 @@
 //! See `README.md` in this crate for the wire format and the handshake.
 
 pub mod auth;
+pub mod bufpool;
 pub mod config;
 mod conn;
 mod error;

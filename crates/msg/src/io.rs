@@ -143,13 +143,15 @@ async fn read_pooled<R: AsyncRead + Unpin>(
     let mut have = 0;
     while have < len {
         let n = match timeout(idle, r.read(&mut buf[start + have..start + len])).await {
-            Err(_) => return Err(MsgError::timeout(
-                peer,
-                format!(
+            Err(_) => {
+                return Err(MsgError::timeout(
+                    peer,
+                    format!(
                     "the rest of a {len}-byte payload ({have} bytes received; keepalive timeout)"
                 ),
-                idle,
-            )),
+                    idle,
+                ))
+            }
             Ok(Err(e)) => return Err(MsgError::io(peer, "reading a frame payload", &e)),
             Ok(Ok(n)) => n,
         };

@@ -1127,14 +1127,22 @@ fn read_range_into(
     Ok(())
 }
 
-/// A big read of whole blocks: the part the page cache holds (data written
-/// with [`crate::Transaction::keep_data_cached`] stays there until the
-/// kernel needs the memory) is copied from it, the rest read with O_DIRECT
-/// (one DMA, and no page-cache pages for data nobody asked to keep).
+/// A big read of whole blocks: when the store keeps written data cached
+/// ([`crate::Transaction::keep_data_cached`]; it stays there until the
+/// kernel needs the memory), the part the page cache holds is copied from
+/// it; the rest is read with O_DIRECT (one DMA, and no page-cache pages for
+/// data nobody asked to keep).
 fn read_big(inner: &Inner, dst: &mut [u8], at: u64) -> std::io::Result<()> {
     // A failed cached read (even EIO) is retried by the direct read, which
     // reports the device's answer.
-    let cached = inner.data.read_at_cached(dst, at).unwrap_or(0);
+    let cached = if inner
+        .wrote_cached
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        inner.data.read_at_cached(dst, at).unwrap_or(0)
+    } else {
+        0
+    };
     // Whole pages only: the rest must stay aligned for O_DIRECT.
     let cached = cached - cached % crate::device::DIRECT_ALIGN;
     if cached > 0 {

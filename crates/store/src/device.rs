@@ -226,8 +226,10 @@ impl StoreFile for OsFile {
                 break;
             };
             // SAFETY: one valid iovec over `rest`, which lives across the
-            // call; the descriptor is open. RWF_NOWAIT (which implies no
-            // I/O, not even read-ahead) copies only pages already cached.
+            // call; the descriptor is open. RWF_NOWAIT copies only pages
+            // already cached (it does not wait for I/O, but a miss may
+            // still start read-ahead: callers use it only when cached
+            // data is expected).
             let n = unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
             if n > 0 {
                 done += n as usize;

@@ -234,6 +234,12 @@ pub(crate) struct Inner {
     pub(crate) read_bufs: Arc<crate::readbuf::ReadBufPool>,
     /// Bytes big reads copied from the page cache instead of the disk.
     pub(crate) cached_read_bytes: std::sync::atomic::AtomicU64,
+    /// Whether this store has written big data through the page cache
+    /// (`Transaction::keep_data_cached`) since it was opened: only then do
+    /// big reads look in the page cache first. The look is not free — a
+    /// RWF_NOWAIT read of uncached pages still starts the kernel's
+    /// read-ahead, so every byte would be read twice from the disk.
+    pub(crate) wrote_cached: std::sync::atomic::AtomicBool,
     /// Group commits whose WAL record (or direct durable commit) is on disk.
     durable_groups: Mutex<u64>,
     durable_cv: Condvar,
@@ -351,6 +357,10 @@ impl Inner {
         let bs = self.block_size;
         let deferred = (data.len() as u64) < self.cfg.deferred_write_below_bytes;
         let runs = self.allocate_blocks(data.len() as u64 / bs)?;
+        if cached && !deferred {
+            self.wrote_cached
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let mut done = 0usize;
         let mut written = Ok(());
         for &(pstart, plen) in &runs {
@@ -724,6 +734,7 @@ impl Store {
             overlay: Arc::new(Overlay::default()),
             read_bufs: Arc::default(),
             cached_read_bytes: Default::default(),
+            wrote_cached: Default::default(),
             durable_groups: Mutex::new(0),
             durable_cv: Condvar::new(),
             wal_jobs: Mutex::new(0),

@@ -382,26 +382,44 @@ fn cache_written_data_setting(
         .map_err(|e| anyhow!("{who}: osd_cache_written_data (from {from}): {e}"))
 }
 
-/// A messenger mode (`ms_cluster_mode`, `ms_client_mode`) of osd.`id`:
-/// cairn.conf wins over the central config, which falls back to the
-/// option's default. Read when the OSD starts.
-fn frame_mode(
+/// A messenger mode list (`ms_cluster_mode`, `ms_service_mode`, …) of
+/// osd.`id`: cairn.conf wins over the central config; `None` when neither
+/// sets it. Read when the OSD starts.
+fn frame_modes_setting(
     conf: &cairn_types::Conf,
     map: &cairn_map::ClusterMap,
     id: i32,
     key: &str,
-    default: cairn_msg::FrameMode,
-) -> Result<cairn_msg::FrameMode> {
+) -> Result<Option<cairn_msg::FrameModes>> {
     let who = format!("osd.{id}");
     let (text, from) = match conf.get(&who, key) {
         Some(v) => (v.to_string(), "cairn.conf"),
         None => match map.config_value(&who, key) {
             Some(v) => (v, "the central config"),
-            None => return Ok(default),
+            None => return Ok(None),
         },
     };
     text.parse()
+        .map(Some)
         .map_err(|e: String| anyhow!("{who}: {key} (from {from}): {e}"))
+}
+
+/// The frame modes osd.`id` allows from clients: `ms_service_mode`; when
+/// that is not set, `ms_client_mode` if it is set for this OSD (which
+/// meant "the mode this OSD requires of clients" before mode lists), else
+/// the default.
+fn service_modes(
+    conf: &cairn_types::Conf,
+    map: &cairn_map::ClusterMap,
+    id: i32,
+) -> Result<cairn_msg::FrameModes> {
+    Ok(
+        match frame_modes_setting(conf, map, id, "ms_service_mode")? {
+            Some(m) => m,
+            None => frame_modes_setting(conf, map, id, "ms_client_mode")?
+                .unwrap_or(cairn_msg::DEFAULT_SERVICE_MODES),
+        },
+    )
 }
 
 /// Runs one OSD until stopped (Ok) or until it cannot continue (Err).
@@ -511,20 +529,10 @@ async fn run_one(
     let mut ocfg = OsdConfig::new(id, secret).with_memory_target(budget.target_bytes);
     ocfg.data_cache_bytes = budget.data_cache_bytes;
     ocfg.cache_written_data = cache_written_data_setting(conf, &map_rx.borrow(), id)?;
-    ocfg.cluster_mode = frame_mode(
-        conf,
-        &map_rx.borrow(),
-        id,
-        "ms_cluster_mode",
-        ocfg.cluster_mode,
-    )?;
-    ocfg.client_mode = frame_mode(
-        conf,
-        &map_rx.borrow(),
-        id,
-        "ms_client_mode",
-        ocfg.client_mode,
-    )?;
+    if let Some(m) = frame_modes_setting(conf, &map_rx.borrow(), id, "ms_cluster_mode")? {
+        ocfg.cluster_mode = m;
+    }
+    ocfg.service_mode = service_modes(conf, &map_rx.borrow(), id)?;
     ocfg.bind_addr = SocketAddr::new(ip, 0);
     let osd = Osd::start_with_mon(ocfg, store, map_rx.clone(), Some(req_tx))
         .await

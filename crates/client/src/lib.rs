@@ -55,7 +55,7 @@ impl Default for SnapArgs {
 pub use striper::{Extent, Striper};
 
 use cairn_map::{ClientInstance, ClusterMap};
-use cairn_msg::{connect, Connection, Credentials, FrameMode, MsgConfig};
+use cairn_msg::{connect, Connection, Credentials, FrameModes, MsgConfig, DEFAULT_CLIENT_MODES};
 use cairn_ops::{decode_shared, encode_parts, msg_type, OpReply, OpRequest, OpStatus, ReqId};
 use cairn_types::{EntityName, Epoch, PgId};
 use std::collections::HashMap;
@@ -79,11 +79,12 @@ pub struct ClientConfig {
     pub msg: MsgConfig,
     /// `rados_osd_op_timeout`: bound on one op including every retry.
     pub op_timeout: Duration,
-    /// `ms_client_mode` for connections to OSDs (it must match the OSDs'
-    /// own setting): `None` follows the cluster's central config
-    /// (`cairn config set global ms_client_mode crc|secure`; default
-    /// `secure`), read from the map at each connect.
-    pub client_mode: Option<FrameMode>,
+    /// `ms_client_mode`: the frame modes offered to OSDs, most preferred
+    /// first (each OSD picks the first one its `ms_service_mode` allows).
+    /// `None` follows the cluster's central config (`cairn config set
+    /// global ms_client_mode "crc secure"`), read from the map at each
+    /// connect, and else [`DEFAULT_CLIENT_MODES`] (`crc secure`).
+    pub client_mode: Option<FrameModes>,
 }
 
 impl ClientConfig {
@@ -288,12 +289,12 @@ impl Rados {
                     Some(v) => v.parse().map_err(|e| {
                         format!("ms_client_mode of {who} in the central config: {e}")
                     })?,
-                    None => self.inner.cfg.msg.mode,
+                    None => DEFAULT_CLIENT_MODES,
                 }
             }
         };
         let msg = MsgConfig {
-            mode,
+            modes: mode,
             ..self.inner.cfg.msg.clone()
         };
         let c = connect(
@@ -471,6 +472,27 @@ impl Rados {
                     backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cairn_msg::{
+        FrameModes, DEFAULT_CLIENT_MODES, DEFAULT_CLUSTER_MODES, DEFAULT_SERVICE_MODES,
+    };
+
+    /// The central config's documented defaults are the ones the code uses
+    /// when a setting is absent.
+    #[test]
+    fn messenger_mode_defaults_match_the_config_table() {
+        for (key, code) in [
+            ("ms_client_mode", DEFAULT_CLIENT_MODES),
+            ("ms_cluster_mode", DEFAULT_CLUSTER_MODES),
+            ("ms_service_mode", DEFAULT_SERVICE_MODES),
+        ] {
+            let opt = cairn_map::config::known_option(key).unwrap();
+            assert_eq!(opt.default.parse::<FrameModes>().unwrap(), code, "{key}");
         }
     }
 }

@@ -40,6 +40,10 @@ pub enum OptKind {
         max: u64,
     },
     Choice(&'static [&'static str]),
+    /// One or more of the choices, each at most once, in order of
+    /// preference, separated by spaces or commas (Ceph's `ms_*_mode`
+    /// lists: `crc secure`); stored space-separated.
+    ChoiceList(&'static [&'static str]),
     Str,
 }
 
@@ -201,15 +205,21 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
     ),
     opt(
         "ms_client_mode",
-        OptKind::Choice(&["crc", "secure"]),
-        "secure",
-        "frame protection between clients and OSDs: secure = keyed MAC over every payload, crc = header MAC and payload crc32c (trusted networks only); clients and OSDs must agree (OSDs read it at start)",
+        OptKind::ChoiceList(&["crc", "secure"]),
+        "crc secure",
+        "frame modes a client offers OSDs, most preferred first (each OSD takes the first its ms_service_mode allows): secure = keyed MAC over every payload, crc = MACed headers and a payload crc32c (corruption only, not tampering); a single mode is a list of one",
     ),
     opt(
         "ms_cluster_mode",
-        OptKind::Choice(&["crc", "secure"]),
-        "crc",
-        "frame protection between OSDs (replication, recovery, heartbeats): crc = authenticated at connect and per header, payload crc32c (a trusted cluster network); secure = keyed MAC over every payload; every OSD must agree (read at start)",
+        OptKind::ChoiceList(&["crc", "secure"]),
+        "crc secure",
+        "frame modes between OSDs (replication, recovery, heartbeats), most preferred first: offered when connecting, allowed when accepting; crc trusts the cluster network not to tamper with payloads (read at OSD start)",
+    ),
+    opt(
+        "ms_service_mode",
+        OptKind::ChoiceList(&["crc", "secure"]),
+        "crc secure",
+        "frame modes an OSD allows from clients (order does not matter: the client's list picks); unset, an OSD takes ms_client_mode if that is set for it (read at OSD start)",
     ),
     opt(
         "osd_beacon_report_interval",
@@ -604,6 +614,32 @@ pub fn validate_value(opt: &ConfigOption, value: &str) -> Result<String, String>
                 Err(bad(&format!("expected one of {}", choices.join(", "))))
             }
         }
+        OptKind::ChoiceList(choices) => {
+            let mut out: Vec<&str> = Vec::new();
+            for w in v
+                .split(|c: char| c == ',' || c.is_whitespace())
+                .filter(|w| !w.is_empty())
+            {
+                if !choices.contains(&w) {
+                    return Err(bad(&format!(
+                        "'{w}' is not one of {} (list them in order of preference, e.g. '{}')",
+                        choices.join(", "),
+                        choices.join(" ")
+                    )));
+                }
+                if out.contains(&w) {
+                    return Err(bad(&format!("'{w}' is listed twice")));
+                }
+                out.push(w);
+            }
+            if out.is_empty() {
+                return Err(bad(&format!(
+                    "expected one or more of {} in order of preference",
+                    choices.join(", ")
+                )));
+            }
+            Ok(out.join(" "))
+        }
         OptKind::Str => validate_free_text(name, v),
     }
 }
@@ -682,6 +718,12 @@ mod tests {
         let c = known_option("mon_osd_down_out_subtree_limit").unwrap();
         assert!(validate_value(c, "galaxy").is_err());
         assert_eq!(parse_size("1.5K").unwrap(), 1536);
+        let l = known_option("ms_client_mode").unwrap();
+        assert_eq!(validate_value(l, "secure").unwrap(), "secure");
+        assert_eq!(validate_value(l, " secure,crc ").unwrap(), "secure crc");
+        assert!(validate_value(l, "crc crc").unwrap_err().contains("twice"));
+        assert!(validate_value(l, "crc tls").unwrap_err().contains("'tls'"));
+        assert!(validate_value(l, " ").is_err());
     }
 
     #[test]

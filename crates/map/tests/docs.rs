@@ -15,6 +15,7 @@ fn kind_text(k: &OptKind) -> String {
         OptKind::Size { min, max } => format!("bytes {min}..={max} (K/M/G/T suffixes)"),
         OptKind::Secs { min, max } => format!("seconds {min}..={max} (s/m/h/d suffixes)"),
         OptKind::Choice(c) => format!("one of {}", c.join(", ")),
+        OptKind::ChoiceList(c) => format!("list of {} in order of preference", c.join(", ")),
         OptKind::Str => "text".into(),
     }
 }

@@ -190,27 +190,40 @@ pub(crate) struct Transcript<'a> {
     pub server: &'a EntityName,
     pub nonce_c: &'a [u8; NONCE_LEN],
     pub nonce_s: &'a [u8; NONCE_LEN],
-    /// The frame mode the client asked for (and the server accepted): bound
-    /// into both proofs, so an on-path attacker cannot downgrade a
-    /// connection from secure to crc.
+    /// The frame mode the connection runs in (the one the client asked
+    /// for, or the one the server picked from its list): bound into both
+    /// proofs, so an on-path attacker cannot change it.
     pub mode: FrameMode,
+    /// The client's whole mode list (wire bytes, in its order) when both
+    /// sides negotiated; `None` with a peer that only knows the exact-match
+    /// handshake, whose proofs cover `mode` alone. Bound too, so an
+    /// attacker cannot shorten the list to steer the server's pick.
+    pub offered: Option<&'a [u8]>,
 }
 
 impl Transcript<'_> {
     fn compute(&self, k: &Secret, label: &[u8]) -> [u8; 32] {
         let c = self.client.to_string();
         let s = self.server.to_string();
-        prf(
-            k,
-            label,
-            &[
-                self.nonce_c,
-                self.nonce_s,
-                c.as_bytes(),
-                s.as_bytes(),
-                &[self.mode.wire()],
-            ],
-        )
+        let mode = [self.mode.wire()];
+        let mut parts: [&[u8]; 6] = [
+            self.nonce_c,
+            self.nonce_s,
+            c.as_bytes(),
+            s.as_bytes(),
+            &mode,
+            &[],
+        ];
+        // Every part is length-prefixed, so five parts and six never give
+        // the same PRF input.
+        let n = match self.offered {
+            Some(list) => {
+                parts[5] = list;
+                6
+            }
+            None => 5,
+        };
+        prf(k, label, &parts[..n])
     }
     pub fn server_proof(&self, k: &Secret) -> [u8; 32] {
         self.compute(k, b"cairn auth server proof v1")
@@ -414,11 +427,37 @@ mod tests {
             nonce_c: &[1; NONCE_LEN],
             nonce_s: &[2; NONCE_LEN],
             mode,
+            offered: None,
         };
         let (crc, secure) = (t(FrameMode::Crc), t(FrameMode::Secure));
         assert_ne!(crc.server_proof(&k), secure.server_proof(&k));
         assert_ne!(crc.client_proof(&k), secure.client_proof(&k));
         assert_ne!(crc.session_keys(&k).0, secure.session_keys(&k).0);
+        // A peer of the exact-match handshake (before mode lists) computes
+        // its proof over these five parts: ours must stay the same.
+        let old = prf(
+            &k,
+            b"cairn auth server proof v1",
+            &[
+                &[1; NONCE_LEN],
+                &[2; NONCE_LEN],
+                b"osd.1",
+                b"osd.2",
+                &[FrameMode::Crc.wire()],
+            ],
+        );
+        assert_eq!(crc.server_proof(&k), old);
+        // The offered list is bound when both sides negotiated.
+        let with = |list: &'static [u8]| Transcript {
+            offered: Some(list),
+            ..t(FrameMode::Crc)
+        };
+        assert_ne!(with(&[1, 2]).server_proof(&k), crc.server_proof(&k));
+        assert_ne!(with(&[1, 2]).client_proof(&k), with(&[1]).client_proof(&k));
+        assert_ne!(
+            with(&[1, 2]).session_keys(&k).1,
+            with(&[1]).session_keys(&k).1
+        );
     }
 
     #[test]

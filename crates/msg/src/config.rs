@@ -68,28 +68,172 @@ impl std::str::FromStr for FrameMode {
     }
 }
 
-/// The mode a listener requires of each connecting peer, by the kind of
+/// Most modes a [`FrameModes`] list can hold (one per known mode).
+const MAX_MODES: usize = 2;
+
+/// An ordered list of allowed frame modes, most preferred first (Ceph's
+/// `ms_client_mode = crc secure`). Never empty, no mode twice.
+///
+/// A connecting side offers its whole list; the accepting side takes the
+/// first mode of that list that its own list for this kind of peer
+/// contains (the order of the accepting side's list does not matter). A
+/// single mode (`"secure"`) is a list of one, so the single-value settings
+/// of earlier versions keep their meaning.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FrameModes {
+    modes: [FrameMode; MAX_MODES],
+    len: u8,
+}
+
+impl FrameModes {
+    /// Just `mode`.
+    pub const fn only(mode: FrameMode) -> FrameModes {
+        FrameModes {
+            modes: [mode; MAX_MODES],
+            len: 1,
+        }
+    }
+
+    /// `first`, then `second` when `first` is not possible. They must differ.
+    pub const fn prefer(first: FrameMode, second: FrameMode) -> FrameModes {
+        assert!(!matches!(
+            (first, second),
+            (FrameMode::Crc, FrameMode::Crc) | (FrameMode::Secure, FrameMode::Secure)
+        ));
+        FrameModes {
+            modes: [first, second],
+            len: 2,
+        }
+    }
+
+    /// A list from `modes` in order of preference; refused when empty or
+    /// when a mode appears twice.
+    pub fn new(modes: &[FrameMode]) -> Result<FrameModes, String> {
+        let Some(&first) = modes.first() else {
+            return Err("a messenger mode list needs at least one mode (crc, secure)".into());
+        };
+        let mut out = FrameModes::only(first);
+        for &m in &modes[1..] {
+            if out.contains(m) {
+                return Err(format!(
+                    "messenger mode '{m}' is listed twice in '{}'",
+                    modes
+                        .iter()
+                        .map(|m| m.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ));
+            }
+            // Two distinct modes exist, so a third distinct one cannot.
+            out.modes[usize::from(out.len)] = m;
+            out.len += 1;
+        }
+        Ok(out)
+    }
+
+    /// The modes, most preferred first.
+    pub fn as_slice(&self) -> &[FrameMode] {
+        &self.modes[..usize::from(self.len)]
+    }
+
+    /// The most preferred mode.
+    pub fn first(&self) -> FrameMode {
+        self.modes[0]
+    }
+
+    pub fn contains(&self, mode: FrameMode) -> bool {
+        self.as_slice().contains(&mode)
+    }
+
+    /// The first mode of `offered` (a peer's list, in its order of
+    /// preference) that this list allows.
+    pub fn pick(&self, offered: &[FrameMode]) -> Option<FrameMode> {
+        offered.iter().copied().find(|&m| self.contains(m))
+    }
+
+    /// The list as wire bytes (see [`FrameMode`]), in order.
+    pub(crate) fn wire(&self) -> Vec<u8> {
+        self.as_slice().iter().map(|m| m.wire()).collect()
+    }
+}
+
+impl From<FrameMode> for FrameModes {
+    fn from(mode: FrameMode) -> FrameModes {
+        FrameModes::only(mode)
+    }
+}
+
+/// As the config value: `crc secure`.
+impl std::fmt::Display for FrameModes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, m) in self.as_slice().iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            f.write_str(m.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for FrameModes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FrameModes({self})")
+    }
+}
+
+/// Parses `crc`, `secure`, `crc secure`, `secure,crc` (modes separated by
+/// spaces or commas, most preferred first).
+impl std::str::FromStr for FrameModes {
+    type Err = String;
+    fn from_str(s: &str) -> Result<FrameModes, String> {
+        let modes = s
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|w| !w.is_empty())
+            .map(str::parse)
+            .collect::<Result<Vec<FrameMode>, String>>()?;
+        if modes.is_empty() {
+            return Err(format!(
+                "messenger mode list '{s}' is empty: expected 'crc', 'secure' or both in order of preference ('crc secure')"
+            ));
+        }
+        FrameModes::new(&modes)
+    }
+}
+
+/// Defaults, as Ceph's: clients prefer `crc` and accept `secure`; OSDs
+/// accept either from clients and prefer `crc` between themselves. See
+/// `docs/operations.md` ("Messenger modes") for what each mode protects
+/// against and when to narrow these lists to `secure`.
+pub const DEFAULT_CLIENT_MODES: FrameModes = FrameModes::prefer(FrameMode::Crc, FrameMode::Secure);
+/// What OSDs accept from clients by default (`ms_service_mode`).
+pub const DEFAULT_SERVICE_MODES: FrameModes = FrameModes::prefer(FrameMode::Crc, FrameMode::Secure);
+/// Between OSDs by default (`ms_cluster_mode`).
+pub const DEFAULT_CLUSTER_MODES: FrameModes = FrameModes::prefer(FrameMode::Crc, FrameMode::Secure);
+
+/// The modes a listener allows from each connecting peer, by the kind of
 /// entity it claims to be (checked against its proof in the handshake).
-/// A peer asking for another mode is refused with a reason naming both.
+/// A peer offering none of them is refused with a reason naming both
+/// lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcceptModes {
     /// Peers that are OSDs (the cluster network: sub-ops, recovery,
     /// heartbeats).
-    pub osd: FrameMode,
+    pub osd: FrameModes,
     /// Every other peer (clients, monitors).
-    pub others: FrameMode,
+    pub others: FrameModes,
 }
 
 impl AcceptModes {
-    /// The same mode for every peer.
-    pub const fn all(mode: FrameMode) -> AcceptModes {
+    /// The same modes for every peer.
+    pub const fn all(modes: FrameModes) -> AcceptModes {
         AcceptModes {
-            osd: mode,
-            others: mode,
+            osd: modes,
+            others: modes,
         }
     }
 
-    pub fn for_peer(&self, peer: &EntityName) -> FrameMode {
+    pub fn for_peer(&self, peer: &EntityName) -> FrameModes {
         if peer.kind == EntityKind::Osd {
             self.osd
         } else {
@@ -125,9 +269,9 @@ pub struct MsgConfig {
     /// Bound on `send`/`reply` waiting for in-flight room (backpressure).
     /// `call` uses its own timeout instead.
     pub send_timeout: Duration,
-    /// The frame mode `connect` asks the server for.
-    pub mode: FrameMode,
-    /// The frame modes a `Listener` requires of its peers.
+    /// The frame modes `connect` offers the server, most preferred first.
+    pub modes: FrameModes,
+    /// The frame modes a `Listener` allows from its peers.
     pub accept: AcceptModes,
 }
 
@@ -141,8 +285,11 @@ impl Default for MsgConfig {
             connect_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
             send_timeout: Duration::from_secs(30),
-            mode: FrameMode::Secure,
-            accept: AcceptModes::all(FrameMode::Secure),
+            // The messenger's own defaults are the strict ones (monitors
+            // use them); OSDs and clients set their lists from the
+            // ms_*_mode settings (see `DEFAULT_CLIENT_MODES`).
+            modes: FrameModes::only(FrameMode::Secure),
+            accept: AcceptModes::all(FrameModes::only(FrameMode::Secure)),
         }
     }
 }
@@ -172,5 +319,47 @@ impl MsgConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_lists_parse_in_order_and_refuse_bad_input() {
+        let l: FrameModes = "crc secure".parse().unwrap();
+        assert_eq!(l.as_slice(), &[FrameMode::Crc, FrameMode::Secure]);
+        assert_eq!(l.to_string(), "crc secure");
+        let l: FrameModes = " secure,crc ".parse().unwrap();
+        assert_eq!(l.as_slice(), &[FrameMode::Secure, FrameMode::Crc]);
+        let l: FrameModes = "secure".parse().unwrap();
+        assert_eq!(l, FrameModes::only(FrameMode::Secure));
+        assert!("".parse::<FrameModes>().unwrap_err().contains("empty"));
+        assert!("crc crc"
+            .parse::<FrameModes>()
+            .unwrap_err()
+            .contains("twice"));
+        assert!("crc tls"
+            .parse::<FrameModes>()
+            .unwrap_err()
+            .contains("unknown messenger mode 'tls'"));
+    }
+
+    #[test]
+    fn pick_follows_the_offering_side_order() {
+        let both = FrameModes::prefer(FrameMode::Secure, FrameMode::Crc);
+        assert_eq!(
+            both.pick(&[FrameMode::Crc, FrameMode::Secure]),
+            Some(FrameMode::Crc)
+        );
+        assert_eq!(
+            FrameModes::only(FrameMode::Secure).pick(&[FrameMode::Crc, FrameMode::Secure]),
+            Some(FrameMode::Secure)
+        );
+        assert_eq!(
+            FrameModes::only(FrameMode::Crc).pick(&[FrameMode::Secure]),
+            None
+        );
     }
 }

@@ -810,41 +810,32 @@ pub async fn connect(
 ) -> Result<Connection, MsgError> {
     cfg.validate()?;
     let label = addr.to_string();
-    let stream = match timeout(cfg.connect_timeout, TcpStream::connect(addr)).await {
-        Err(_) => {
-            return Err(MsgError::timeout(
-                &label,
-                "the TCP connection to be established",
-                cfg.connect_timeout,
-            ))
-        }
-        Ok(Err(e)) => return Err(MsgError::io(&label, "connecting", &e)),
-        Ok(Ok(s)) => s,
+    let open = || async {
+        let stream = match timeout(cfg.connect_timeout, TcpStream::connect(addr)).await {
+            Err(_) => {
+                return Err(MsgError::timeout(
+                    &label,
+                    "the TCP connection to be established",
+                    cfg.connect_timeout,
+                ))
+            }
+            Ok(Err(e)) => return Err(MsgError::io(&label, "connecting", &e)),
+            Ok(Ok(s)) => s,
+        };
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
     };
-    let _ = stream.set_nodelay(true);
-    let mut stream = stream;
-    let est = match timeout(
+    // Usually one connection; two when a server of the exact-match
+    // handshake requires the second mode of `cfg.modes` (see `handshake`).
+    let (stream, est) = handshake::negotiate(
+        open,
+        &label,
+        creds,
+        expect_peer,
+        cfg.modes,
         cfg.handshake_timeout,
-        handshake::client(
-            &mut stream,
-            &label,
-            creds,
-            expect_peer,
-            cfg.mode,
-            cfg.handshake_timeout,
-        ),
     )
-    .await
-    {
-        Err(_) => {
-            return Err(MsgError::timeout(
-                &label,
-                "the authentication handshake to finish",
-                cfg.handshake_timeout,
-            ))
-        }
-        Ok(r) => r?,
-    };
+    .await?;
     Ok(start(stream, est, addr, cfg.clone()))
 }
 

@@ -98,36 +98,41 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     }
     let mut payload = payload_buffer(len, header.bulk_at);
     while payload.len() < len {
-        let remaining = len - payload.len();
-        let mut limited = (&mut payload).limit(remaining);
-        let n = match timeout(idle, r.read_buf(&mut limited)).await {
-            Err(_) => {
-                return Err(MsgError::timeout(
-                    peer,
-                    format!(
-                        "the rest of a {len}-byte payload ({} bytes received; keepalive timeout)",
-                        len - remaining
-                    ),
-                    idle,
-                ))
-            }
-            Ok(Err(e)) => return Err(MsgError::io(peer, "reading a frame payload", &e)),
-            Ok(Ok(n)) => n,
-        };
-        if n == 0 {
-            return Err(MsgError::Closed {
-                peer: peer.to_string(),
-                reason: format!(
-                    "the peer closed the connection in the middle of a {len}-byte payload"
-                ),
-            });
-        }
+        let have = payload.len();
+        let mut limited = (&mut payload).limit(len - have);
+        payload_read_step(peer, len, have, idle, r.read_buf(&mut limited)).await?;
     }
     Ok(RawFrame {
         header,
         raw_header,
         payload: payload.freeze(),
     })
+}
+
+/// Awaits one read of a `len`-byte payload of which `have` bytes are in,
+/// bounded by `idle`: the number of bytes it read (> 0), or the error
+/// naming the peer for a timeout, an I/O error or a connection closed
+/// mid-payload. Shared by both payload read loops.
+async fn payload_read_step(
+    peer: &str,
+    len: usize,
+    have: usize,
+    idle: Duration,
+    read: impl std::future::Future<Output = std::io::Result<usize>>,
+) -> Result<usize, MsgError> {
+    match timeout(idle, read).await {
+        Err(_) => Err(MsgError::timeout(
+            peer,
+            format!("the rest of a {len}-byte payload ({have} bytes received; keepalive timeout)"),
+            idle,
+        )),
+        Ok(Err(e)) => Err(MsgError::io(peer, "reading a frame payload", &e)),
+        Ok(Ok(0)) => Err(MsgError::Closed {
+            peer: peer.to_string(),
+            reason: format!("the peer closed the connection in the middle of a {len}-byte payload"),
+        }),
+        Ok(Ok(n)) => Ok(n),
+    }
 }
 
 /// Reads a big payload into a recycled buffer (see `bufpool`), its bulk
@@ -142,28 +147,8 @@ async fn read_pooled<R: AsyncRead + Unpin>(
     let (mut buf, start) = crate::bufpool::take(len, bulk_at);
     let mut have = 0;
     while have < len {
-        let n = match timeout(idle, r.read(&mut buf[start + have..start + len])).await {
-            Err(_) => {
-                return Err(MsgError::timeout(
-                    peer,
-                    format!(
-                    "the rest of a {len}-byte payload ({have} bytes received; keepalive timeout)"
-                ),
-                    idle,
-                ))
-            }
-            Ok(Err(e)) => return Err(MsgError::io(peer, "reading a frame payload", &e)),
-            Ok(Ok(n)) => n,
-        };
-        if n == 0 {
-            return Err(MsgError::Closed {
-                peer: peer.to_string(),
-                reason: format!(
-                    "the peer closed the connection in the middle of a {len}-byte payload"
-                ),
-            });
-        }
-        have += n;
+        let read = r.read(&mut buf[start + have..start + len]);
+        have += payload_read_step(peer, len, have, idle, read).await?;
     }
     Ok(crate::bufpool::freeze(buf, start, len))
 }

@@ -19,7 +19,10 @@ pub mod keyring;
 mod peer;
 
 pub use auth::{issue_ticket, unseal_ticket, Credentials, KeyServer, Ticket, TicketContents};
-pub use config::{AcceptModes, FrameMode, MsgConfig};
+pub use config::{
+    AcceptModes, FrameMode, FrameModes, MsgConfig, DEFAULT_CLIENT_MODES, DEFAULT_CLUSTER_MODES,
+    DEFAULT_SERVICE_MODES,
+};
 pub use conn::{connect, Connection, Listener, Message};
 pub use error::MsgError;
 pub use keyring::{Keyring, KeyringEntry, Secret};

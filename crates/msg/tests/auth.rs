@@ -4,8 +4,8 @@
 mod common;
 use bytes::Bytes;
 use cairn_msg::{
-    connect, issue_ticket, AcceptModes, Credentials, FrameMode, Listener, MsgConfig, MsgError,
-    Secret,
+    connect, issue_ticket, AcceptModes, Credentials, FrameMode, FrameModes, Listener, MsgConfig,
+    MsgError, Secret,
 };
 use cairn_types::EntityName;
 use common::*;
@@ -248,11 +248,12 @@ async fn garbage_client_is_dropped_and_listener_keeps_going() {
     assert!(c.is_ok());
 }
 
-/// A listener requires crc frames of OSD peers and secure frames of everyone
-/// else: each kind of peer gets its mode, and a peer asking for the other
-/// one is refused with a reason naming both modes (nothing is delivered).
+/// A listener allows only crc frames from OSD peers and only secure frames
+/// from everyone else: a connecting side's list is searched in its order
+/// for a mode the listener allows, and a side with no such mode is refused
+/// with a reason naming both lists (nothing is delivered).
 #[tokio::test]
-async fn frame_modes_are_negotiated_per_peer_kind_and_a_mismatch_is_refused() {
+async fn frame_modes_are_negotiated_per_peer_kind_and_no_common_mode_is_refused() {
     let osd_key = Secret::generate();
     let admin_key = Secret::generate();
     let keys = Keys::with(&admin(), &admin_key);
@@ -262,8 +263,8 @@ async fn frame_modes_are_negotiated_per_peer_kind_and_a_mismatch_is_refused() {
         .insert(EntityName::osd(1), osd_key.clone());
     let server_cfg = MsgConfig {
         accept: AcceptModes {
-            osd: FrameMode::Crc,
-            others: FrameMode::Secure,
+            osd: FrameModes::only(FrameMode::Crc),
+            others: FrameModes::only(FrameMode::Secure),
         },
         ..fast_cfg()
     };
@@ -272,14 +273,22 @@ async fn frame_modes_are_negotiated_per_peer_kind_and_a_mismatch_is_refused() {
         .unwrap();
     let addr = l.local_addr();
     let _echo = echo_server(l);
-    let in_mode = |mode| MsgConfig { mode, ..fast_cfg() };
+    let offering = |list: &str| MsgConfig {
+        modes: list.parse().unwrap(),
+        ..fast_cfg()
+    };
     let osd = key_creds(EntityName::osd(1), osd_key);
     let client = key_creds(admin(), admin_key);
 
-    // Matching modes: calls work both ways, with and without bulk data.
-    for (creds, mode) in [(&osd, FrameMode::Crc), (&client, FrameMode::Secure)] {
-        let c = connect(addr, creds, None, &in_mode(mode)).await.unwrap();
-        assert_eq!(c.mode(), mode);
+    // A common mode: calls work both ways, with and without bulk data.
+    for (creds, list, mode) in [
+        (&osd, "crc", FrameMode::Crc),
+        (&osd, "secure crc", FrameMode::Crc),
+        (&client, "crc secure", FrameMode::Secure),
+        (&client, "secure", FrameMode::Secure),
+    ] {
+        let c = connect(addr, creds, None, &offering(list)).await.unwrap();
+        assert_eq!(c.mode(), mode, "{list}");
         for len in [3usize, 1 << 20] {
             let body = payload(len, 7);
             let r = c
@@ -290,18 +299,17 @@ async fn frame_modes_are_negotiated_per_peer_kind_and_a_mismatch_is_refused() {
         }
     }
 
-    // Mismatches are refused before anything else, naming both sides' modes.
-    for (creds, mode, want) in [
-        (&osd, FrameMode::Secure, "requires 'crc'"),
-        (&client, FrameMode::Crc, "requires 'secure'"),
-    ] {
-        let err = connect(addr, creds, None, &in_mode(mode))
+    // No common mode: refused before anything else, naming both lists.
+    for (creds, list, allowed) in [(&osd, "secure", "'crc'"), (&client, "crc", "'secure'")] {
+        let err = connect(addr, creds, None, &offering(list))
             .await
             .unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, MsgError::AuthFailed { .. }), "{text}");
         assert!(
-            text.contains(&format!("asked for '{mode}' frames")) && text.contains(want),
+            text.contains(&format!("offers frame modes '{list}'"))
+                && text.contains(&format!("allows only {allowed}"))
+                && text.contains("no common frame mode"),
             "{text}"
         );
     }

@@ -18,8 +18,8 @@ async fn run(mangle: Mangle) -> (Vec<u16>, MsgError) {
 /// Both ends configured for `mode`.
 fn cfg_in(mode: FrameMode) -> MsgConfig {
     MsgConfig {
-        mode,
-        accept: AcceptModes::all(mode),
+        modes: mode.into(),
+        accept: AcceptModes::all(mode.into()),
         ..fast_cfg()
     }
 }

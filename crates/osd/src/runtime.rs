@@ -15,8 +15,8 @@ use crate::pg::{PastInterval, Pg, PgAction, PgEvent, PgLimits, Placement, Role, 
 use bytes::Bytes;
 use cairn_map::{ClusterMap, PgRecoveryCounts, PoolKind};
 use cairn_msg::{
-    connect, AcceptModes, Connection, Credentials, FrameMode, Listener, Message, MsgConfig,
-    MsgError, Secret,
+    connect, AcceptModes, Connection, Credentials, FrameModes, Listener, Message, MsgConfig,
+    MsgError, Secret, DEFAULT_CLUSTER_MODES, DEFAULT_SERVICE_MODES,
 };
 use cairn_ops::{
     decode, decode_shared, encode, encode_parts, msg_type, EcRead, EcRollback, EcRollbackReply,
@@ -72,18 +72,19 @@ pub struct OsdConfig {
     /// OSD service secrets by generation, to accept client tickets.
     pub service_secrets: BTreeMap<u64, Secret>,
     /// Limits and timeouts of this OSD's connections. Its frame modes are
-    /// set from `cluster_mode` and `client_mode` when the OSD starts.
+    /// set from `cluster_mode` and `service_mode` when the OSD starts.
     pub msg: MsgConfig,
-    /// `ms_cluster_mode`: frame protection between OSDs (replication
-    /// sub-ops, recovery and backfill, peering, heartbeats). Default
-    /// [`FrameMode::Crc`]: authenticated at connect time and per header,
-    /// payloads checked by crc32c (a trusted cluster network is assumed).
-    /// Every OSD must use the same mode.
-    pub cluster_mode: FrameMode,
-    /// `ms_client_mode`: frame protection this OSD requires of clients.
-    /// Default [`FrameMode::Secure`] (keyed MAC over every payload): the
-    /// public network is not assumed trusted. Clients must use the same.
-    pub client_mode: FrameMode,
+    /// `ms_cluster_mode`: frame modes between OSDs (replication sub-ops,
+    /// recovery and backfill, peering, heartbeats), most preferred first:
+    /// offered when this OSD connects to another, allowed when another
+    /// connects to it. Default `crc secure` ([`DEFAULT_CLUSTER_MODES`]):
+    /// crc (authenticated at connect time and per header, payloads checked
+    /// by crc32c) with any OSD that allows it.
+    pub cluster_mode: FrameModes,
+    /// `ms_service_mode`: the frame modes this OSD allows from clients.
+    /// Default `crc secure` ([`DEFAULT_SERVICE_MODES`]): each client's own
+    /// `ms_client_mode` list picks (see docs/operations.md).
+    pub service_mode: FrameModes,
     /// `osd_client_message_size_cap`: bytes of client op payload in flight
     /// at once; more waits (the connection stops being read).
     pub client_message_size_cap_bytes: u64,
@@ -123,8 +124,8 @@ impl OsdConfig {
             secret,
             service_secrets: BTreeMap::new(),
             msg: MsgConfig::default(),
-            cluster_mode: FrameMode::Crc,
-            client_mode: FrameMode::Secure,
+            cluster_mode: DEFAULT_CLUSTER_MODES,
+            service_mode: DEFAULT_SERVICE_MODES,
             client_message_size_cap_bytes: 256 << 20,
             pg: PgLimits::default(),
             peer_timeout: Duration::from_secs(10),
@@ -474,12 +475,12 @@ impl Osd {
         mon: Option<MonRequests>,
     ) -> Result<Osd, OsdError> {
         let mut cfg = cfg;
-        // Peer OSDs are connected to, and accepted, in the cluster mode;
-        // everyone else is accepted in the client mode.
-        cfg.msg.mode = cfg.cluster_mode;
+        // Peer OSDs are connected to, and accepted, in the cluster modes;
+        // everyone else is accepted in the service modes.
+        cfg.msg.modes = cfg.cluster_mode;
         cfg.msg.accept = AcceptModes {
             osd: cfg.cluster_mode,
-            others: cfg.client_mode,
+            others: cfg.service_mode,
         };
         let id = cfg.id;
         crate::ec_io::warm_allocator();

@@ -10,33 +10,21 @@
 # the JSON summary.
 #
 # CACHE_BYTES=N restarts the cluster with `osd_data_cache_bytes N` (0: the
-# data cache off) before the phases. PERF=1 runs `perf stat` on the
+# data cache off) before the phases; CONFIG="key=value ..." sets central
+# config keys for global the same way (e.g. CONFIG="ms_client_mode=secure";
+# lists with commas). PERF=1 runs `perf stat` on the
 # daemon during each read phase (task-clock, context switches). Run it
-# alternately with the builds (or settings) to compare. Stops what it
-# starts (by PID) and removes its temp dir.
+# alternately with the builds (or settings) to compare. Set-up and
+# clean-up: bench/ab-common.sh.
 set -uo pipefail
 L=$1 C=$2 S=${3:-10}
-T=$(mktemp -d "${BASE_DIR:-/var/tmp}/abread.XXXXXX")
-PID=""
-cleanup() {
-  "$C" dev down --dir "$T/dev" >/dev/null 2>&1 || true
-  sleep 1
-  if [[ -n $PID ]] && kill -0 "$PID" 2>/dev/null; then kill "$PID"; fi
-  rm -rf "$T"
-}
-trap cleanup EXIT
-up() {
-  "$C" dev up --dir "$T/dev" --detach --osd-size 4G >"$T/up.txt" 2>&1 || { cat "$T/up.txt"; exit 1; }
-  PID=$(cat "$T/dev/cairn.pid")
-  sleep 3
-}
-up
-export CAIRN_CONF=$T/dev/cairn.conf
-cpu() { awk '{print ($14+$15)/100}' "/proc/$PID/stat"; }
+. "$(dirname "$0")/ab-common.sh"
+ab_init abread
+ab_up 4G 3
 phase() { # name mode ops-or-bytes rados-bench-args...
   local n=$1 mode=$2 unit=$3; shift 3
   local l0 c0 c1 l1 hwm d per perfpid=""
-  l0=$(cut -d' ' -f1 /proc/loadavg); c0=$(cpu)
+  l0=$(cut -d' ' -f1 /proc/loadavg); c0=$(ab_cpu)
   if [[ ${PERF:-0} == 1 && $mode != write ]]; then
     perf stat -e task-clock,context-switches,cpu-migrations -p "$PID" -o "$T/perf_$n" &
     perfpid=$!
@@ -44,7 +32,7 @@ phase() { # name mode ops-or-bytes rados-bench-args...
   /usr/bin/time -f "%U %S" -o "$T/ct_$n" timeout $((S + 120)) "$C" rados -p rbd bench "$S" "$mode" "$@" \
     --format json >"$T/out_$n.json" 2>"$T/err_$n"
   if [[ -n $perfpid ]]; then kill -INT "$perfpid"; wait "$perfpid"; fi
-  c1=$(cpu); l1=$(cut -d' ' -f1 /proc/loadavg)
+  c1=$(ab_cpu); l1=$(cut -d' ' -f1 /proc/loadavg)
   hwm=$(awk '/^VmHWM:/{print $2}' "/proc/$PID/status")
   d=$(echo "$c1 - $c0" | bc)
   # Less what the daemon spends idle (ticks, heartbeats, stats) over the
@@ -61,14 +49,10 @@ phase() { # name mode ops-or-bytes rados-bench-args...
   if [[ -s $T/perf_$n ]]; then grep -E "task-clock|context-switches|migrations" "$T/perf_$n" | sed "s/^/$L $n perf /"; fi
   if [[ -s $T/err_$n ]]; then sed "s/^/$L $n stderr: /" "$T/err_$n" | tail -3; fi
 }
-if [[ -n ${CACHE_BYTES:-} ]]; then
-  "$C" config set osd osd_data_cache_bytes "$CACHE_BYTES" >/dev/null || exit 1
-  "$C" dev down --dir "$T/dev" >/dev/null 2>&1
-  for _ in $(seq 50); do kill -0 "$PID" 2>/dev/null || break; sleep 0.2; done
-  up
-fi
+ab_restart_with osd "${CACHE_BYTES:+osd_data_cache_bytes=$CACHE_BYTES}" 4G 3
+ab_restart_with global "${CONFIG:-}" 4G 3
 # The daemon's idle CPU per second, measured over 5 s.
-i0=$(cpu); sleep 5; IDLE_CPU_PER_S=$(echo "($(cpu) - $i0) / 5" | bc -l)
+i0=$(ab_cpu); sleep 5; IDLE_CPU_PER_S=$(echo "($(ab_cpu) - $i0) / 5" | bc -l)
 echo "$L idle daemon CPU: $(printf %.3f "$IDLE_CPU_PER_S") s per s"
 # bench/compare.sh's order: the 4 MiB seq reads fill the data cache before
 # the 4 KiB phases, as they do there.

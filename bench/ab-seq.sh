@@ -9,47 +9,27 @@
 # (/proc/PID/stat, `time`), and the load average.
 #
 # CONFIG="key=value ..." sets central config keys and restarts the cluster
-# before the phases (e.g. CONFIG="ms_client_mode=crc" or
-# CONFIG="osd_cache_written_data=true"). NICE=-15 runs the daemon and the
-# client at that niceness (a loaded machine then gives them most of the
-# CPU; state it with the figures). Stops what it starts (by PID) and
-# removes its temp dir (under BASE_DIR, default /var/tmp).
+# before the phases (e.g. CONFIG="ms_client_mode=secure" or
+# CONFIG="osd_cache_written_data=true"; lists with commas: "crc,secure").
+# NICE=-15 runs the daemon and the client at that niceness (a loaded
+# machine then gives them most of the CPU; state it with the figures). Set-up and clean-up: bench/ab-common.sh
+# (stops what it starts, by PID; removes its temp dir under BASE_DIR,
+# default /var/tmp).
 set -uo pipefail
 L=$1 C=$2 R=${3:-2} POOL=${4:-rbd} DISK=${DISK:-vda}
-T=$(mktemp -d "${BASE_DIR:-/var/tmp}/abseq.XXXXXX")
-PID=""
-cleanup() {
-  "$C" dev down --dir "$T/dev" >/dev/null 2>&1 || true
-  sleep 1
-  if [[ -n $PID ]] && kill -0 "$PID" 2>/dev/null; then kill "$PID"; fi
-  rm -rf "$T"
-}
-trap cleanup EXIT
-up() {
-  nice -n "${NICE:-0}" "$C" dev up --dir "$T/dev" --detach --osd-size 4G >"$T/up.txt" 2>&1 || { cat "$T/up.txt"; exit 1; }
-  PID=$(cat "$T/dev/cairn.pid")
-  sleep 2
-}
-up
-export CAIRN_CONF=$T/dev/cairn.conf
-if [[ -n ${CONFIG:-} ]]; then
-  for kv in $CONFIG; do
-    "$C" config set global "${kv%%=*}" "${kv#*=}" >/dev/null || exit 1
-  done
-  "$C" dev down --dir "$T/dev" >/dev/null 2>&1
-  for _ in $(seq 50); do kill -0 "$PID" 2>/dev/null || break; sleep 0.2; done
-  up
-fi
-cpu() { awk '{print ($14+$15)/100}' "/proc/$PID/stat"; }
+. "$(dirname "$0")/ab-common.sh"
+ab_init abseq
+ab_up 4G 2
+ab_restart_with global "${CONFIG:-}" 4G 2
 # sectors read, sectors written, ms doing I/O
 disk() { awk -v d="$DISK" '$3==d{print $6, $10, $13}' /proc/diskstats; }
 phase() { # name rados-bench-args...
   local n=$1; shift
   local l0 c0 c1 d0 d1 t0 t1
-  l0=$(cut -d' ' -f1 /proc/loadavg); c0=$(cpu); d0=$(disk); t0=$(date +%s.%N)
+  l0=$(cut -d' ' -f1 /proc/loadavg); c0=$(ab_cpu); d0=$(disk); t0=$(date +%s.%N)
   /usr/bin/time -f "%U %S" -o "$T/ct" nice -n "${NICE:-0}" "$C" rados -p "$POOL" bench "$@" \
     --format json >"$T/out.json" 2>"$T/err"
-  t1=$(date +%s.%N); c1=$(cpu); d1=$(disk)
+  t1=$(date +%s.%N); c1=$(ab_cpu); d1=$(disk)
   python3 - "$L" "$n" "$l0" "$(cut -d' ' -f1 /proc/loadavg)" "$c0" "$c1" "$d0" "$d1" "$t0" "$t1" \
     "$(cat "$T/ct")" "$T/out.json" <<'PY'
 import json, sys

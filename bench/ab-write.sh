@@ -11,8 +11,11 @@
 # PERF_DIR/LABEL-POOL-w4m.data; needs perf), CLUSTER_MODE (if set: `config
 # set global ms_cluster_mode CLUSTER_MODE` and a restart of the dev cluster
 # before the phases, to compare crc and secure with one binary), CONFIG
-# ("key=value ..." for global, the same way). Set-up and clean-up:
-# bench/ab-common.sh.
+# ("key=value ..." for global, the same way), SETTLE_SECS (idle seconds
+# before the first phase, default 3; with osd_zero_unwritten the OSDs zero
+# unwritten free space while idle), OSD_SIZE (default 2G). A phase may
+# repeat (PHASES="w4m w4m": the second run writes where the first run's
+# cleanup freed blocks). Set-up and clean-up: bench/ab-common.sh.
 set -uo pipefail
 L=$1 C=$2 S=${3:-10}
 POOL=${POOL:-rbd} PHASES=${PHASES:-w4m w4k}
@@ -24,7 +27,7 @@ if [[ -n ${CLUSTER_MODE:-} ]]; then
   L="$L($CLUSTER_MODE)"
 fi
 ab_restart_with global "${CONFIG:-}" "${OSD_SIZE:-2G}" 0
-sleep 3
+sleep "${SETTLE_SECS:-3}"
 phase() { # name rados-bench-args...
   local n=$1; shift
   local l0 c0 c1 l1 hwm

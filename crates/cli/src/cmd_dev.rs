@@ -267,6 +267,7 @@ async fn create_osds(conf: &Path, dir: &Path, osds: u32, size: u64) -> Result<()
             host: cmd_disk::hostname(),
             file: true,
             meta_path: None,
+            discard: false,
         };
         let rec = cmd_disk::add(conf, dir, opts, false).await?;
         println!("  osd.{} on {}", rec.id, rec.device.display());

@@ -82,6 +82,9 @@ pub struct OsdRecord {
     /// live apart from the data (`disk add --meta-path`, e.g. on an SSD).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta_path: Option<PathBuf>,
+    /// Freed space is punched/discarded (`disk add --discard`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub discard: bool,
 }
 
 impl OsdRecord {
@@ -93,6 +96,7 @@ impl OsdRecord {
         let mut cfg = StoreConfig::new(&self.store_path);
         cfg.meta_path = self.meta_path.clone();
         cfg.data_bytes = self.data_bytes;
+        cfg.discard_freed_blocks = self.discard;
         cfg.cache_bytes = OSD_STORE_CACHE_BYTES;
         cfg.meta_reserve_bytes = 16 << 20;
         // The monitors mark an OSD full at the map's full_ratio (0.95) and

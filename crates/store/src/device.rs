@@ -64,6 +64,106 @@ pub trait StoreFile: Send + Sync + 'static {
     fn is_fixed_size(&self) -> bool {
         false
     }
+    /// The ranges inside `[offset, offset + len)` the filesystem holds as
+    /// allocated but never written (preallocated "unwritten" extents, which
+    /// a write must first convert), as (offset, len), in order, at most
+    /// `max` of them. `Ok(None)` where this cannot be known (the default;
+    /// raw devices; filesystems without FIEMAP).
+    fn unwritten_ranges(
+        &self,
+        offset: u64,
+        len: u64,
+        max: usize,
+    ) -> io::Result<Option<Vec<(u64, u64)>>> {
+        let _ = (offset, len, max);
+        Ok(None)
+    }
+}
+
+/// `struct fiemap_extent` of linux/fiemap.h.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct FiemapExtent {
+    fe_logical: u64,
+    fe_physical: u64,
+    fe_length: u64,
+    fe_reserved64: [u64; 2],
+    fe_flags: u32,
+    fe_reserved: [u32; 3],
+}
+
+/// Extents asked for per FIEMAP call.
+const FIEMAP_EXTENTS: usize = 64;
+
+/// `struct fiemap` of linux/fiemap.h with room for [`FIEMAP_EXTENTS`].
+#[repr(C)]
+struct Fiemap {
+    fm_start: u64,
+    fm_length: u64,
+    fm_flags: u32,
+    fm_mapped_extents: u32,
+    fm_extent_count: u32,
+    fm_reserved: u32,
+    fm_extents: [FiemapExtent; FIEMAP_EXTENTS],
+}
+
+/// `FS_IOC_FIEMAP` = `_IOWR('f', 11, struct fiemap)` (the header is 32 bytes).
+const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+const FIEMAP_EXTENT_LAST: u32 = 0x1;
+const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+
+/// Unwritten extents of the open regular file `fd` inside `[offset, end)`,
+/// clipped to it; `Ok(None)` when the filesystem has no FIEMAP.
+fn fiemap_unwritten(
+    fd: libc::c_int,
+    offset: u64,
+    end: u64,
+    max: usize,
+) -> io::Result<Option<Vec<(u64, u64)>>> {
+    let mut out = Vec::new();
+    let mut at = offset;
+    while at < end && out.len() < max {
+        let mut fm = Fiemap {
+            fm_start: at,
+            fm_length: end - at,
+            fm_flags: 0,
+            fm_mapped_extents: 0,
+            fm_extent_count: FIEMAP_EXTENTS as u32,
+            fm_reserved: 0,
+            fm_extents: [FiemapExtent::default(); FIEMAP_EXTENTS],
+        };
+        // SAFETY: FS_IOC_FIEMAP reads the header and writes at most
+        // fm_extent_count extents into the array that follows it, all inside `fm`.
+        if unsafe { libc::ioctl(fd, FS_IOC_FIEMAP as _, &mut fm as *mut Fiemap) } != 0 {
+            let err = io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOTTY) | Some(libc::EINVAL) => Ok(None),
+                _ => Err(err),
+            };
+        }
+        let n = (fm.fm_mapped_extents as usize).min(FIEMAP_EXTENTS);
+        if n == 0 {
+            break;
+        }
+        let mut last = false;
+        for e in &fm.fm_extents[..n] {
+            let (s, t) = (e.fe_logical.max(at), (e.fe_logical + e.fe_length).min(end));
+            if e.fe_flags & FIEMAP_EXTENT_UNWRITTEN != 0 && t > s && out.len() < max {
+                match out.last_mut() {
+                    Some((ps, pl)) if *ps + *pl == s => *pl += t - s,
+                    _ => out.push((s, t - s)),
+                }
+            }
+            last |= e.fe_flags & FIEMAP_EXTENT_LAST != 0;
+        }
+        let e = &fm.fm_extents[n - 1];
+        let next = e.fe_logical + e.fe_length;
+        if last || next <= at {
+            break;
+        }
+        at = next;
+    }
+    Ok(Some(out))
 }
 
 /// A plain file on a local filesystem, or a raw block device.
@@ -266,6 +366,17 @@ impl StoreFile for OsFile {
     }
     fn is_fixed_size(&self) -> bool {
         self.device_bytes.is_some()
+    }
+    fn unwritten_ranges(
+        &self,
+        offset: u64,
+        len: u64,
+        max: usize,
+    ) -> io::Result<Option<Vec<(u64, u64)>>> {
+        if self.device_bytes.is_some() {
+            return Ok(None);
+        }
+        fiemap_unwritten(self.file.as_raw_fd(), offset, offset.saturating_add(len), max)
     }
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
         use std::sync::atomic::Ordering;

@@ -23,6 +23,7 @@ pub mod sim;
 mod store;
 mod txn;
 mod wal;
+mod zeroer;
 
 pub use apply::MAX_ATTR_BYTES;
 pub use error::{Result, StoreError};
@@ -34,3 +35,4 @@ pub use store::{
     StoreFiles, DATA_FILE, META_FILE, WAL_FILE,
 };
 pub use txn::{Op, Transaction};
+pub use zeroer::ZeroingStats;

@@ -15,6 +15,7 @@ use crate::overlay::{
 };
 use crate::txn::Transaction;
 use crate::wal::{self, RedoLog, WalWriter, WAL_ALIGN};
+use crate::zeroer::{ZeroState, Zeroer, ZeroingStats};
 use redb::{Database, Durability, ReadTransaction, ReadableTable};
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
@@ -81,6 +82,22 @@ pub struct StoreConfig {
     /// Longest time acknowledged transactions stay only in the WAL before a
     /// checkpoint makes them durable in the data file and metadata.
     pub checkpoint_interval_ms: u64,
+    /// `bdev_enable_discard` (Ceph's name, also off by default there):
+    /// blocks freed by zero, truncate and remove are punched out of the data
+    /// file (discarded on a device), so a thin-provisioned or sparse backing
+    /// store shrinks. Off: the space stays written and reserved in the data
+    /// file and later writes land on written blocks (no unwritten-extent
+    /// conversion by the filesystem on the write path).
+    pub discard_freed_blocks: bool,
+    /// Write zeros, in the background and only while the store is idle,
+    /// into free data-file space the filesystem still holds as unwritten
+    /// (preallocated, never written), so later writes land on written
+    /// blocks. Only where the filesystem reports unwritten extents (FIEMAP;
+    /// ext4, XFS); never on raw devices; never into punched holes.
+    pub zero_unwritten: bool,
+    /// The store counts as idle (and the zeroing runs) once nothing was
+    /// submitted for this long.
+    pub zero_idle_ms: u64,
 }
 
 impl StoreConfig {
@@ -100,6 +117,9 @@ impl StoreConfig {
             wal_bytes: 32 << 20,
             deferred_write_below_bytes: 64 << 10,
             checkpoint_interval_ms: 1000,
+            discard_freed_blocks: false,
+            zero_unwritten: true,
+            zero_idle_ms: 200,
         }
     }
     fn validate(&self) -> Result<()> {
@@ -246,6 +266,11 @@ pub(crate) struct Inner {
     /// Groups handed to the WAL writer and not finished yet.
     wal_jobs: Mutex<u64>,
     wal_jobs_cv: Condvar,
+    /// When the store was opened (the origin of `last_activity_ms`).
+    opened: Instant,
+    /// Milliseconds after `opened` of the last submit or data read (the
+    /// zeroing thread runs only once this is `zero_idle_ms` old).
+    last_activity_ms: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
@@ -254,6 +279,49 @@ fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
 }
 
 impl Inner {
+    /// Notes client activity (a submit or a data read) for the idle clock.
+    pub(crate) fn touch_activity(&self) {
+        let now = self.opened.elapsed().as_millis() as u64;
+        self.last_activity_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the last submit or data read.
+    pub(crate) fn ms_since_last_activity(&self) -> u64 {
+        let now = self.opened.elapsed().as_millis() as u64;
+        now.saturating_sub(
+            self.last_activity_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.lock().map(|p| p.is_some()).unwrap_or(true)
+    }
+
+    /// Takes the free blocks of `[start, start + len)` out of the allocator
+    /// (so nobody writes them meanwhile) and returns them as runs.
+    pub(crate) fn hold_free_blocks(&self, start: u64, len: u64) -> Vec<(u64, u64)> {
+        let Ok(mut a) = self.alloc.lock() else {
+            return Vec::new();
+        };
+        let runs = a.free_parts(start, len);
+        for &(s, l) in &runs {
+            let taken = a.mark_used(s, l);
+            debug_assert!(taken, "free_parts returned a run that is not free");
+        }
+        runs
+    }
+
+    /// Gives back runs taken by [`Inner::hold_free_blocks`].
+    pub(crate) fn unhold_blocks(&self, runs: &[(u64, u64)]) {
+        if let Ok(mut a) = self.alloc.lock() {
+            for &(s, l) in runs {
+                a.release(s, l);
+            }
+        }
+    }
+
     /// Blocks until group `group` (and all before it) is durable.
     fn wait_durable(&self, group: u64) -> Result<()> {
         let mut d = lock(&self.durable_groups)?;
@@ -500,6 +568,9 @@ pub struct Store {
     inner: Arc<Inner>,
     tx: Option<SyncSender<Msg>>,
     committer: Option<JoinHandle<()>>,
+    /// Background zeroing of unwritten free space (stopped first on drop).
+    zeroer: Option<Zeroer>,
+    zero_state: Arc<ZeroState>,
     _lock: Option<std::fs::File>,
 }
 
@@ -739,6 +810,8 @@ impl Store {
             durable_cv: Condvar::new(),
             wal_jobs: Mutex::new(0),
             wal_jobs_cv: Condvar::new(),
+            opened: Instant::now(),
+            last_activity_ms: Default::default(),
         });
         punch_runs(&inner, &mut stale);
         let max_record_bytes = (wal_cap / 4).min(MAX_WAL_RECORD_BYTES);
@@ -760,10 +833,14 @@ impl Store {
             .name("store-commit".into())
             .spawn(move || committer_loop(&inner2, log, rx))
             .map_err(|e| StoreError::io("spawn committer thread", e))?;
+        let zero_state = Arc::new(ZeroState::default());
+        let zeroer = Zeroer::spawn(inner.clone(), zero_state.clone());
         Ok(Store {
             inner,
             tx: Some(tx),
             committer: Some(committer),
+            zeroer: Some(zeroer),
+            zero_state,
             _lock: None,
         })
     }
@@ -775,6 +852,7 @@ impl Store {
             return Err(StoreError::Poisoned(p.clone()));
         }
         let bytes = txn.payload_bytes();
+        self.inner.touch_activity();
         {
             let mut inflight = lock(&self.inner.inflight)?;
             while *inflight > 0 && *inflight + bytes > self.inner.cfg.max_inflight_bytes {
@@ -843,6 +921,16 @@ impl Store {
         &self.inner.cfg
     }
 
+    /// What the background zeroing of unwritten free space has done
+    /// (`StoreConfig::zero_unwritten`).
+    pub fn zeroing_stats(&self) -> ZeroingStats {
+        self.zero_state
+            .stats
+            .lock()
+            .map(|s| *s)
+            .unwrap_or_default()
+    }
+
     /// Runs `f` on a consistent view of every durable group, holding the
     /// blocks and overlay versions it may use until it ends.
     ///
@@ -895,6 +983,7 @@ impl Store {
     /// Reads up to `len` bytes at `offset`: holes read as zeros, the result
     /// is short past end of object. Every block is checksum-verified.
     pub fn read(&self, c: &CollectionId, o: &ObjectId, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.inner.touch_activity();
         self.with_read(|r| {
             let on = Self::onode_in(r, c, o)?;
             let len = len.min(on.size.saturating_sub(offset));
@@ -912,6 +1001,7 @@ impl Store {
         offset: u64,
         len: u64,
     ) -> Result<bytes::Bytes> {
+        self.inner.touch_activity();
         self.with_read(|r| {
             let on = Self::onode_in(r, c, o)?;
             let len = len.min(on.size.saturating_sub(offset));
@@ -930,6 +1020,7 @@ impl Store {
         offset: u64,
         len: u64,
     ) -> Result<ObjectRead> {
+        self.inner.touch_activity();
         self.with_read(|r| {
             let on = Self::onode_in(r, c, o)?;
             let room = on.size.saturating_sub(offset);
@@ -1156,6 +1247,7 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
+        self.zeroer.take();
         self.tx.take();
         if let Some(h) = self.committer.take() {
             let _ = h.join();
@@ -2317,9 +2409,14 @@ fn release_after_durable(
     }
 }
 
-/// Punches free block runs out of the data file (coalescing neighbours).
-/// A failure only costs disk space, so it is logged, not fatal.
+/// Punches free block runs out of the data file (coalescing neighbours),
+/// when `discard_freed_blocks` asks for it; otherwise the blocks stay
+/// written (cheaper to write again). A failure only costs disk space, so it
+/// is logged, not fatal.
 fn punch_runs(inner: &Inner, runs: &mut [(u64, u64)]) {
+    if !inner.cfg.discard_freed_blocks {
+        return;
+    }
     runs.sort_unstable();
     let bs = inner.block_size;
     let mut cur: Option<(u64, u64)> = None;

@@ -15,6 +15,8 @@ fn cfg(dir: &Path) -> StoreConfig {
     c.cache_bytes = 8 << 20;
     c.meta_reserve_bytes = 0;
     c.wal_bytes = 4 << 20;
+    // These tests are about giving space back (`bdev_enable_discard`).
+    c.discard_freed_blocks = true;
     c
 }
 

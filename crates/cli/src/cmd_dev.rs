@@ -277,6 +277,17 @@ async fn create_osds(conf: &Path, dir: &Path, osds: u32, size: u64) -> Result<()
 }
 
 async fn create_osds_and_pools(conf: &Path, dir: &Path, osds: u32, size: u64) -> Result<()> {
+    // The OSD files are preallocated, never written: let the OSDs zero them
+    // while idle, so writes land on written blocks (read at OSD start).
+    admin(conf)?
+        .command(&MonCommand::ConfigSet {
+            who: "osd".into(),
+            key: "osd_zero_unwritten".into(),
+            value: "true".into(),
+            force: false,
+        })
+        .await
+        .map_err(|e| anyhow!("config set osd_zero_unwritten: {e}"))?;
     create_osds(conf, dir, osds, size).await?;
     let mon = admin(conf)?;
     let size_n = osds.min(3);

@@ -386,6 +386,25 @@ fn cache_written_data_setting(
         .map_err(|e| anyhow!("{who}: osd_cache_written_data (from {from}): {e}"))
 }
 
+/// `osd_zero_unwritten` of osd.`id` (cairn.conf wins over the central
+/// config; default off).
+fn zero_unwritten_setting(
+    conf: &cairn_types::Conf,
+    map: &cairn_map::ClusterMap,
+    id: i32,
+) -> Result<bool> {
+    let who = format!("osd.{id}");
+    let (text, from) = match conf.get(&who, "osd_zero_unwritten") {
+        Some(v) => (v.to_string(), "cairn.conf"),
+        None => match map.config_value(&who, "osd_zero_unwritten") {
+            Some(v) => (v, "the central config"),
+            None => return Ok(false),
+        },
+    };
+    cairn_map::config::parse_bool_value(text.trim())
+        .map_err(|e| anyhow!("{who}: osd_zero_unwritten (from {from}): {e}"))
+}
+
 /// A messenger mode list (`ms_cluster_mode`, `ms_service_mode`, …) of
 /// osd.`id`: cairn.conf wins over the central config; `None` when neither
 /// sets it. Read when the OSD starts.
@@ -469,7 +488,8 @@ async fn run_one(
         budget.connection_window_bytes >> 20,
         budget.max_log_entries
     );
-    let cfg = rec.store_config_within(&budget);
+    let mut cfg = rec.store_config_within(&budget);
+    cfg.zero_unwritten = zero_unwritten_setting(conf, &map_rx.borrow(), id)?;
     let store = tokio::task::spawn_blocking(move || Store::open(cfg))
         .await
         .map_err(|e| anyhow!("store open task: {e}"))?

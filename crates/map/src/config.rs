@@ -258,6 +258,12 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "the copy client reads come from (replicated primary, EC data chunks) writes big data through the page cache so reads soon after are served from memory (read at OSD start)",
     ),
     opt(
+        "osd_zero_unwritten",
+        OptKind::Bool,
+        "false",
+        "an OSD on a data file writes zeros, while idle, over free space the filesystem still holds as unwritten (preallocated), so later writes need no extent conversion; writes the whole file once (read at OSD start; `dev up` turns it on)",
+    ),
+    opt(
         "osd_data_cache_bytes",
         OptKind::Size {
             min: 0,

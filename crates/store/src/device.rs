@@ -376,7 +376,12 @@ impl StoreFile for OsFile {
         if self.device_bytes.is_some() {
             return Ok(None);
         }
-        fiemap_unwritten(self.file.as_raw_fd(), offset, offset.saturating_add(len), max)
+        fiemap_unwritten(
+            self.file.as_raw_fd(),
+            offset,
+            offset.saturating_add(len),
+            max,
+        )
     }
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
         use std::sync::atomic::Ordering;

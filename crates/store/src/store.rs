@@ -93,7 +93,9 @@ pub struct StoreConfig {
     /// into free data-file space the filesystem still holds as unwritten
     /// (preallocated, never written), so later writes land on written
     /// blocks. Only where the filesystem reports unwritten extents (FIEMAP;
-    /// ext4, XFS); never on raw devices; never into punched holes.
+    /// ext4, XFS); never on raw devices; never into punched holes. Off by
+    /// default (it writes the whole data file once); OSDs take it from
+    /// `osd_zero_unwritten`.
     pub zero_unwritten: bool,
     /// The store counts as idle (and the zeroing runs) once nothing was
     /// submitted for this long.
@@ -118,7 +120,7 @@ impl StoreConfig {
             deferred_write_below_bytes: 64 << 10,
             checkpoint_interval_ms: 1000,
             discard_freed_blocks: false,
-            zero_unwritten: true,
+            zero_unwritten: false,
             zero_idle_ms: 200,
         }
     }
@@ -924,11 +926,7 @@ impl Store {
     /// What the background zeroing of unwritten free space has done
     /// (`StoreConfig::zero_unwritten`).
     pub fn zeroing_stats(&self) -> ZeroingStats {
-        self.zero_state
-            .stats
-            .lock()
-            .map(|s| *s)
-            .unwrap_or_default()
+        self.zero_state.stats.lock().map(|s| *s).unwrap_or_default()
     }
 
     /// Runs `f` on a consistent view of every durable group, holding the

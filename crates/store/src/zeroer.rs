@@ -155,7 +155,9 @@ fn zero_pass(inner: &Inner, state: &ZeroState) -> io::Result<()> {
         // One chunk of the next unwritten range, aligned for O_DIRECT.
         let s = next.0.max(cursor).div_ceil(ALIGN) * ALIGN;
         let e = ((next.0 + next.1).min(s + ZERO_CHUNK_BYTES as u64) / ALIGN) * ALIGN;
-        cursor = (next.0 + next.1).min(s + ZERO_CHUNK_BYTES as u64).max(cursor + ALIGN);
+        cursor = (next.0 + next.1)
+            .min(s + ZERO_CHUNK_BYTES as u64)
+            .max(cursor + ALIGN);
         if e <= s {
             continue;
         }

@@ -18,6 +18,7 @@ fn cfg(dir: &Path, mib: u64) -> StoreConfig {
     c.cache_bytes = 8 << 20;
     c.meta_reserve_bytes = 0;
     c.wal_bytes = 4 << 20;
+    c.zero_unwritten = true;
     c
 }
 
@@ -62,18 +63,28 @@ fn idle_store_zeroes_its_unwritten_free_space_once() {
     c.zero_idle_ms = 0;
     let s = Store::create(c.clone()).unwrap();
     let Some(before) = unwritten(dir.path()) else {
-        eprintln!("skipped: the filesystem under {} has no FIEMAP", dir.path().display());
+        eprintln!(
+            "skipped: the filesystem under {} has no FIEMAP",
+            dir.path().display()
+        );
         return;
     };
     let st = wait_finished(&s);
     let unwritten_before: u64 = before.iter().map(|r| r.1).sum();
-    assert!(unwritten_before > 16 << 20, "mkfs left {before:?} unwritten");
+    assert!(
+        unwritten_before > 16 << 20,
+        "mkfs left {before:?} unwritten"
+    );
     assert!(
         st.zeroed_bytes >= unwritten_before.saturating_sub(1 << 20),
         "zeroed {} of {unwritten_before} unwritten bytes",
         st.zeroed_bytes
     );
-    assert_eq!(unwritten(dir.path()).unwrap(), vec![], "unwritten space left");
+    assert_eq!(
+        unwritten(dir.path()).unwrap(),
+        vec![],
+        "unwritten space left"
+    );
     // Space accounting is unchanged: nothing is allocated by zeroing.
     assert_eq!(s.statfs().unwrap().used_bytes, 0);
     drop(s);
@@ -135,7 +146,10 @@ fn zeroing_never_touches_blocks_in_use() {
     c.zero_idle_ms = 0;
     let s = Arc::new(Store::create(c.clone()).unwrap());
     if unwritten(dir.path()).is_none() {
-        eprintln!("skipped: the filesystem under {} has no FIEMAP", dir.path().display());
+        eprintln!(
+            "skipped: the filesystem under {} has no FIEMAP",
+            dir.path().display()
+        );
         return;
     }
     let col = CollectionId::pg(1, 1);
@@ -149,7 +163,7 @@ fn zeroing_never_touches_blocks_in_use() {
                 let mut last = std::collections::BTreeMap::new();
                 for round in 0..40u64 {
                     let i = round % 6;
-                    let o = ObjectId::new((w * 100 + i) as u32, &format!("w{w}-{i}"));
+                    let o = ObjectId::new((w * 100 + i) as u32, format!("w{w}-{i}"));
                     let seed = w * 1000 + round;
                     let mut t = Transaction::new();
                     if round % 7 == 6 {
@@ -178,7 +192,7 @@ fn zeroing_never_touches_blocks_in_use() {
     let verify = |s: &Store| {
         for (w, last) in &results {
             for (i, (_, v)) in last {
-                let o = ObjectId::new((w * 100 + i) as u32, &format!("w{w}-{i}"));
+                let o = ObjectId::new((w * 100 + i) as u32, format!("w{w}-{i}"));
                 let got = s.read(&col, &o, 0, v.len() as u64).unwrap();
                 assert!(got == *v, "object {o} differs after zeroing");
             }

@@ -1,7 +1,8 @@
 //! Runs the store benchmark without the CLI (quicker to build while tuning):
 //! `cargo run --release -p cairn-store --example store_bench -- DIR SIZE_BYTES THREADS SECONDS [read]`.
 //! Prints the JSON report `cairn store bench -f json` prints.
-//! To compare settings: `WAL_BYTES=N` (at mkfs) and `CHECKPOINT_MS=N`.
+//! To compare settings: `WAL_BYTES=N` (at mkfs), `CHECKPOINT_MS=N` and
+//! `WRITEBACK_MS=N` (0: no paced data write-back between checkpoints).
 
 use cairn_store::bench::{run_with, BenchOpts};
 
@@ -34,6 +35,9 @@ fn main() {
         }
         if let Some(n) = env("CHECKPOINT_MS") {
             c.checkpoint_interval_ms = n;
+        }
+        if let Some(n) = env("WRITEBACK_MS") {
+            c.writeback_pace_ms = n;
         }
     };
     match run_with(&opts, tune) {

@@ -8,6 +8,7 @@ use crate::txn::Transaction;
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -51,6 +52,39 @@ pub struct BenchReport {
     pub cpu_seconds: f64,
     /// `cpu_seconds` per operation, in microseconds.
     pub cpu_us_per_op: f64,
+    /// The same split by thread role (thread name without its number:
+    /// `store-commit`, `store-flush`, `store-wal-sync`, and `callers` for the
+    /// bench's own threads, which submit and wait), in µs per operation.
+    pub cpu_us_per_op_by_thread: BTreeMap<String, f64>,
+}
+
+/// CPU seconds used so far by each live thread of this process (the
+/// scheduler's exact run time, `/proc/self/task/*/schedstat`), summed by
+/// role: the thread name without trailing digits, and `callers` for the
+/// threads not named `store-…` (the bench's own, which submit and wait).
+/// Empty where /proc is missing.
+pub fn thread_cpu_seconds() -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        let Some(run_ns) = std::fs::read_to_string(e.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        let name = comm.trim().trim_end_matches(|c: char| c.is_ascii_digit());
+        let role = if name.starts_with("store-") {
+            name
+        } else {
+            "callers"
+        };
+        *out.entry(role.to_string()).or_insert(0.0) += run_ns / 1e9;
+    }
+    out
 }
 
 /// User + system CPU time this process has used so far, in seconds.
@@ -148,6 +182,7 @@ pub fn run_with(opts: &BenchOpts, tune: impl FnOnce(&mut StoreConfig)) -> Result
     };
     let start = Instant::now();
     let cpu0 = process_cpu_seconds();
+    let threads0 = thread_cpu_seconds();
     let mut handles = Vec::new();
     for t in 0..opts.threads {
         let (store, stop, o) = (store.clone(), stop.clone(), opts.clone());
@@ -157,6 +192,8 @@ pub fn run_with(opts: &BenchOpts, tune: impl FnOnce(&mut StoreConfig)) -> Result
         }));
     }
     std::thread::sleep(Duration::from_secs_f64(opts.seconds));
+    // Before the callers exit (their time would leave the process's list).
+    let threads1 = thread_cpu_seconds();
     stop.store(true, Ordering::Relaxed);
     let mut lats = Vec::new();
     let mut first_err = None;
@@ -202,6 +239,13 @@ pub fn run_with(opts: &BenchOpts, tune: impl FnOnce(&mut StoreConfig)) -> Result
         cache_bytes: opts.cache_bytes,
         cpu_seconds,
         cpu_us_per_op: cpu_seconds * 1e6 / ops.max(1) as f64,
+        cpu_us_per_op_by_thread: threads1
+            .into_iter()
+            .map(|(k, v)| {
+                let d = v - threads0.get(&k).copied().unwrap_or(0.0);
+                (k, d * 1e6 / ops.max(1) as f64)
+            })
+            .collect(),
     })
 }
 

@@ -18,6 +18,16 @@ pub trait StoreFile: Send + Sync + 'static {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Writes all of `buf` at `offset`; not durable until [`StoreFile::sync_data`].
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Writes `bufs` back to back from `offset` (one `pwritev` where the
+    /// implementation can); not durable until [`StoreFile::sync_data`].
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let mut at = offset;
+        for b in bufs {
+            self.write_at(b, at)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
     /// Like [`StoreFile::write_at`] but may bypass the page cache (O_DIRECT);
     /// `offset` and `buf.len()` must be multiples of 4096. Still needs
     /// [`StoreFile::sync_data`] for durability (device cache, file metadata).
@@ -40,6 +50,14 @@ pub trait StoreFile: Send + Sync + 'static {
     }
     /// Makes every completed write durable (fdatasync).
     fn sync_data(&self) -> io::Result<()>;
+    /// Starts writing the file's dirty pages back without waiting for them
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), so that the next
+    /// [`StoreFile::sync_data`] finds less to write at once. Makes nothing
+    /// durable (no flush, no file metadata): only `sync_data` does. The
+    /// default does nothing.
+    fn start_writeback(&self) -> io::Result<()> {
+        Ok(())
+    }
     fn len(&self) -> io::Result<u64>;
     fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)
@@ -178,6 +196,8 @@ pub struct OsFile {
     punch_unsupported: std::sync::atomic::AtomicBool,
 }
 
+/// Buffers per `pwritev` call (the kernel's IOV_MAX is 1024).
+const IOV_MAX_PER_CALL: usize = 512;
 /// Alignment O_DIRECT needs for buffers, offsets and lengths.
 pub(crate) const DIRECT_ALIGN: usize = 4096;
 /// Largest bounce buffer one direct write uses.
@@ -350,6 +370,73 @@ impl StoreFile for OsFile {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let mut iov: Vec<libc::iovec> = bufs
+            .iter()
+            .filter(|b| !b.is_empty())
+            .map(|b| libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        let mut first = 0;
+        let mut at = offset;
+        while first < iov.len() {
+            let cnt = (iov.len() - first).min(IOV_MAX_PER_CALL);
+            let off = libc::off_t::try_from(at)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
+            // SAFETY: every iovec points into a live borrowed slice of its
+            // stated length; the kernel only reads them.
+            let n = unsafe {
+                libc::pwritev(
+                    self.file.as_raw_fd(),
+                    iov[first..].as_ptr(),
+                    cnt as i32,
+                    off,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "pwritev wrote nothing",
+                ));
+            }
+            let mut n = n as usize;
+            at += n as u64;
+            // Skip what was written; a partly written buffer keeps its rest.
+            while n > 0 {
+                let v = &mut iov[first];
+                if n >= v.iov_len {
+                    n -= v.iov_len;
+                    first += 1;
+                } else {
+                    // SAFETY: n < iov_len: still inside the same buffer.
+                    v.iov_base = unsafe { (v.iov_base as *mut u8).add(n) } as *mut libc::c_void;
+                    v.iov_len -= n;
+                    n = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn start_writeback(&self) -> io::Result<()> {
+        // SAFETY: a valid descriptor; offset 0 and length 0 mean the whole file.
+        let r = unsafe {
+            libc::sync_file_range(self.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE)
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
     fn len(&self) -> io::Result<u64> {
         match self.device_bytes {

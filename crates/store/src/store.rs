@@ -100,6 +100,11 @@ pub struct StoreConfig {
     /// The store counts as idle (and the zeroing runs) once nothing was
     /// submitted for this long.
     pub zero_idle_ms: u64,
+    /// Every this many ms (0: never) the checkpoint thread starts the
+    /// write-back of the data file's dirty pages (small writes' blocks)
+    /// without waiting for it, so a checkpoint's data sync is not one burst
+    /// of I/O in front of the log's flushes. Durability does not depend on it.
+    pub writeback_pace_ms: u64,
 }
 
 impl StoreConfig {
@@ -122,6 +127,7 @@ impl StoreConfig {
             discard_freed_blocks: false,
             zero_unwritten: false,
             zero_idle_ms: 200,
+            writeback_pace_ms: 10,
         }
     }
     fn validate(&self) -> Result<()> {
@@ -379,10 +385,12 @@ impl Inner {
         }
     }
 
-    /// Writes every block-aligned `Write` of `txn` into new blocks from the
-    /// calling thread, so many submitters overlap their data I/O: large ones
-    /// with O_DIRECT, each synced by its submitter before the group is queued,
-    /// small ones through the page cache (their bytes ride in the record).
+    /// Allocates new blocks for every block-aligned `Write` of `txn` and
+    /// writes the large ones from the calling thread, so many submitters
+    /// overlap their data I/O (O_DIRECT, each synced by its submitter
+    /// before the group is queued). Small ones are only allocated and
+    /// checksummed here: the committer writes them ([`write_deferred`]) and
+    /// their bytes ride in the record.
     fn prewrite(&self, txn: &Transaction) -> Result<Vec<Option<Prewrite>>> {
         let bs = self.block_size;
         let mut pre: Vec<Option<Prewrite>> = Vec::with_capacity(txn.ops.len());
@@ -427,7 +435,16 @@ impl Inner {
         let bs = self.block_size;
         let deferred = (data.len() as u64) < self.cfg.deferred_write_below_bytes;
         let runs = self.allocate_blocks(data.len() as u64 / bs)?;
-        if cached && !deferred {
+        if deferred {
+            // Written into the data file by the committer (`write_deferred`),
+            // with the rest of its group, before the group applies.
+            return Ok(Prewrite {
+                runs,
+                crcs: apply::block_crcs(data, bs),
+                image: Some(data.clone()),
+            });
+        }
+        if cached {
             self.wrote_cached
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
@@ -435,7 +452,7 @@ impl Inner {
         let mut written = Ok(());
         for &(pstart, plen) in &runs {
             let part = &data[done..done + (plen * bs) as usize];
-            let r = if deferred || cached {
+            let r = if cached {
                 self.data.write_at(part, pstart * bs)
             } else {
                 self.data.write_at_direct(part, pstart * bs)
@@ -446,7 +463,7 @@ impl Inner {
             }
             done += part.len();
         }
-        if written.is_ok() && !deferred {
+        if written.is_ok() {
             // A large write is durable before its group's record names its
             // blocks: each submitter syncs its own data, as fio's threads
             // do, and concurrent syncs merge in the block layer. A failed
@@ -469,7 +486,7 @@ impl Inner {
         Ok(Prewrite {
             runs,
             crcs: apply::block_crcs(data, bs),
-            image: deferred.then(|| data.clone()),
+            image: None,
         })
     }
 }
@@ -1567,16 +1584,7 @@ impl Flusher {
         let done2 = done.clone();
         let handle = std::thread::Builder::new()
             .name("store-flush".into())
-            .spawn(move || {
-                for m in rx {
-                    let r = flush_mark(&inner, &m)
-                        .map(|_| m)
-                        .map_err(|e| format!("checkpoint failed: {e}"));
-                    if let Ok(mut d) = done2.lock() {
-                        *d = Some(r);
-                    }
-                }
-            })
+            .spawn(move || flusher_loop(&inner, &rx, &done2))
             .map_err(|e| StoreError::io("spawn flusher thread", e))?;
         Ok(Flusher {
             tx: Some(tx),
@@ -1589,6 +1597,49 @@ impl Flusher {
     }
     fn take_done(&self) -> Option<std::result::Result<Mark, String>> {
         self.done.lock().ok().and_then(|mut d| d.take())
+    }
+}
+
+/// The flusher thread: runs each checkpoint handed to it and, between
+/// them, every `writeback_pace_ms` in which groups committed, starts the
+/// write-back of the data file's dirty pages (so the checkpoint's data sync
+/// finds little left to write).
+fn flusher_loop(
+    inner: &Inner,
+    rx: &std::sync::mpsc::Receiver<Mark>,
+    done: &Mutex<Option<std::result::Result<Mark, String>>>,
+) {
+    use std::sync::atomic::Ordering;
+    let pace = Duration::from_millis(inner.cfg.writeback_pace_ms);
+    let mut seen_groups = 0;
+    loop {
+        let m = if pace.is_zero() {
+            rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        } else {
+            rx.recv_timeout(pace)
+        };
+        match m {
+            Ok(m) => {
+                let r = flush_mark(inner, &m)
+                    .map(|_| m)
+                    .map_err(|e| format!("checkpoint failed: {e}"));
+                if let Ok(mut d) = done.lock() {
+                    *d = Some(r);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let g = inner.groups.load(Ordering::Relaxed);
+                if g != seen_groups {
+                    seen_groups = g;
+                    // Only a head start: an error here changes nothing (the
+                    // checkpoint's fdatasync reports what matters).
+                    if let Err(e) = inner.data.start_writeback() {
+                        tracing::debug!(error = %e, "starting data write-back failed");
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
     }
 }
 
@@ -1868,6 +1919,7 @@ fn commit_batch(inner: &Inner, log: &mut LogState, batch: Vec<Pending>) {
         finish_group(inner, batch, results, Some(&p));
         return;
     }
+    write_deferred(inner, &batch, &mut results);
     let mut direct = false;
     loop {
         let attempt = if direct {
@@ -1907,11 +1959,64 @@ fn commit_batch(inner: &Inner, log: &mut LogState, batch: Vec<Pending>) {
     }
 }
 
+/// Most blocks in one vectored write of deferred data.
+const DEFERRED_WRITE_MAX_BLOCKS: usize = 512;
+
+/// Writes the blocks of the batch's deferred (small) writes into the data
+/// file through the page cache, here on the committer, in as few calls as
+/// their places allow: the allocator hands small writes consecutive blocks,
+/// so a group's blocks mostly form one run and go in one `pwritev`. (When
+/// every submitter wrote its own 4 KiB, 64 writers queued on the data
+/// file's inode lock and paid a sleep and a wake-up each.) Done before the
+/// group applies, so a later group's read-modify-write finds the bytes,
+/// and long before any reader can see the group (only once durable). A
+/// failed write fails the transactions whose blocks it held, only them.
+fn write_deferred(inner: &Inner, batch: &[Pending], results: &mut [Option<Result<()>>]) {
+    let bs = inner.block_size;
+    // (first physical block, bytes, transaction)
+    let mut pieces: Vec<(u64, &[u8], usize)> = Vec::new();
+    for (i, p) in batch.iter().enumerate() {
+        for pw in p.pre.iter().flatten() {
+            let Some(img) = &pw.image else {
+                continue;
+            };
+            let mut at = 0usize;
+            for &(s, l) in &pw.runs {
+                let n = (l * bs) as usize;
+                pieces.push((s, &img[at..at + n], i));
+                at += n;
+            }
+        }
+    }
+    pieces.sort_unstable_by_key(|p| p.0);
+    let mut k = 0;
+    while k < pieces.len() {
+        let mut end = pieces[k].0 + pieces[k].1.len() as u64 / bs;
+        let mut j = k + 1;
+        while j < pieces.len() && pieces[j].0 == end && j - k < DEFERRED_WRITE_MAX_BLOCKS {
+            end += pieces[j].1.len() as u64 / bs;
+            j += 1;
+        }
+        let bufs: Vec<&[u8]> = pieces[k..j].iter().map(|p| p.1).collect();
+        if let Err(e) = inner.data.write_vectored_at(&bufs, pieces[k].0 * bs) {
+            for p in &pieces[k..j] {
+                // io::Error is not Clone: one per transaction.
+                let err = match e.raw_os_error() {
+                    Some(code) => std::io::Error::from_raw_os_error(code),
+                    None => std::io::Error::new(e.kind(), e.to_string()),
+                };
+                results[p.2] = Some(Err(StoreError::io("data file write", err)));
+            }
+        }
+        k = j;
+    }
+}
+
 /// What a group attempt left for the WAL writer to finish.
 struct Committed {
     /// The group's WAL record and its file offset; None when the group was
     /// made durable by a direct metadata commit.
-    record: Option<(u64, Vec<u8>)>,
+    record: Option<(u64, wal::WalRecord)>,
     /// Blocks the group freed (reusable once durable and older readers drained).
     freed: Vec<(u64, u64)>,
     /// The part of `freed` to give back to the filesystem (zero, truncate, remove).
@@ -1936,22 +2041,24 @@ struct WalJob {
     results: Vec<Option<Result<()>>>,
 }
 
-/// The WAL sync threads. The committer writes each group's record itself
-/// (O_DIRECT, right after applying the group: no thread hand-off before the
-/// write) and queues it here; a sync thread takes every record written and
-/// not yet covered by a started sync and runs `fdatasync(wal)` while the
-/// committer goes on (up to [`WAL_SYNCS_IN_FLIGHT`] syncs at once, which the
-/// block layer merges).
+/// The WAL threads. The committer only queues each group's encoded record
+/// (it never waits for the disk, so it goes straight on to the next group);
+/// a WAL thread takes every record queued and not yet taken, writes them
+/// (`O_DIRECT`, contiguous ones in one write) and then runs
+/// `fdatasync(wal)` for every record written so far, up to
+/// [`WAL_SYNCS_IN_FLIGHT`] of them at once (the block layer merges the
+/// flushes). The thread that finishes a sync acknowledges the groups it
+/// covers itself.
 struct WalPipeline {
     q: Arc<SyncQueue>,
-    wal: Arc<dyn StoreFile>,
     syncers: Vec<JoinHandle<()>>,
 }
 
-/// fdatasyncs of the log that may run at once: the committer writes the
-/// next record while the previous ones sync.
+/// WAL threads, hence writes plus fdatasyncs of the log that may run at
+/// once: while one thread syncs, another writes the records queued since.
 const WAL_SYNCS_IN_FLIGHT: usize = 3;
-/// Written batches waiting for their sync before the committer waits.
+/// Queued groups (written or not) waiting for their sync before the
+/// committer waits.
 const WAL_WRITTEN_UNSYNCED_MAX: usize = 64;
 
 impl WalPipeline {
@@ -1971,21 +2078,17 @@ impl WalPipeline {
                 Err(e) if syncers.is_empty() => {
                     return Err(StoreError::io("spawn WAL sync thread", e));
                 }
-                // Fewer sync threads only means fewer syncs in flight.
+                // Fewer threads only means fewer syncs in flight.
                 Err(e) => tracing::warn!(error = %e, "could not spawn every WAL sync thread"),
             }
         }
-        Ok(WalPipeline { q, wal, syncers })
+        Ok(WalPipeline { q, syncers })
     }
-    /// Writes the group's record from the committer thread and queues it
-    /// for a sync thread, which acknowledges it once durable.
+    /// Queues the group (its record, if it has one) for the WAL threads,
+    /// which write it, sync it and acknowledge it once durable.
     fn send(&self, inner: &Inner, job: WalJob) {
         if let Ok(mut n) = inner.wal_jobs.lock() {
             *n += 1;
-        }
-        if let Err(e) = write_records(inner, &*self.wal, std::slice::from_ref(&job)) {
-            // Written or failed: the sync threads fail it in order.
-            poison(inner, &e.to_string());
         }
         let Ok(mut st) = self.q.state.lock() else {
             let msg = "WAL sync queue lock poisoned";
@@ -1994,15 +2097,23 @@ impl WalPipeline {
             job_done(inner, 1);
             return;
         };
-        while st.written.len() >= WAL_WRITTEN_UNSYNCED_MAX {
+        while st.queue.len() >= WAL_WRITTEN_UNSYNCED_MAX {
             st = match self.q.cv.wait(st) {
                 Ok(g) => g,
                 Err(_) => return,
             };
         }
-        st.last_written += 1;
-        let t = st.last_written;
-        st.written.push_back((t, vec![job]));
+        st.last_ticket += 1;
+        let ticket = st.last_ticket;
+        let has_record = job.commit.record.is_some();
+        st.queue.push_back(Queued {
+            ticket,
+            has_record,
+            // A direct-path group is durable already: nothing to write.
+            taken: !has_record,
+            written: !has_record,
+            job,
+        });
         drop(st);
         self.q.cv.notify_all();
     }
@@ -2027,14 +2138,29 @@ fn job_done(inner: &Inner, n: u64) {
     inner.wal_jobs_cv.notify_all();
 }
 
-/// Batches of groups whose records are written (in this order) and wait for
-/// a sync. Tickets number the batches in write order. A sync that starts
-/// after batch `t` was written makes every batch `<= t` durable (they were
-/// all written before it started), so completions need no reordering.
+/// A group between the committer and its acknowledgement.
+struct Queued {
+    /// Queue order = log order (the committer reserved the records' places
+    /// in this order).
+    ticket: u64,
+    has_record: bool,
+    /// A WAL thread took its record to write it.
+    taken: bool,
+    /// Its record is written (or it had none): a sync started from now on covers it.
+    written: bool,
+    job: WalJob,
+}
+
+/// Groups queued for the WAL threads, in ticket order. Records are written
+/// by whichever thread takes them, so they may finish writing out of order;
+/// a sync covers only the gap-free written prefix of the queue as it was
+/// when the sync started (every one of those was written before it began),
+/// so completions need no reordering and no group is acknowledged before
+/// an earlier one.
 #[derive(Default)]
 struct SyncState {
-    written: VecDeque<(u64, Vec<WalJob>)>,
-    last_written: u64,
+    queue: VecDeque<Queued>,
+    last_ticket: u64,
     /// Highest ticket a started sync covers.
     covered: u64,
     closed: bool,
@@ -2045,26 +2171,33 @@ struct SyncQueue {
     cv: Condvar,
 }
 
-/// One sync thread: takes everything written and not yet covered by a
-/// started sync, fdatasyncs the log once, then acknowledges every batch up
-/// to the one it covered (in order, under the queue lock).
+/// One WAL thread: syncs the log when the written prefix goes beyond what
+/// started syncs cover, and after the sync acknowledges every group up to
+/// the one it covered (in order, under the queue lock); otherwise writes
+/// the records nobody has taken yet.
 fn wal_sync_loop(inner: &Inner, wal: &dyn StoreFile, q: &SyncQueue) {
     let Ok(mut st) = q.state.lock() else {
         return;
     };
     loop {
-        if st.last_written > st.covered {
+        // 1. Sync the written prefix unless a started sync covers it (first:
+        //    the records this thread just wrote wait for it).
+        let target = st
+            .queue
+            .iter()
+            .take_while(|b| b.written)
+            .last()
+            .map_or(0, |b| b.ticket);
+        if target > st.covered {
             let from = st.covered;
-            let target = st.last_written;
             st.covered = target;
-            // Only batches with a record need the log synced (a direct-path
+            // Only groups with a record need the log synced (a direct-path
             // group is already durable; it waits here only to keep the order).
             let needs_sync = st
-                .written
+                .queue
                 .iter()
-                .filter(|(t, _)| *t > from)
-                .flat_map(|(_, jobs)| jobs.iter())
-                .any(|j| j.commit.record.is_some());
+                .filter(|b| b.ticket > from && b.ticket <= target)
+                .any(|b| b.has_record);
             drop(st);
             let r = match poisoned_msg(inner) {
                 Some(p) => Err(p),
@@ -2080,15 +2213,43 @@ fn wal_sync_loop(inner: &Inner, wal: &dyn StoreFile, q: &SyncQueue) {
                 Ok(g) => g,
                 Err(_) => return,
             };
-            while st.written.front().is_some_and(|(t, _)| *t <= target) {
-                if let Some((_, jobs)) = st.written.pop_front() {
-                    ack_jobs(inner, jobs, &r);
-                }
+            let mut done = Vec::new();
+            while st.queue.front().is_some_and(|b| b.ticket <= target) {
+                done.extend(st.queue.pop_front().map(|b| b.job));
+            }
+            if !done.is_empty() {
+                ack_jobs(inner, done, &r);
             }
             q.cv.notify_all();
             continue;
         }
-        if st.closed && st.written.is_empty() {
+        // 2. Otherwise write every record queued and not taken yet (a suffix
+        //    of the queue); the sync of them comes on the next turn.
+        if let Some(i) = st.queue.iter().position(|b| !b.taken) {
+            let mut recs = Vec::new();
+            let mut tickets = Vec::new();
+            for b in st.queue.iter_mut().skip(i).filter(|b| !b.taken) {
+                b.taken = true;
+                tickets.push(b.ticket);
+                recs.extend(b.job.commit.record.take());
+            }
+            drop(st);
+            if let Err(e) = write_records(inner, wal, recs) {
+                // The sync below then fails every group from here on, in order.
+                poison(inner, &e.to_string());
+            }
+            st = match q.state.lock() {
+                Ok(g) => g,
+                Err(_) => return,
+            };
+            for b in st.queue.iter_mut() {
+                if tickets.binary_search(&b.ticket).is_ok() {
+                    b.written = true;
+                }
+            }
+            continue;
+        }
+        if st.closed && st.queue.is_empty() {
             return;
         }
         st = match q.cv.wait(st) {
@@ -2123,26 +2284,33 @@ fn ack_jobs(inner: &Inner, jobs: Vec<WalJob>, r: &std::result::Result<(), String
     job_done(inner, n);
 }
 
-/// Writes the records of `jobs` (contiguous ones in one write); not yet durable.
-fn write_records(inner: &Inner, wal: &dyn StoreFile, jobs: &[WalJob]) -> Result<()> {
+/// Writes `recs` (file offset, record; in log order) — contiguous ones in
+/// one O_DIRECT write; not yet durable.
+fn write_records(
+    inner: &Inner,
+    wal: &dyn StoreFile,
+    recs: Vec<(u64, wal::WalRecord)>,
+) -> Result<()> {
     if let Some(p) = poisoned_msg(inner) {
         return Err(StoreError::Poisoned(p));
     }
-    let mut run: Option<(u64, Vec<u8>)> = None;
     let wio = |e| StoreError::io("WAL write", e);
-    for (off, rec) in jobs.iter().filter_map(|j| j.commit.record.as_ref()) {
-        match &mut run {
-            Some((start, buf)) if *start + buf.len() as u64 == *off => buf.extend_from_slice(rec),
-            _ => {
-                if let Some((start, buf)) = run.take() {
-                    wal::write_record(wal, start, &buf).map_err(wio)?;
-                }
-                run = Some((*off, rec.clone()));
-            }
+    let mut i = 0;
+    while i < recs.len() {
+        let start = recs[i].0;
+        let mut j = i + 1;
+        let mut end = start + recs[i].1.len() as u64;
+        while j < recs.len() && recs[j].0 == end {
+            end += recs[j].1.len() as u64;
+            j += 1;
         }
-    }
-    if let Some((start, buf)) = run {
-        wal::write_record(wal, start, &buf).map_err(wio)?;
+        if j == i + 1 {
+            wal::write_record(wal, start, &recs[i].1).map_err(wio)?;
+        } else {
+            let parts: Vec<&wal::WalRecord> = recs[i..j].iter().map(|(_, r)| r).collect();
+            wal::write_record(wal, start, &wal::WalRecord::concat(&parts)).map_err(wio)?;
+        }
+        i = j;
     }
     Ok(())
 }
@@ -2156,7 +2324,7 @@ fn write_records(inner: &Inner, wal: &dyn StoreFile, jobs: &[WalJob]) -> Result<
 /// 2. encode the WAL record and reserve its place in the log;
 /// 3. number the group and put its changes in the overlay (readers see
 ///    them once the group is durable) and in the next checkpoint's list;
-/// 4. the WAL writer writes the record, a sync thread fdatasyncs the log —
+/// 4. a WAL thread writes the record, a WAL thread fdatasyncs the log —
 ///    the durability point — and acknowledges.
 ///
 /// redb is not touched: the group's metadata reaches it at the next

@@ -18,6 +18,10 @@ pub enum ClientError {
         after: Duration,
         last: String,
     },
+    /// An OSD cannot be talked to and retrying will not change it (a
+    /// setting must: e.g. no frame mode in common with it).
+    #[error("cannot connect to {0}")]
+    Connect(String),
     #[error("protocol error: {0}")]
     Protocol(String),
     #[error("not supported: {0}")]

@@ -55,7 +55,9 @@ impl Default for SnapArgs {
 pub use striper::{Extent, Striper};
 
 use cairn_map::{ClientInstance, ClusterMap};
-use cairn_msg::{connect, Connection, Credentials, FrameModes, MsgConfig, DEFAULT_CLIENT_MODES};
+use cairn_msg::{
+    connect, Connection, Credentials, FrameModes, MsgConfig, MsgError, DEFAULT_CLIENT_MODES,
+};
 use cairn_ops::{decode_shared, encode_parts, msg_type, OpReply, OpRequest, OpStatus, ReqId};
 use cairn_types::{EntityName, Epoch, PgId};
 use std::collections::HashMap;
@@ -65,6 +67,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+/// Why [`Rados::conn`] found no connection.
+enum ConnFailure {
+    /// A later attempt may succeed (the OSD is down, restarting, unknown).
+    Retry(String),
+    /// A setting must change first: give up at once.
+    Fatal(String),
+}
 
 /// Wait before resending to a PG that is peering or to a primary that said
 /// it is not one (when no new map arrives sooner).
@@ -255,7 +265,10 @@ impl Rados {
         }
     }
 
-    async fn conn(&self, osd: i32, map: &ClusterMap) -> Result<Connection, String> {
+    /// The connection to `osd` (made if needed). `Err(Fatal)` is a
+    /// configuration mismatch no retry cures (no common frame mode);
+    /// `Err(Retry)` anything a later attempt may get past.
+    async fn conn(&self, osd: i32, map: &ClusterMap) -> Result<Connection, ConnFailure> {
         let key = (osd, tokio::runtime::Handle::current().id());
         let slot = {
             let mut g = self.inner.conns.lock().unwrap_or_else(|p| p.into_inner());
@@ -280,14 +293,18 @@ impl Rados {
             .get(&osd)
             .and_then(|o| o.addrs.first())
             .and_then(|a| a.parse().ok())
-            .ok_or_else(|| format!("osd.{osd} has no address in map e{}", map.epoch.0))?;
+            .ok_or_else(|| {
+                ConnFailure::Retry(format!("osd.{osd} has no address in map e{}", map.epoch.0))
+            })?;
         let mode = match self.inner.cfg.client_mode {
             Some(m) => m,
             None => {
                 let who = self.inner.cfg.creds.name().to_string();
                 match map.config_value(&who, "ms_client_mode") {
                     Some(v) => v.parse().map_err(|e| {
-                        format!("ms_client_mode of {who} in the central config: {e}")
+                        ConnFailure::Fatal(format!(
+                            "ms_client_mode of {who} in the central config: {e}"
+                        ))
                     })?,
                     None => DEFAULT_CLIENT_MODES,
                 }
@@ -304,7 +321,10 @@ impl Rados {
             &msg,
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| match e {
+            MsgError::NoCommonMode { .. } => ConnFailure::Fatal(e.to_string()),
+            e => ConnFailure::Retry(e.to_string()),
+        })?;
         *g = Some(c.clone());
         Ok(c)
     }
@@ -395,7 +415,10 @@ impl Rados {
             };
             let conn = match self.conn(osd, &map).await {
                 Ok(c) => c,
-                Err(e) => {
+                Err(ConnFailure::Fatal(e)) => {
+                    return Err(ClientError::Connect(format!("osd.{osd}: {e}")));
+                }
+                Err(ConnFailure::Retry(e)) => {
                     last = format!("connecting to osd.{osd}: {e}");
                     self.wait_newer_map(map.epoch.0, deadline, backoff).await;
                     backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);

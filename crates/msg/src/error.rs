@@ -14,6 +14,12 @@ pub enum MsgError {
     #[error("authentication with {peer} failed: {reason}")]
     AuthFailed { peer: String, reason: String },
 
+    /// The two ends allow no frame mode in common (`ms_client_mode`,
+    /// `ms_service_mode`, `ms_cluster_mode`): a configuration mismatch that
+    /// no retry cures, so callers give up at once instead of retrying.
+    #[error("{peer}: {reason}")]
+    NoCommonMode { peer: String, reason: String },
+
     /// A bounded wait ran out.
     #[error("{peer}: timed out after {after:?} waiting for {what}")]
     Timeout {

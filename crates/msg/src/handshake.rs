@@ -507,6 +507,21 @@ fn refused_before_proof(
             format!("the server refused {me}: {reason}"),
         ))
     };
+    let no_common = |reason: String| {
+        Err(MsgError::NoCommonMode {
+            peer: addr_label.to_string(),
+            reason: format!("the server refused {me}: {reason}"),
+        })
+    };
+    // A negotiating server's refusal carries what it allows from us: when
+    // none of our modes is in it, the refusal was about modes, and no retry
+    // can cure it until someone changes a setting.
+    if let Some(allowed) = &r.allowed {
+        let ours = offer.map(|o| o.wire()).unwrap_or_else(|| vec![ask.wire()]);
+        if !allowed.is_empty() && !ours.iter().any(|m| allowed.contains(m)) {
+            return no_common(r.reason);
+        }
+    }
     let (Some(offer), None) = (offer, &r.allowed) else {
         return refused(r.reason);
     };
@@ -516,7 +531,7 @@ fn refused_before_proof(
     if required != ask && offer.contains(required) {
         return Ok(ClientOutcome::RetryWith(required));
     }
-    refused(format!(
+    no_common(format!(
         "{} — no common frame mode: the server (an older version that takes exactly one mode) requires '{required}', {me} offers '{offer}' ({})",
         r.reason,
         settings_hint(me)

@@ -305,7 +305,7 @@ async fn frame_modes_are_negotiated_per_peer_kind_and_no_common_mode_is_refused(
             .await
             .unwrap_err();
         let text = err.to_string();
-        assert!(matches!(err, MsgError::AuthFailed { .. }), "{text}");
+        assert!(matches!(err, MsgError::NoCommonMode { .. }), "{text}");
         assert!(
             text.contains(&format!("offers frame modes '{list}'"))
                 && text.contains(&format!("allows only {allowed}"))

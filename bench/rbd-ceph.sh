@@ -9,9 +9,11 @@
 # pool `rbd` (32 PGs, size 3) and a 1 GiB image, then
 #   rbd bench --io-type write|read --io-size 1M  --io-pattern seq  (16 threads)
 #   rbd bench --io-type write|read --io-size 4K  --io-pattern rand (32 threads)
+#   rbd bench --io-type write --io-size 4K --io-pattern seq (16 threads:
+#     the shape of a bare `rbd bench --io-type write`, Ceph's defaults)
 #   fio --ioengine=rbd (librbd): 4 KiB randwrite qd32, 1 MiB write/read qd16
 # Cairn side: a release `cairn dev up` (1 mon + 3 OSDs, pool `rbd` size 3)
-# with a 1 GiB image, then the same four `cairn rbd bench` runs, fio through
+# with a 1 GiB image, then the same five `cairn rbd bench` runs, fio through
 # NBD (`cairn rbd serve` + fio's nbd engine) and, as root with /dev/fuse,
 # through `cairn rbd map` (fio libaio, direct I/O), and `cairn rados bench`
 # 4 KiB writes -t 32 on the same pool. Reads follow the writes that filled
@@ -215,6 +217,7 @@ EOF
   ceph_bench read 1M "$THREADS_1M" "$TOTAL_1M" seq
   ceph_bench write 4K "$THREADS_4K" "$TOTAL_4K" rand
   ceph_bench read 4K "$THREADS_4K" "$TOTAL_4K" rand
+  ceph_bench write 4K 16 "$TOTAL_4K" seq seq
   local fio_rbd=(--ioengine=rbd --clientname=admin --pool=rbd --rbdname=bench)
   fio_phase ceph_fio_randwrite_4k "${fio_rbd[@]}" --rw=randwrite --bs=4k --iodepth="$THREADS_4K"
   fio_phase ceph_fio_write_1m "${fio_rbd[@]}" --rw=write --bs=1M --iodepth="$THREADS_1M"
@@ -244,8 +247,8 @@ ok = sum(x["num"] for x in s if x["name"] == "active+clean")
 sys.exit(not (n > 0 and n == ok))'
 }
 
-ceph_bench() { # type size threads total pattern
-  phase "ceph_rbd_bench_$1_$2" "$OUT/ceph/rbd_bench_$1_$2.txt" \
+ceph_bench() { # type size threads total pattern [name suffix]
+  phase "ceph_rbd_bench_$1_$2${6:-}" "$OUT/ceph/rbd_bench_$1_$2${6:-}.txt" \
     rbd bench --io-type "$1" --io-size "$2" --io-threads "$3" --io-total "$4" --io-pattern "$5" rbd/bench
 }
 
@@ -277,6 +280,7 @@ cairn_side() {
   cairn_bench read 1M "$THREADS_1M" "$TOTAL_1M" seq
   cairn_bench write 4K "$THREADS_4K" "$TOTAL_4K" rand
   cairn_bench read 4K "$THREADS_4K" "$TOTAL_4K" rand
+  cairn_bench write 4K 16 "$TOTAL_4K" seq seq
 
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -318,8 +322,8 @@ cairn_side() {
   unset CAIRN_CONF
 }
 
-cairn_bench() { # type size threads total pattern
-  phase "cairn_rbd_bench_$1_$2" "$OUT/cairn/rbd_bench_$1_$2.txt" \
+cairn_bench() { # type size threads total pattern [name suffix]
+  phase "cairn_rbd_bench_$1_$2${6:-}" "$OUT/cairn/rbd_bench_$1_$2${6:-}.txt" \
     "$CAIRN" rbd bench bench --io-type "$1" --io-size "$2" --io-threads "$3" --io-total "$4" --io-pattern "$5"
 }
 

@@ -28,9 +28,9 @@ def phases():
 PH = phases()
 
 
-def rbd_bench(side, typ, size):
+def rbd_bench(side, typ, size, suffix=""):
     """(ops/s, bytes/s, bytes moved) from an rbd bench summary line."""
-    path = os.path.join(out, side, f"rbd_bench_{typ}_{size}.txt")
+    path = os.path.join(out, side, f"rbd_bench_{typ}_{size}{suffix}.txt")
     if not os.path.exists(path):
         return None
     m = None
@@ -87,12 +87,15 @@ def ratio(a, b, size):
 print("| workload | Ceph 16 | Cairn | Cairn / Ceph | CPU s per GiB, servers + client (Ceph / Cairn) | load (Ceph / Cairn) |")
 print("|---|---|---|---|---|---|")
 rows = []
-for typ, size, pat, thr in [("write", "4K", "rand", "32"), ("read", "4K", "rand", "32"),
-                            ("write", "1M", "seq", "16"), ("read", "1M", "seq", "16")]:
-    c = rbd_bench("ceph", typ, size)
-    k = rbd_bench("cairn", typ, size)
-    rows.append((f"rbd bench {typ} {size} {pat}", c, k, size,
-                 f"ceph_rbd_bench_{typ}_{size}", f"cairn_rbd_bench_{typ}_{size}"))
+for typ, size, pat, thr, sfx in [("write", "4K", "rand", "32", ""), ("read", "4K", "rand", "32", ""),
+                                 ("write", "4K", "seq", "16", "seq"),
+                                 ("write", "1M", "seq", "16", ""), ("read", "1M", "seq", "16", "")]:
+    c = rbd_bench("ceph", typ, size, sfx)
+    k = rbd_bench("cairn", typ, size, sfx)
+    if c is None and k is None:
+        continue
+    rows.append((f"rbd bench {typ} {size} {pat} -t {thr}", c, k, size,
+                 f"ceph_rbd_bench_{typ}_{size}{sfx}", f"cairn_rbd_bench_{typ}_{size}{sfx}"))
 for job, size in [("randwrite_4k", "4K"), ("write_1m", "1M"), ("read_1m", "1M")]:
     c = fio(f"ceph_fio_{job}")
     for via in ["nbd", "map"]:

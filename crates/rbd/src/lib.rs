@@ -12,6 +12,10 @@
 //!
 //! [`bench`] is `rbd bench`'s load generator.
 //!
+//! Writes to one data object that are in flight together are combined
+//! (`combine`): one op per object at a time, the rest queued and sent as
+//! one op when it returns.
+//!
 //! Snapshots work the same whether the data pool is replicated or
 //! erasure-coded (the OSDs of an EC pool clone each shard's chunk).
 //!
@@ -21,6 +25,7 @@
 
 mod backend;
 pub mod bench;
+mod combine;
 pub mod error;
 pub mod fence;
 pub mod fuse;

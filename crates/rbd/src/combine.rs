@@ -286,40 +286,70 @@ mod tests {
     /// Ops sent: (object number, sub-ops).
     type OpLog = Arc<Mutex<Vec<(u64, Vec<SubOp>)>>>;
 
-    fn recorder(log: OpLog) -> SendOp {
+    /// Lets the tasks spawned so far run to their next wait (the test
+    /// runtime has one thread, so this is deterministic: no timing).
+    async fn settle() {
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// A fake object store: each op waits for a permit of `gate` (the test
+    /// opens it once every write is queued), then is recorded. Also checks
+    /// the ops in flight at once.
+    fn gated(log: OpLog, gate: Arc<tokio::sync::Semaphore>) -> SendOp {
         let in_flight = Arc::new(AtomicUsize::new(0));
         Arc::new(move |objno, ops| {
             let log = log.clone();
             let in_flight = in_flight.clone();
+            let gate = gate.clone();
             Box::pin(async move {
                 let n = in_flight.fetch_add(1, Ordering::SeqCst);
                 assert!(
                     n < OPS_IN_FLIGHT_PER_OBJECT,
                     "too many ops in flight on one object"
                 );
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // Counted out also when the op is dropped midway.
+                let _out = Decrement(in_flight);
+                gate.acquire().await.unwrap().forget();
                 log.lock().unwrap().push((objno, ops));
-                in_flight.fetch_sub(1, Ordering::SeqCst);
                 Ok(())
             })
         })
     }
 
+    struct Decrement(Arc<AtomicUsize>);
+
+    impl Drop for Decrement {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn queue_len(c: &Combiner, objno: u64) -> (usize, usize) {
+        c.lock()
+            .get(&objno)
+            .map_or((0, 0), |o| (o.in_flight, o.queue.len()))
+    }
+
     #[tokio::test]
-    async fn writes_queued_behind_one_in_flight_go_out_as_one_op() {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let c = Combiner::new(false, recorder(log.clone()));
+    async fn writes_queued_behind_the_ops_in_flight_go_out_as_one_op() {
+        let log = OpLog::default();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let c = Combiner::new(false, gated(log.clone(), gate.clone()));
         let mut set = tokio::task::JoinSet::new();
         for i in 0..5u64 {
             let c = c.clone();
             set.spawn(async move { c.write(7, i * 4, Bytes::from(vec![i as u8; 4])).await });
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            settle().await;
         }
+        // The first two went alone; three wait.
+        assert_eq!(queue_len(&c, 7), (2, 3));
+        gate.add_permits(100);
         while let Some(r) = set.join_next().await {
             r.unwrap().unwrap();
         }
-        // The first two go alone; the three that queued behind them go as
-        // one write when the first returns.
+        // The three that queued go as one write when the first returns.
         let log = log.lock().unwrap().clone();
         assert_eq!(log.len(), 3, "{log:?}");
         assert_eq!(log[0], (7, vec![write(0, &[0; 4])]));
@@ -334,14 +364,16 @@ mod tests {
 
     #[tokio::test]
     async fn an_erasure_coded_pool_gets_one_contiguous_run_per_op() {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let c = Combiner::new(true, recorder(log.clone()));
+        let log = OpLog::default();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let c = Combiner::new(true, gated(log.clone(), gate.clone()));
         let mut set = tokio::task::JoinSet::new();
         for off in [0u64, 100, 104, 108, 0] {
             let c = c.clone();
             set.spawn(async move { c.write(1, off, Bytes::from_static(b"abcd")).await });
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            settle().await;
         }
+        gate.add_permits(100);
         while let Some(r) = set.join_next().await {
             r.unwrap().unwrap();
         }
@@ -356,16 +388,19 @@ mod tests {
                 vec![write(0, b"abcd")],
             ]
         );
+        assert!(c.lock().is_empty());
     }
 
     #[tokio::test]
     async fn a_failed_op_fails_every_write_it_carried() {
         let calls = Arc::new(AtomicUsize::new(0));
-        let calls2 = calls.clone();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let (calls2, gate2) = (calls.clone(), gate.clone());
         let send: SendOp = Arc::new(move |_, _| {
             let n = calls2.fetch_add(1, Ordering::SeqCst);
+            let gate = gate2.clone();
             Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                gate.acquire().await.unwrap().forget();
                 if n == 0 {
                     Ok(())
                 } else {
@@ -378,8 +413,9 @@ mod tests {
         for i in 0..4u64 {
             let c = c.clone();
             set.spawn(async move { (i, c.write(0, i, Bytes::from_static(b"x")).await) });
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            settle().await;
         }
+        gate.add_permits(100);
         let mut got = Vec::new();
         while let Some(r) = set.join_next().await {
             let (i, r) = r.unwrap();
@@ -392,32 +428,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_dropped_leader_still_hands_the_queue_on() {
-        // (The aborted leader's op never finishes, so no overlap check.)
-        let send: SendOp = Arc::new(|_, _| {
-            Box::pin(async {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                Ok(())
-            })
-        });
-        let c = Combiner::new(false, send);
-        let leader = {
+    async fn a_dropped_write_still_hands_its_slot_on() {
+        let log = OpLog::default();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let c = Combiner::new(false, gated(log.clone(), gate.clone()));
+        let spawn = |off: u64| {
             let c = c.clone();
-            tokio::spawn(async move { c.write(3, 0, Bytes::from_static(b"a")).await })
+            tokio::spawn(async move { c.write(3, off, Bytes::from_static(b"a")).await })
         };
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        let second = {
-            let c = c.clone();
-            tokio::spawn(async move { c.write(3, 2, Bytes::from_static(b"c")).await })
-        };
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        let waiter = {
-            let c = c.clone();
-            tokio::spawn(async move { c.write(3, 1, Bytes::from_static(b"b")).await })
-        };
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        leader.abort();
-        let r = tokio::time::timeout(Duration::from_secs(5), waiter)
+        let first = spawn(0);
+        settle().await;
+        let second = spawn(2);
+        settle().await;
+        let waiter = spawn(1);
+        settle().await;
+        assert_eq!(queue_len(&c, 3), (2, 1));
+        first.abort();
+        settle().await;
+        gate.add_permits(100);
+        let r = tokio::time::timeout(Duration::from_secs(30), waiter)
             .await
             .expect("the queued write was never sent");
         r.unwrap().unwrap();

@@ -47,8 +47,8 @@ use crate::backfill_target::{AckOutcome, PgTempClear, SentBatch, TargetProgress}
 use crate::ec_peering::rebuild_chunk;
 use crate::ec_pool::{EcPg, SHARD_HOLE};
 use crate::exec;
-use crate::peering::{install_objects, list_all, replace_log};
-use crate::peering_sm::BackfillStart;
+use crate::peering::{install_objects, list_all, replace_log, stored_bytes};
+use crate::peering_sm::{copy_batch_full, BackfillStart, ALONE_OBJECT_BYTES};
 use crate::pg::{cursor_key, obj_key, Pg};
 use crate::runtime::{blocking_store_call, Shared, META_INFO};
 use cairn_map::{ClusterMap, OsdFlag};
@@ -1022,7 +1022,8 @@ impl BackfillRun {
 }
 
 /// A batch read from the store: the objects after `after` up to (not
-/// including) `fence`, closed at `limit_bytes` or [`BACKFILL_BATCH_OBJECTS`];
+/// including) `fence`, closed at `limit_bytes`, [`BACKFILL_BATCH_OBJECTS`]
+/// or around a big object (which goes alone, see [`copy_batch_full`]);
 /// with their bytes, and whether it ends the copy (nothing left to list
 /// and no write in flight beyond the position, which may create an object
 /// not listed yet).
@@ -1038,16 +1039,19 @@ fn read_batch(
     let (names, next) = exec::list_objects(store, coll, after, BACKFILL_BATCH_OBJECTS)
         .map_err(|e| format!("listing: {e}"))?;
     let mut objects = Vec::new();
-    let mut bytes = 0u64;
+    let (mut bytes, mut big) = (0u64, false);
     let mut stopped_early = false;
     for (h, n) in &names {
         let at_fence = fence.is_some_and(|f| obj_key(n) >= *f);
-        if at_fence || bytes >= limit_bytes {
+        let next = stored_bytes(store, coll, n);
+        if at_fence || copy_batch_full(objects.len(), bytes, big, next, limit_bytes) {
             stopped_early = true;
             break;
         }
         let st = exec::get_object_state(store, coll, n).map_err(|e| format!("reading {n}: {e}"))?;
-        bytes += st.as_ref().map(|s| s.bytes()).unwrap_or(0);
+        let w = st.as_ref().map(|s| s.bytes()).unwrap_or(0);
+        bytes += w;
+        big |= w >= ALONE_OBJECT_BYTES;
         objects.push((*h, n.clone(), st));
     }
     let complete = !stopped_early && next.is_none() && fence.is_none();
@@ -1075,16 +1079,20 @@ async fn read_ec_batch(
         .ok_or_else(|| format!("osd.{osd} holds no shard of the up set any more"))?;
     let epoch = cx.pg.epoch();
     let mut objects = Vec::new();
-    let mut bytes = 0u64;
+    let (mut bytes, mut big) = (0u64, false);
     let mut stopped_early = false;
     for (h, n) in &names {
         let at_fence = fence.is_some_and(|f| obj_key(n) >= *f);
-        if at_fence || bytes >= limit_bytes {
+        // This OSD's own chunk weighs about what the target's will.
+        let next = stored_bytes(&cx.shared.store, cx.coll, n);
+        if at_fence || copy_batch_full(objects.len(), bytes, big, next, limit_bytes) {
             stopped_early = true;
             break;
         }
         let st = rebuild_chunk(cx.shared, cx.pgid, epoch, ec, n, shard, &sources).await?;
-        bytes += st.as_ref().map(|s| s.bytes()).unwrap_or(0);
+        let w = st.as_ref().map(|s| s.bytes()).unwrap_or(0);
+        bytes += w;
+        big |= w >= ALONE_OBJECT_BYTES;
         objects.push((*h, n.clone(), st));
     }
     let complete = !stopped_early && next.is_none() && fence.is_none();
@@ -1276,4 +1284,75 @@ pub(crate) async fn delete_copy(store: &Arc<Store>, coll: CollectionId) -> Resul
     }
     txn.remove_collection(coll);
     crate::peering::commit(store, txn).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn state(len: usize) -> ObjectState {
+        ObjectState {
+            data: Bytes::from(vec![3u8; len]),
+            attrs: vec![],
+            omap: vec![],
+            clones: vec![],
+        }
+    }
+
+    /// Backfill batches close around big objects: each of those travels
+    /// alone (its data lands aligned at the target), small ones share a
+    /// batch, and the batches cover every object once, in store order.
+    #[test]
+    fn a_big_object_travels_alone_in_its_backfill_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = cairn_store::StoreConfig::new(dir.path());
+        cfg.data_bytes = 64 << 20;
+        cfg.meta_reserve_bytes = 1 << 20;
+        let store = Store::create(cfg).unwrap();
+        let coll = CollectionId::pg(1, 0);
+        let mut t = Transaction::new();
+        t.create_collection(coll);
+        let mut all = BTreeSet::new();
+        for i in 0..24 {
+            let name = ObjectName::new("", &format!("o{i}"));
+            let len = if i % 3 == 0 {
+                ALONE_OBJECT_BYTES as usize
+            } else {
+                4096
+            };
+            exec::put_object_state(&mut t, coll, &name, false, Some(&state(len)));
+            all.insert(name.name.clone());
+        }
+        store.commit(t).unwrap();
+        let mut after: Option<ListCursor> = None;
+        let mut seen = Vec::new();
+        let mut shared_batches = 0;
+        for _ in 0..100 {
+            let (objects, _, complete) =
+                read_batch(&store, coll, after.as_ref(), None, 4 << 20).unwrap();
+            let big = objects
+                .iter()
+                .filter(|(_, _, s)| s.as_ref().unwrap().data.len() >= ALONE_OBJECT_BYTES as usize)
+                .count();
+            assert!(big == 0 || objects.len() == 1, "{big} big in a batch of {}", objects.len());
+            if objects.len() > 1 {
+                shared_batches += 1;
+            }
+            if let Some((h, n, _)) = objects.last() {
+                after = Some(ListCursor {
+                    hash: *h,
+                    namespace: n.namespace.clone(),
+                    name: n.name.clone(),
+                });
+            }
+            seen.extend(objects.into_iter().map(|(_, n, _)| n.name));
+            if complete {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), all.len(), "{seen:?}");
+        assert_eq!(seen.into_iter().collect::<BTreeSet<_>>(), all);
+        assert!(shared_batches > 0, "small objects were not batched");
+    }
 }

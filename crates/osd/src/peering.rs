@@ -8,11 +8,11 @@
 use crate::backfill::{recovery_slot, CopyTicket};
 use crate::exec;
 use crate::peering_sm::{
-    pull_reply_bytes, ObjectCopy, Peering, PeeringInput, PeeringOutput, PeeringParams,
-    BACKFILL_LIST_PAGE,
+    copy_batch_full, pull_reply_bytes, ObjectCopy, Peering, PeeringInput, PeeringOutput,
+    PeeringParams, ALONE_OBJECT_BYTES, BACKFILL_LIST_PAGE,
 };
 use crate::pg::PastInterval;
-use crate::runtime::{Shared, META_INFO};
+use crate::runtime::{blocking_store_call, Shared, META_INFO};
 use cairn_ops::{
     decode, decode_shared, encode, encode_parts, msg_type, ListCursor, LogEntry, ObjectName,
     ObjectState, PgInfo, PgNotify, PgPull, PgPush, PgPushReply, PgQuery, PullReply, PullWhat,
@@ -46,9 +46,10 @@ pub(crate) fn read_log(store: &Store, coll: CollectionId) -> Result<Vec<LogEntry
 }
 
 /// Member side of a pull. An object reply stops once it holds `max_bytes`
-/// of object state (at least one object): the puller asks again for the
-/// names left out, so a pull of many large objects never builds a message
-/// over the messenger's limit.
+/// of object state (at least one object), and before a second big object
+/// (see [`copy_batch_full`]): the puller asks again for the names left
+/// out, so a pull of many large objects never builds a message over the
+/// messenger's limit.
 pub(crate) fn serve_pull(
     store: &Store,
     coll: CollectionId,
@@ -58,14 +59,17 @@ pub(crate) fn serve_pull(
     match what {
         PullWhat::Objects(names) => {
             let mut out = Vec::with_capacity(names.len());
-            let mut bytes = 0u64;
+            let (mut bytes, mut big) = (0u64, false);
             for (h, n) in names {
-                if bytes >= max_bytes {
+                let next = stored_bytes(store, coll, n);
+                if copy_batch_full(out.len(), bytes, big, next, max_bytes) {
                     break;
                 }
                 match exec::get_object_state(store, coll, n) {
                     Ok(st) => {
-                        bytes += st.as_ref().map(|s| s.bytes()).unwrap_or(0);
+                        let w = st.as_ref().map(|s| s.bytes()).unwrap_or(0);
+                        bytes += w;
+                        big |= w >= ALONE_OBJECT_BYTES;
                         out.push((*h, n.clone(), st));
                     }
                     Err(e) => return PullReply::Refused(format!("reading {n}: {e}")),
@@ -80,6 +84,16 @@ pub(crate) fn serve_pull(
             }
         }
     }
+}
+
+/// Data bytes of `name`'s head in `coll` as the store's metadata says
+/// (no data read; 0 when it does not exist or cannot be stat'ed): sizes a
+/// copy message before the object is read.
+pub(crate) fn stored_bytes(store: &Store, coll: CollectionId, name: &ObjectName) -> u64 {
+    store
+        .stat(&coll, &exec::store_oid(name))
+        .map(|st| st.size)
+        .unwrap_or(0)
 }
 
 /// Every object of `coll` (backfill scans).
@@ -378,7 +392,8 @@ impl PeeringJob {
                 Ok(all) => PeeringInput::LocalListed(all),
                 Err(e) => PeeringInput::LocalFailed(e),
             },
-            PeeringOutput::ReadLocal { names } => {
+            // Off the async workers: a read of big objects blocks for a while.
+            PeeringOutput::ReadLocal { names } => blocking_store_call(|| {
                 let mut objects = Vec::with_capacity(names.len());
                 for (h, n) in names {
                     match exec::get_object_state(store, self.coll, &n) {
@@ -387,7 +402,7 @@ impl PeeringJob {
                     }
                 }
                 PeeringInput::LocalRead(objects)
-            }
+            }),
             PeeringOutput::InstallLocal { objects, remove } => {
                 let mut txn = Transaction::new();
                 if let Err(e) = install_objects(store, self.coll, &mut txn, &objects) {

@@ -23,8 +23,22 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 /// Objects per pull or push batch, at most (bytes are bounded too).
 pub const RECOVERY_BATCH_OBJECTS: usize = 64;
 /// Objects in a member's first local read for pushes (later reads are
-/// sized from the objects' weight to about `batch_bytes`).
-pub const RECOVERY_FIRST_READ_OBJECTS: usize = 8;
+/// sized from the objects' weight to about one push).
+pub const RECOVERY_FIRST_READ_OBJECTS: usize = 2;
+/// An object whose state is at least this big travels in a copy message
+/// (push, pull reply, backfill batch) of its own. The messenger places one
+/// bulk segment per message on an aligned address at the receiver, so the
+/// object's data then reaches the disk with O_DIRECT as received; a second
+/// big object in the same message would cost a bounce copy there.
+pub const ALONE_OBJECT_BYTES: u64 = 512 << 10;
+
+/// Whether a copy message that holds `held` objects of `bytes` bytes in
+/// all (`big`: one of them is at least [`ALONE_OBJECT_BYTES`]) closes
+/// before an object of `next` bytes, given its byte bound `limit`. A
+/// message always takes its first object, however big.
+pub fn copy_batch_full(held: usize, bytes: u64, big: bool, next: u64, limit: u64) -> bool {
+    held > 0 && (bytes >= limit || big || next >= ALONE_OBJECT_BYTES)
+}
 /// Objects per backfill listing page.
 pub const BACKFILL_LIST_PAGE: u32 = 512;
 /// Recovery pushes in flight to one member at once (the next batch is
@@ -851,30 +865,31 @@ impl Peering {
     }
 
     /// Splits read objects into push batches closed at `batch_bytes` /
-    /// [`RECOVERY_PUSH_WINDOW`] (so a full window holds about `batch_bytes`),
-    /// and sizes the next read to about `batch_bytes` from what these
-    /// objects weighed.
+    /// [`RECOVERY_PUSH_WINDOW`] (so a full window holds about `batch_bytes`;
+    /// an object of [`ALONE_OBJECT_BYTES`] or more goes alone), and sizes
+    /// the next read to about one push from what these objects weighed:
+    /// reads keep pace with the pushes acknowledged instead of running a
+    /// window ahead (every object read waits in memory until it is pushed).
     fn split_batches(&mut self, objects: Vec<ObjectCopy>) {
         let limit = (self.p.batch_bytes / RECOVERY_PUSH_WINDOW as u64).max(1);
         let Some(t) = self.target.as_mut() else {
             return;
         };
-        let total: u64 = objects
-            .iter()
-            .map(|o| o.2.as_ref().map(|s| s.bytes()).unwrap_or(0))
-            .sum();
+        let weight = |o: &ObjectCopy| o.2.as_ref().map(|s| s.bytes()).unwrap_or(0);
+        let total: u64 = objects.iter().map(weight).sum();
         let avg = (total / objects.len().max(1) as u64).max(1);
-        t.read_objects =
-            (self.p.batch_bytes / avg).clamp(1, RECOVERY_BATCH_OBJECTS as u64) as usize;
+        t.read_objects = (limit / avg).clamp(1, RECOVERY_BATCH_OBJECTS as u64) as usize;
         let mut batch = Vec::new();
-        let mut bytes = 0u64;
+        let (mut bytes, mut big) = (0u64, false);
         for o in objects {
-            bytes += o.2.as_ref().map(|s| s.bytes()).unwrap_or(0);
-            batch.push(o);
-            if bytes >= limit {
+            let w = weight(&o);
+            if copy_batch_full(batch.len(), bytes, big, w, limit) {
                 t.ready.push_back(std::mem::take(&mut batch));
-                bytes = 0;
+                (bytes, big) = (0, false);
             }
+            bytes += w;
+            big |= w >= ALONE_OBJECT_BYTES;
+            batch.push(o);
         }
         if !batch.is_empty() {
             t.ready.push_back(batch);
@@ -1266,6 +1281,101 @@ mod tests {
         });
         assert!(matches!(&out[..], [PeeringOutput::Done(Err(w))] if w.contains("osd.2")));
         assert!(sm.handle(PeeringInput::LocalCommitted).is_empty());
+    }
+
+    /// A member behind on big and small objects: each read is about one
+    /// push (reads keep pace with acknowledgements), a big object goes
+    /// alone in its push (aligned at the receiver), small ones share one.
+    #[test]
+    fn pushes_carry_one_big_object_each_and_reads_keep_pace() {
+        let names = ["a", "b", "c", "d", "e"];
+        let log: Vec<LogEntry> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| entry(5, i as u64 + 1, n))
+            .collect();
+        let auth = info(5, Version { epoch: 5, seq: 5 });
+        let mut p = params(auth.clone(), log.clone(), vec![]);
+        p.up_thru_recorded = true;
+        p.probe = vec![0, 1, 2];
+        p.acting = vec![0, 1];
+        p.up = vec![0, 1];
+        p.size = 2;
+        p.min_size = 1;
+        let mut sm = Peering::new(p);
+        sm.start();
+        assert_eq!(sm.handle(PeeringInput::LocalCommitted).len(), 2);
+        assert!(sm
+            .handle(PeeringInput::Notify {
+                from: 2,
+                info: None,
+                log: vec![]
+            })
+            .is_empty());
+        // osd.1 never held the PG: every object, from the log.
+        let out = sm.handle(PeeringInput::Notify {
+            from: 1,
+            info: None,
+            log: vec![],
+        });
+        let state = |len: usize| ObjectState {
+            data: bytes::Bytes::from(vec![7u8; len]),
+            attrs: vec![],
+            omap: vec![],
+            clones: vec![],
+        };
+        // a and b are big, c, d and e small (the push bound is 256 KiB).
+        let size = |n: &ObjectName| match n.name.as_str() {
+            "a" | "b" => ALONE_OBJECT_BYTES as usize,
+            _ => 1000,
+        };
+        let mut reads = Vec::new();
+        let mut pushes: Vec<Vec<String>> = Vec::new();
+        let mut todo = out;
+        let mut acks = 0;
+        while !sm.is_finished() {
+            let mut next = Vec::new();
+            for o in std::mem::take(&mut todo) {
+                match o {
+                    PeeringOutput::ReadLocal { names } => {
+                        reads.push(names.len());
+                        let read = names
+                            .iter()
+                            .map(|(h, n)| (*h, n.clone(), Some(state(size(n)))))
+                            .collect();
+                        next.extend(sm.handle(PeeringInput::LocalRead(read)));
+                    }
+                    PeeringOutput::Push { to: 1, push } => {
+                        pushes.push(push.objects.iter().map(|o| o.1.name.clone()).collect());
+                        acks += 1;
+                        next.extend(sm.handle(PeeringInput::PushAcked {
+                            to: 1,
+                            result: Ok(()),
+                        }));
+                    }
+                    PeeringOutput::ReplaceLog { .. } => {
+                        next.extend(sm.handle(PeeringInput::LocalCommitted))
+                    }
+                    PeeringOutput::Done(r) => assert!(r.is_ok(), "{r:?}"),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            assert!(!next.is_empty() || sm.is_finished(), "stalled");
+            todo = next;
+        }
+        // The first read takes RECOVERY_FIRST_READ_OBJECTS (a and b, big),
+        // the next is sized to one push from their weight (c alone), the
+        // last from c's (d and e together).
+        assert_eq!(RECOVERY_FIRST_READ_OBJECTS, 2);
+        assert_eq!(reads, vec![2, 1, 2]);
+        let big_alone = pushes
+            .iter()
+            .filter(|p| p.iter().any(|n| n == "a" || n == "b"))
+            .all(|p| p.len() == 1);
+        assert!(big_alone, "{pushes:?}");
+        let pushed: Vec<String> = pushes.concat();
+        assert_eq!(pushed, names.map(String::from).to_vec());
+        assert_eq!(acks, pushes.len());
     }
 
     #[test]

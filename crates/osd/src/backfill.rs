@@ -1335,7 +1335,11 @@ mod tests {
                 .iter()
                 .filter(|(_, _, s)| s.as_ref().unwrap().data.len() >= ALONE_OBJECT_BYTES as usize)
                 .count();
-            assert!(big == 0 || objects.len() == 1, "{big} big in a batch of {}", objects.len());
+            assert!(
+                big == 0 || objects.len() == 1,
+                "{big} big in a batch of {}",
+                objects.len()
+            );
             if objects.len() > 1 {
                 shared_batches += 1;
             }

@@ -1315,7 +1315,7 @@ mod tests {
         t.create_collection(coll);
         let mut all = BTreeSet::new();
         for i in 0..24 {
-            let name = ObjectName::new("", &format!("o{i}"));
+            let name = ObjectName::new("", format!("o{i}"));
             let len = if i % 3 == 0 {
                 ALONE_OBJECT_BYTES as usize
             } else {

@@ -204,6 +204,11 @@ pub struct PgQuery {
 }
 
 /// member -> primary: info and log (None if the member has no copy).
+///
+/// Wire history: `kept` was added after the first release. postcard
+/// ignores trailing bytes, so an older OSD decodes a new answer (without
+/// `kept`); a new OSD decodes an older answer with [`PgNotify::decode`]
+/// (an empty `kept`). Decode it with that, never with plain `decode`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgNotify {
     pub pgid: PgId,
@@ -214,6 +219,66 @@ pub struct PgNotify {
     /// Erasure-coded pools: the shard position whose chunks this copy
     /// holds (0 for replicated pools).
     pub shard: u8,
+    /// Erasure-coded pools: the copies this OSD still keeps of *other*
+    /// shard positions of the PG (left by a shard move, kept until the PG
+    /// is clean), each with its own info and log. An entry held there
+    /// counts for that position: without them an acknowledged write held
+    /// by exactly k positions, one of them in such a copy, would look
+    /// unacknowledged and be rolled back.
+    pub kept: Vec<KeptCopy>,
+}
+
+/// One copy of a shard position an OSD keeps besides the one it serves
+/// (erasure-coded pools; see [`PgNotify::kept`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptCopy {
+    pub shard: u8,
+    pub info: PgInfo,
+    pub log: Vec<LogEntry>,
+}
+
+/// [`PgNotify`] as the first release sent it (no `kept`).
+#[derive(Serialize, Deserialize)]
+struct PgNotifyV1 {
+    pgid: PgId,
+    from: i32,
+    epoch: Epoch,
+    info: Option<PgInfo>,
+    log: Vec<LogEntry>,
+    shard: u8,
+}
+
+impl PgNotify {
+    /// Decodes an answer from this release or from the first one (whose
+    /// answers end before `kept`: read as no kept copies).
+    pub fn decode(buf: &[u8]) -> Result<PgNotify, cairn_types::DecodeError> {
+        decode_either(buf, "pg notify", |o: PgNotifyV1| PgNotify {
+            pgid: o.pgid,
+            from: o.from,
+            epoch: o.epoch,
+            info: o.info,
+            log: o.log,
+            shard: o.shard,
+            kept: Vec::new(),
+        })
+    }
+}
+
+/// Decodes `buf` as `T`, else (an older peer's shorter layout) as `Old`
+/// converted with `upgrade`; when both fail, the error of the current
+/// layout.
+fn decode_either<T: serde::de::DeserializeOwned, Old: serde::de::DeserializeOwned>(
+    buf: &[u8],
+    what: &'static str,
+    upgrade: impl FnOnce(Old) -> T,
+) -> Result<T, cairn_types::DecodeError> {
+    match crate::decode::<T>(what, buf) {
+        Ok(v) => Ok(v),
+        Err(e @ cairn_types::DecodeError::Malformed { .. }) => {
+            crate::decode::<Old>(what, buf).map(upgrade).map_err(|_| e)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// What a pull asks for.
@@ -228,12 +293,46 @@ pub enum PullWhat {
     },
 }
 
+/// primary -> member (call): objects or a listing of the member's copy.
+///
+/// Wire history: `shard` was added after the first release (decode with
+/// [`PgPull::decode`]; an older primary's pull reads as `shard: None`). An
+/// older member ignores it and answers from the copy it serves, which is
+/// right: it never reports kept copies ([`PgNotify::kept`]), so nobody
+/// asks it for one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgPull {
     pub pgid: PgId,
     pub from: i32,
     pub epoch: Epoch,
     pub what: PullWhat,
+    /// Erasure-coded pools: answer from this OSD's copy of this shard
+    /// position (the one it serves, or one it keeps from an earlier
+    /// position); None = the copy it serves.
+    pub shard: Option<u8>,
+}
+
+/// [`PgPull`] as the first release sent it (no `shard`).
+#[derive(Serialize, Deserialize)]
+struct PgPullV1 {
+    pgid: PgId,
+    from: i32,
+    epoch: Epoch,
+    what: PullWhat,
+}
+
+impl PgPull {
+    /// Decodes a pull from this release or from the first one (read as
+    /// `shard: None`).
+    pub fn decode(buf: &[u8]) -> Result<PgPull, cairn_types::DecodeError> {
+        decode_either(buf, "pg pull", |o: PgPullV1| PgPull {
+            pgid: o.pgid,
+            from: o.from,
+            epoch: o.epoch,
+            what: o.what,
+            shard: None,
+        })
+    }
 }
 
 /// Everything one object holds. `None` in a pull/push = the object does not exist.
@@ -299,4 +398,107 @@ pub struct PgPushReply {
     pub pgid: PgId,
     pub from: i32,
     pub result: Result<(), String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_types::PoolId;
+
+    fn pgid() -> PgId {
+        PgId {
+            pool: PoolId(2),
+            seed: 5,
+        }
+    }
+
+    fn entry(e: u64, v: u64) -> LogEntry {
+        LogEntry {
+            version: Version { epoch: e, seq: v },
+            prior_version: Version::default(),
+            reqid: None,
+            oid: ObjectName::new("", "o"),
+            op: LogOp::Modify,
+        }
+    }
+
+    fn info(e: u64, v: u64) -> PgInfo {
+        PgInfo {
+            pgid: Some(pgid()),
+            last_update: Version { epoch: e, seq: v },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn notify_round_trips_with_kept_copies() {
+        let n = PgNotify {
+            pgid: pgid(),
+            from: 3,
+            epoch: Epoch(40),
+            info: Some(info(30, 7)),
+            log: vec![entry(30, 7)],
+            shard: 4,
+            kept: vec![KeptCopy {
+                shard: 1,
+                info: info(30, 9),
+                log: vec![entry(30, 8), entry(30, 9)],
+            }],
+        };
+        assert_eq!(PgNotify::decode(&crate::encode(&n)).unwrap(), n);
+    }
+
+    #[test]
+    fn an_older_peers_notify_decodes_with_no_kept_copies() {
+        let old = PgNotifyV1 {
+            pgid: pgid(),
+            from: 3,
+            epoch: Epoch(40),
+            info: Some(info(30, 7)),
+            log: vec![entry(30, 7)],
+            shard: 2,
+        };
+        let n = PgNotify::decode(&crate::encode(&old)).unwrap();
+        assert_eq!((n.from, n.shard, n.kept.len()), (3, 2, 0));
+        assert_eq!(n.info, Some(info(30, 7)));
+        // And an older peer reads a new answer (postcard ignores the
+        // trailing `kept`).
+        let new = PgNotify {
+            kept: vec![KeptCopy {
+                shard: 0,
+                info: info(1, 1),
+                log: vec![],
+            }],
+            ..n
+        };
+        let back: PgNotifyV1 = crate::decode("pg notify", &crate::encode(&new)).unwrap();
+        assert_eq!((back.from, back.shard), (3, 2));
+    }
+
+    #[test]
+    fn pull_decodes_from_both_layouts_and_garbage_is_refused() {
+        let what = PullWhat::List {
+            after: None,
+            limit: 9,
+        };
+        let new = PgPull {
+            pgid: pgid(),
+            from: 1,
+            epoch: Epoch(3),
+            what: what.clone(),
+            shard: Some(2),
+        };
+        assert_eq!(PgPull::decode(&crate::encode(&new)).unwrap(), new);
+        let old = PgPullV1 {
+            pgid: pgid(),
+            from: 1,
+            epoch: Epoch(3),
+            what,
+        };
+        let p = PgPull::decode(&crate::encode(&old)).unwrap();
+        assert_eq!(p, PgPull { shard: None, ..new });
+        assert!(PgPull::decode(&[1, 0xff, 0xff]).is_err());
+        assert!(PgNotify::decode(&[]).is_err());
+        assert!(PgNotify::decode(&[7, 0]).is_err());
+    }
 }

@@ -1071,8 +1071,9 @@ async fn read_ec_batch(
     let (names, next) =
         exec::list_objects(&cx.shared.store, cx.coll, after, BACKFILL_BATCH_OBJECTS)
             .map_err(|e| format!("listing: {e}"))?;
-    let sources: Vec<usize> = (0..ec.shards.len())
+    let sources: Vec<(usize, i32)> = (0..ec.shards.len())
         .filter(|&s| ec.shards[s] != SHARD_HOLE)
+        .map(|s| (s, ec.shards[s]))
         .collect();
     let shard = ec
         .up_shard_of(osd)
@@ -1158,8 +1159,9 @@ async fn resend_states(
     let shard = ec
         .up_shard_of(osd)
         .ok_or_else(|| format!("osd.{osd} holds no shard of the up set any more"))?;
-    let sources: Vec<usize> = (0..ec.shards.len())
+    let sources: Vec<(usize, i32)> = (0..ec.shards.len())
         .filter(|&s| ec.shards[s] != SHARD_HOLE)
+        .map(|s| (s, ec.shards[s]))
         .collect();
     let epoch = cx.pg.epoch();
     let mut out = Vec::with_capacity(names.len());

@@ -27,8 +27,8 @@ use cairn_ec::ChunkInfo;
 use cairn_map::PgRecoveryCounts;
 use cairn_ops::{
     encode, msg_type, EcRead, EcReadFail, EcRollback, EcRollbackReply, LogEntry, ObjectName,
-    ObjectState, PgInfo, PgNotify, PgPull, PgPush, PgPushReply, PgQuery, PullReply, PullWhat,
-    Version, EC_READ_TO_END,
+    ObjectState, PgInfo, PgPull, PgPush, PgPushReply, PgQuery, PullReply, PullWhat, Version,
+    EC_READ_TO_END,
 };
 use cairn_store::Transaction;
 use cairn_types::{Epoch, PgId};
@@ -42,6 +42,41 @@ const EC_LIST_PAGE: u32 = 512;
 
 /// Each answering OSD's info, log and the shard position its copy holds.
 pub type Notes = BTreeMap<i32, (PgInfo, Vec<LogEntry>, u8)>;
+
+/// The copies answering OSDs keep of shard positions other than the one
+/// they serve (left by a shard move; `PgNotify::kept`), by (OSD, position):
+/// info and log.
+pub type Kept = BTreeMap<(i32, u8), (PgInfo, Vec<LogEntry>)>;
+
+/// The copies this OSD keeps of `pgid`'s shard positions other than the
+/// one it serves (`current`): every other collection of the PG, with its
+/// info and log. They are reported in query answers so that a primary
+/// counts the entries they hold for their position.
+pub(crate) fn kept_copies(
+    store: &cairn_store::Store,
+    pgid: PgId,
+    current: cairn_store::CollectionId,
+) -> Result<Vec<cairn_ops::KeptCopy>, String> {
+    let colls = store.list_collections().map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for c in colls {
+        if c.pool != pgid.pool.0 || c.seed != pgid.seed || c == current {
+            continue;
+        }
+        let what = |e: &dyn std::fmt::Display| format!("shard {} of pg {pgid}: {e}", c.shard);
+        let Some(raw) = store.meta_get(&c, META_INFO).map_err(|e| what(&e))? else {
+            continue;
+        };
+        let info: PgInfo = cairn_ops::decode("pg info", &raw).map_err(|e| what(&e))?;
+        let log = crate::peering::read_log(store, c).map_err(|e| what(&e))?;
+        out.push(cairn_ops::KeptCopy {
+            shard: c.shard,
+            info,
+            log,
+        });
+    }
+    Ok(out)
+}
 
 /// One activation run of an EC PG's primary.
 pub(crate) struct EcPeeringJob {
@@ -182,8 +217,12 @@ pub struct EcActivationPlan {
     pub log: Vec<LogEntry>,
     /// Entries each acting OSD undoes (past the point or off its history).
     pub rollbacks: Vec<(i32, Vec<LogEntry>)>,
-    /// Shard positions holding the authoritative state (rebuild sources).
-    pub sources: Vec<usize>,
+    /// Copies holding the authoritative state (rebuild sources), as
+    /// (shard position, OSD): the acting member's copy, or for a position
+    /// no acting member holds at the point, a complete copy of it
+    /// elsewhere (an OSD outside the acting set, or a copy an OSD keeps
+    /// from an earlier position) that holds exactly the point.
+    pub sources: Vec<(usize, i32)>,
     /// Acting shards to bring up to date inside activation.
     pub recover: Vec<(usize, i32, RecoveryPlan)>,
     /// Ask for this positional `pg_temp` instead of activating now.
@@ -216,15 +255,28 @@ pub fn ec_resume_point(
 /// decision the runtime performs and the unit tests check.
 pub fn plan_activation(
     notes: &Notes,
+    kept: &Kept,
     layout: &EcLayout<'_>,
     is_up: &dyn Fn(i32) -> bool,
 ) -> Result<EcActivationPlan, String> {
     let k = layout.k;
-    let (auth_info, auth_log) = notes
-        .values()
-        .filter(|(i, _, _)| i.backfill.is_none())
-        .max_by_key(|(i, _, _)| (i.last_epoch_started, i.last_update))
-        .map(|(i, l, _)| (i.clone(), l.clone()))
+    // Every complete copy that answered: (OSD, position, info, log, whether
+    // it is the copy that OSD serves). Kept copies first, so that among
+    // equal candidates for the authoritative log a served copy wins.
+    let copies: Vec<(i32, usize, &PgInfo, &[LogEntry], bool)> = kept
+        .iter()
+        .map(|((o, s), (i, l))| (*o, usize::from(*s), i, &l[..], false))
+        .chain(
+            notes
+                .iter()
+                .map(|(o, (i, l, s))| (*o, usize::from(*s), i, &l[..], true)),
+        )
+        .filter(|c| c.2.backfill.is_none())
+        .collect();
+    let (auth_info, auth_log) = copies
+        .iter()
+        .max_by_key(|c| (c.2.last_epoch_started, c.2.last_update))
+        .map(|c| (c.2.clone(), c.3.to_vec()))
         .ok_or("no complete copy of the PG answered")?;
     let members: Vec<(usize, i32)> = layout
         .shards
@@ -234,18 +286,18 @@ pub fn plan_activation(
         .map(|(s, &o)| (s, o))
         .collect();
     // Per shard position, every complete copy of it that answered: the
-    // acting member's, and copies outside the acting set (an OSD marked
-    // out, or moved to another position, still holding it). An entry held
-    // at k positions may have been acknowledged, wherever those copies now
-    // are; counting acting members alone would take an empty new member
-    // (or one that moved position) as proof that entries were never
-    // acknowledged, and roll them back.
+    // acting member's, copies outside the acting set (an OSD marked out
+    // still holding it), and copies OSDs keep of a position they moved
+    // away from. An entry held at k positions may have been acknowledged,
+    // wherever those copies now are; counting acting members alone would
+    // take an empty new member (or one that moved position) as proof that
+    // entries were never acknowledged, and roll them back.
     let position_notes: Vec<Vec<(&PgInfo, &[LogEntry])>> = (0..layout.shards.len())
         .map(|s| {
-            notes
-                .values()
-                .filter(|(i, _, shard)| usize::from(*shard) == s && i.backfill.is_none())
-                .map(|(i, l, _)| (i, &l[..]))
+            copies
+                .iter()
+                .filter(|c| c.1 == s)
+                .map(|c| (c.2, c.3))
                 .collect()
         })
         .collect();
@@ -281,17 +333,39 @@ pub fn plan_activation(
             rollbacks.push((osd, divergent));
         }
     }
-    let sources: Vec<usize> = members
+    let at_point = |i: &PgInfo, l: &[LogEntry]| {
+        i.backfill.is_none()
+            && holds(i, l, v)
+            && !l.iter().any(|e| e.version <= v && off_history(e, i))
+    };
+    let mut sources: Vec<(usize, i32)> = members
         .iter()
-        .filter(|(_, o)| {
-            notes.get(o).is_some_and(|(i, l, _)| {
-                i.backfill.is_none()
-                    && holds(i, l, v)
-                    && !l.iter().any(|e| e.version <= v && off_history(e, i))
-            })
-        })
-        .map(|(s, _)| *s)
+        .filter(|(_, o)| notes.get(o).is_some_and(|(i, l, _)| at_point(i, l)))
+        .copied()
         .collect();
+    // A position no acting member holds at the point may still have a
+    // complete copy elsewhere; its chunks are read from there (by position:
+    // `EcRead::shard`, `PgPull::shard`). Nothing rolls such a copy back,
+    // so only one that holds exactly the point (nothing newer) serves.
+    for s in 0..layout.shards.len() {
+        if sources.iter().any(|(p, _)| *p == s) {
+            continue;
+        }
+        let other = copies
+            .iter()
+            .filter(|c| {
+                c.1 == s
+                    && c.2.last_update == v
+                    && at_point(c.2, c.3)
+                    && is_up(c.0)
+                    && !(c.4 && layout.shards.get(s) == Some(&c.0))
+            })
+            // The copy an OSD serves before one it keeps.
+            .max_by_key(|c| c.4);
+        if let Some(c) = other {
+            sources.push((s, c.0));
+        }
+    }
     let plan_for = |osd: i32| match notes.get(&osd) {
         Some((i, _, _)) if i.backfill.is_some() => RecoveryPlan::Backfill,
         Some((i, l, _)) => plan_recovery(&auth_info, &auth_log, Some((i, &l[..]))),
@@ -299,7 +373,7 @@ pub fn plan_activation(
     };
     let recover: Vec<(usize, i32, RecoveryPlan)> = members
         .iter()
-        .filter(|(s, _)| !sources.contains(s))
+        .filter(|m| !sources.contains(m))
         .map(|&(s, o)| (s, o, plan_for(o)))
         .collect();
     // When the acting set is the up set and some members need a backfill
@@ -309,9 +383,11 @@ pub fn plan_activation(
     // position, the up member when complete or a log away (and enough
     // members are up to date to rebuild from), else another up OSD whose
     // copy holds that position completely, else a hole. Only if that still
-    // reaches min_size; otherwise activation rebuilds them itself (or
-    // fails, without k up-to-date shards, and waits).
-    let short_of_sources = sources.len() < k;
+    // reaches min_size; otherwise activation rebuilds them itself (from
+    // every source, copies outside the acting set too), or, with fewer than
+    // k sources in all, waits.
+    let acting_sources = sources.iter().filter(|m| members.contains(m)).count();
+    let short_of_sources = acting_sources < k;
     let needs_backfill = |osd: i32| matches!(plan_for(osd), RecoveryPlan::Backfill);
     let behind: Vec<usize> = recover
         .iter()
@@ -340,10 +416,11 @@ pub fn plan_activation(
             pg_temp = Some(want);
         }
     }
-    // Fewer than k up-to-date acting shards and no pg_temp to ask for (no
-    // monitor, or none reaches min_size): nothing can be rebuilt, so the
-    // PG stays down (incomplete) until the map changes, naming what it
-    // waits for, instead of trying (and failing) every rebuild again.
+    // Fewer than k up-to-date copies of distinct positions reachable and
+    // no pg_temp to ask for (no monitor, or none reaches min_size):
+    // nothing can be rebuilt, so the PG stays down (incomplete) until the
+    // map changes, naming what it waits for, instead of trying (and
+    // failing) every rebuild again.
     let rebuild: Vec<usize> = recover
         .iter()
         .filter(|(_, _, p)| match p {
@@ -353,9 +430,9 @@ pub fn plan_activation(
         })
         .map(|(s, _, _)| *s)
         .collect();
-    if pg_temp.is_none() && short_of_sources && !rebuild.is_empty() {
+    if pg_temp.is_none() && sources.len() < k && !rebuild.is_empty() {
         return Err(incomplete_reason(
-            notes, &members, &sources, &rebuild, k, v, is_up,
+            &copies, &members, &sources, &rebuild, k, v, is_up,
         ));
     }
     Ok(EcActivationPlan {
@@ -375,9 +452,9 @@ pub fn plan_activation(
 /// (up ones could serve through a positional pg_temp; down ones must come
 /// back).
 fn incomplete_reason(
-    notes: &Notes,
+    copies: &[(i32, usize, &PgInfo, &[LogEntry], bool)],
     members: &[(usize, i32)],
-    sources: &[usize],
+    sources: &[(usize, i32)],
     rebuild: &[usize],
     k: usize,
     v: Version,
@@ -395,18 +472,22 @@ fn incomplete_reason(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let acting: Vec<i32> = members.iter().map(|(_, o)| *o).collect();
-    let holders: Vec<String> = notes
+    let source_list = sources
         .iter()
-        .filter(|(o, (i, l, shard))| {
-            !acting.contains(o)
-                && i.backfill.is_none()
-                && !sources.contains(&usize::from(*shard))
+        .map(|(s, o)| format!("{s} (osd.{o})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let holders: Vec<String> = copies
+        .iter()
+        .filter(|&&(o, shard, i, l, _)| {
+            !members.contains(&(shard, o))
+                && !sources.iter().any(|(p, _)| *p == shard)
                 && holds(i, l, v)
         })
-        .map(|(o, (_, _, shard))| {
-            let state = if is_up(*o) { "up" } else { "down" };
-            format!("osd.{o} (shard {shard}, {state})")
+        .map(|&(o, shard, _, _, served)| {
+            let state = if is_up(o) { "up" } else { "down" };
+            let kept = if served { "" } else { ", kept copy" };
+            format!("osd.{o} (shard {shard}{kept}, {state})")
         })
         .collect();
     let waits = if holders.is_empty() {
@@ -418,13 +499,13 @@ fn incomplete_reason(
         )
     };
     format!(
-        "incomplete: {} of the k={k} up-to-date shards needed to rebuild shard(s) {} are in the acting set (up to date through {v}: {}); waiting for the map to change: {waits}",
+        "incomplete: {} of the k={k} up-to-date shards needed to rebuild shard(s) {} are reachable (up to date through {v}: {}); waiting for the map to change: {waits}",
         sources.len(),
         shard_list(rebuild),
         if sources.is_empty() {
             "none".to_string()
         } else {
-            shard_list(sources)
+            source_list
         }
     )
 }
@@ -442,7 +523,7 @@ impl EcPeeringJob {
         t.meta_set(b.coll, META_INFO, encode(&b.my_info));
         commit(store, t).await?;
         b.ensure_up_thru().await?;
-        let notes = self.query_all().await?;
+        let (notes, kept) = self.query_all().await?;
         let responders: Vec<i32> = notes.keys().copied().collect();
         let auth_les = notes
             .values()
@@ -464,6 +545,7 @@ impl EcPeeringJob {
         let up = |o: i32| b.shared.map_rx.borrow().osds.get(&o).is_some_and(|x| x.up);
         let plan = plan_activation(
             &notes,
+            &kept,
             &EcLayout {
                 k: self.ec.code.k(),
                 shards: &self.ec.shards,
@@ -578,12 +660,18 @@ impl EcPeeringJob {
     /// active) also asks every up OSD, and every answer's last active
     /// acting set is asked too (a new primary knows no history, and the
     /// complete copies of a moved position are found this way).
-    async fn query_all(&self) -> Result<Notes, String> {
+    async fn query_all(&self) -> Result<(Notes, Kept), String> {
         let b = &self.base;
         let map = b.shared.map_rx.borrow().clone();
         let me = self.me();
         let mut notes: Notes = BTreeMap::new();
         notes.insert(me, (b.my_info.clone(), b.my_log.clone(), b.coll.shard));
+        let mut kept: Kept = BTreeMap::new();
+        let store = &b.shared.store;
+        let mine = crate::runtime::blocking_store_call(|| kept_copies(store, b.pgid, b.coll))?;
+        for c in mine {
+            kept.insert((me, c.shard), (c.info, c.log));
+        }
         // Members of recorded activations this copy may not have seen; a
         // PG with no record at all (made before EC activations were
         // recorded) falls back to asking every up OSD when this copy is new.
@@ -611,11 +699,12 @@ impl EcPeeringJob {
                 from: me,
                 epoch: b.epoch,
             };
-            match b
-                .call::<PgNotify>(o, msg_type::PG_QUERY, encode(&q), "pg notify")
-                .await
-            {
+            match crate::peering::query_peer(&b.shared, o, &q).await {
                 Ok(n) => {
+                    for c in n.kept {
+                        todo.extend(c.info.last_active_acting.iter().copied());
+                        kept.insert((o, c.shard), (c.info, c.log));
+                    }
                     if let Some(info) = n.info {
                         todo.extend(info.last_active_acting.iter().copied());
                         notes.insert(o, (info, n.log, n.shard));
@@ -627,7 +716,7 @@ impl EcPeeringJob {
                 Err(e) => tracing::info!("pg {}: osd.{o} did not answer: {e}", b.pgid),
             }
         }
-        Ok(notes)
+        Ok((notes, kept))
     }
 
     async fn rollback(&self, osd: i32, entries: Vec<LogEntry>) -> Result<(), String> {
@@ -654,7 +743,7 @@ impl EcPeeringJob {
         shard: usize,
         osd: i32,
         plan: RecoveryPlan,
-        sources: &[usize],
+        sources: &[(usize, i32)],
     ) -> Result<(), String> {
         let backfill = matches!(plan, RecoveryPlan::Backfill);
         let (names, keep_only) = match plan {
@@ -700,15 +789,17 @@ impl EcPeeringJob {
         self.deliver(osd, batch, keep_only).await
     }
 
-    /// Every object name of the PG, from an up-to-date shard.
-    async fn list_from(&self, sources: &[usize]) -> Result<Vec<(u32, ObjectName)>, String> {
+    /// Every object name of the PG, from an up-to-date copy (the first
+    /// source: an acting member's when one is up to date, else a copy
+    /// outside the acting set, asked for by its position).
+    async fn list_from(&self, sources: &[(usize, i32)]) -> Result<Vec<(u32, ObjectName)>, String> {
         let b = &self.base;
-        let Some(&src) = sources.first() else {
+        let Some(&(src, osd)) = sources.first() else {
             return Err("no up-to-date shard to list objects from".into());
         };
-        let osd = self.ec.shards[src];
         if osd == self.me() {
-            return list_all(&b.shared.store, b.coll);
+            let coll = cairn_store::CollectionId::new(b.pgid.pool.0, b.pgid.seed, src as u8);
+            return list_all(&b.shared.store, coll);
         }
         let mut all = Vec::new();
         let mut after = None;
@@ -721,6 +812,7 @@ impl EcPeeringJob {
                     after,
                     limit: EC_LIST_PAGE,
                 },
+                shard: Some(src as u8),
             };
             match b
                 .call::<PullReply>(osd, msg_type::PG_PULL, encode(&p), "pull reply")
@@ -745,7 +837,7 @@ impl EcPeeringJob {
         &self,
         name: &ObjectName,
         shard: usize,
-        sources: &[usize],
+        sources: &[(usize, i32)],
     ) -> Result<Option<ObjectState>, String> {
         let b = &self.base;
         rebuild_chunk(&b.shared, b.pgid, b.epoch, &self.ec, name, shard, sources).await
@@ -806,7 +898,8 @@ impl EcPeeringJob {
 }
 
 /// The authoritative state of `name` for `shard`, rebuilt from the
-/// chunks of up-to-date `sources` (shard positions of the acting set;
+/// chunks of up-to-date `sources` ((shard position, OSD holding a copy of
+/// it): acting members, or copies outside the acting set;
 /// None = the object does not exist), with the shard's chunks of the
 /// object's snapshot clones. Activation and background backfill both use
 /// it.
@@ -817,7 +910,7 @@ pub(crate) async fn rebuild_chunk(
     ec: &EcPg,
     name: &ObjectName,
     shard: usize,
-    sources: &[usize],
+    sources: &[(usize, i32)],
 ) -> Result<Option<ObjectState>, String> {
     let head = cairn_ops::SNAP_HEAD;
     let Some(mut st) =
@@ -854,11 +947,11 @@ async fn rebuild_store_object(
     name: &ObjectName,
     snap: u64,
     shard: usize,
-    sources: &[usize],
+    sources: &[(usize, i32)],
 ) -> Result<Option<ObjectState>, String> {
     let code = &ec.code;
     let mut set = tokio::task::JoinSet::new();
-    for &s in sources {
+    for &(s, osd) in sources {
         let req = EcRead {
             pgid,
             shard: s as u8,
@@ -869,7 +962,6 @@ async fn rebuild_store_object(
             with_attrs: true,
             snap,
         };
-        let osd = ec.shards[s];
         let shared = shared.clone();
         set.spawn(async move { (s, call_read(&shared, osd, &req).await) });
     }
@@ -1086,27 +1178,42 @@ mod tests {
         notes.insert(3, (i.clone(), log.clone(), 0));
         notes.insert(4, (PgInfo::default(), vec![], 0));
         let shards = [4, 1, 2];
-        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|_| true).unwrap();
+        let plan = plan_activation(&notes, &Kept::new(), &layout(&shards, &shards, 2), &|_| {
+            true
+        })
+        .unwrap();
         assert_eq!(plan.pg_temp, Some(vec![3, 1, 2]));
-        assert_eq!(plan.sources, vec![1, 2]);
+        // The out OSD's copy is a source for its position too.
+        assert_eq!(plan.sources, vec![(1, 1), (2, 2), (0, 3)]);
         // osd.3 down: a hole instead, still at min_size 2.
-        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|o| o != 3).unwrap();
+        let plan = plan_activation(&notes, &Kept::new(), &layout(&shards, &shards, 2), &|o| {
+            o != 3
+        })
+        .unwrap();
         assert_eq!(plan.pg_temp, Some(vec![SHARD_HOLE, 1, 2]));
         // Below min_size (3) with the hole: rebuild inside activation.
-        let plan = plan_activation(&notes, &layout(&shards, &shards, 3), &|o| o != 3).unwrap();
+        let plan = plan_activation(&notes, &Kept::new(), &layout(&shards, &shards, 3), &|o| {
+            o != 3
+        })
+        .unwrap();
         assert_eq!(plan.pg_temp, None);
         assert_eq!(plan.recover, vec![(0, 4, RecoveryPlan::Backfill)]);
         // Already remapped (pg_temp in the map): activate, no new request.
         let acting = [3, 1, 2];
-        let plan = plan_activation(&notes, &layout(&acting, &shards, 2), &|_| true).unwrap();
+        let plan = plan_activation(&notes, &Kept::new(), &layout(&acting, &shards, 2), &|_| {
+            true
+        })
+        .unwrap();
         assert_eq!(plan.pg_temp, None);
-        assert_eq!(plan.sources, vec![0, 1, 2]);
+        assert_eq!(plan.sources, vec![(0, 3), (1, 1), (2, 2)]);
         assert!(plan.recover.is_empty());
         // No monitor to ask: rebuild inside activation.
         let mut l = layout(&shards, &shards, 2);
         l.may_remap = false;
         assert_eq!(
-            plan_activation(&notes, &l, &|_| true).unwrap().pg_temp,
+            plan_activation(&notes, &Kept::new(), &l, &|_| true)
+                .unwrap()
+                .pg_temp,
             None
         );
     }
@@ -1130,31 +1237,42 @@ mod tests {
         notes.insert(3, (PgInfo::default(), vec![], 0));
         notes.insert(2, (PgInfo::default(), vec![], 2));
         let shards = [3, 0, 2];
-        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|_| true).unwrap();
+        let plan = plan_activation(&notes, &Kept::new(), &layout(&shards, &shards, 2), &|_| {
+            true
+        })
+        .unwrap();
         assert_eq!(plan.point, e(6).version);
         assert!(plan.rollbacks.is_empty(), "{:?}", plan.rollbacks);
-        assert_eq!(plan.sources, vec![1]);
+        assert_eq!(plan.sources, vec![(1, 0), (0, 1)]);
         assert_eq!(plan.pg_temp, Some(vec![1, 0, SHARD_HOLE]));
         // Under that pg_temp: both complete copies act, the rest backfills.
         let acting = [1, 0, SHARD_HOLE];
-        let plan = plan_activation(&notes, &layout(&acting, &shards, 2), &|_| true).unwrap();
+        let plan = plan_activation(&notes, &Kept::new(), &layout(&acting, &shards, 2), &|_| {
+            true
+        })
+        .unwrap();
         assert_eq!((plan.point, plan.pg_temp.clone()), (e(6).version, None));
-        assert_eq!(plan.sources, vec![0, 1]);
+        assert_eq!(plan.sources, vec![(0, 1), (1, 0)]);
         assert!(plan.rollbacks.is_empty() && plan.recover.is_empty());
         // osd.1 down: one complete position left; nothing is rolled back
         // (the point stays: two positions hold it), and no pg_temp
         // reaches min_size, so activation cannot rebuild: the PG waits,
         // incomplete, naming the down OSD with the other complete copy.
-        let why = plan_activation(&notes, &layout(&shards, &shards, 2), &|o| o != 1).unwrap_err();
+        let why = plan_activation(&notes, &Kept::new(), &layout(&shards, &shards, 2), &|o| {
+            o != 1
+        })
+        .unwrap_err();
         assert!(why.starts_with("incomplete: 1 of the k=2"), "{why}");
         assert!(why.contains("osd.1 (shard 0, down)"), "{why}");
     }
 
     /// No monitor link (no pg_temp to ask for) and fewer than k up-to-date
-    /// acting shards: activation stops before any rollback or rebuild, with
-    /// a reason that names the shards and the copies it waits for, instead
-    /// of failing a rebuild on every retry. Once the map puts the complete
-    /// copy back in the acting set, it activates.
+    /// acting shards: complete copies outside the acting set are sources
+    /// too; with fewer than k sources in all, activation stops before any
+    /// rollback or rebuild, with a reason that names the shards and the
+    /// copies it waits for, instead of failing a rebuild on every retry.
+    /// Once the map puts the complete copy back in the acting set, it
+    /// activates.
     #[test]
     fn without_a_monitor_fewer_than_k_up_to_date_shards_wait_incomplete() {
         let log: Vec<LogEntry> = (1..=6).map(e).collect();
@@ -1170,17 +1288,24 @@ mod tests {
         let shards = [3, 0, 2];
         let mut l = layout(&shards, &shards, 2);
         l.may_remap = false;
-        let why = plan_activation(&notes, &l, &|_| true).unwrap_err();
+        // osd.1, outside the acting set and up, holds shard 0 at the point:
+        // shards 0 and 2 are rebuilt from it and osd.0's shard 1.
+        let plan = plan_activation(&notes, &Kept::new(), &l, &|_| true).unwrap();
+        assert_eq!(plan.sources, vec![(1, 0), (0, 1)]);
+        let rebuilt: Vec<(usize, i32)> = plan.recover.iter().map(|(s, o, _)| (*s, *o)).collect();
+        assert_eq!(rebuilt, vec![(0, 3), (2, 2)]);
+        // osd.1 down: one source left, the PG waits.
+        let why = plan_activation(&notes, &Kept::new(), &l, &|o| o != 1).unwrap_err();
         assert!(why.starts_with("incomplete: 1 of the k=2"), "{why}");
         assert!(why.contains("shard(s) 0 (osd.3), 2 (osd.2)"), "{why}");
-        assert!(why.contains("osd.1 (shard 0, up)"), "{why}");
+        assert!(why.contains("osd.1 (shard 0, down)"), "{why}");
         // The complete copy of shard 0 back in the acting set: two sources,
         // shard 2 is rebuilt inside activation.
         let shards = [1, 0, 2];
         let mut l = layout(&shards, &shards, 2);
         l.may_remap = false;
-        let plan = plan_activation(&notes, &l, &|_| true).unwrap();
-        assert_eq!(plan.sources, vec![0, 1]);
+        let plan = plan_activation(&notes, &Kept::new(), &l, &|_| true).unwrap();
+        assert_eq!(plan.sources, vec![(0, 1), (1, 0)]);
         let rebuilt: Vec<(usize, i32)> = plan.recover.iter().map(|(s, o, _)| (*s, *o)).collect();
         assert_eq!(rebuilt, vec![(2, 2)]);
     }
@@ -1200,7 +1325,10 @@ mod tests {
         notes.insert(6, (half, log.clone(), 0));
         notes.insert(4, (PgInfo::default(), vec![], 0));
         let shards = [4, 1, 2];
-        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|_| true).unwrap();
+        let plan = plan_activation(&notes, &Kept::new(), &layout(&shards, &shards, 2), &|_| {
+            true
+        })
+        .unwrap();
         assert_eq!(plan.pg_temp, Some(vec![SHARD_HOLE, 1, 2]));
     }
 
@@ -1214,11 +1342,14 @@ mod tests {
         notes.insert(2, note(5, 3, &full[..3], 1));
         notes.insert(3, note(5, 2, &full[..2], 2));
         let shards = [1, 2, 3];
-        let plan = plan_activation(&notes, &layout(&shards, &shards, 2), &|_| true).unwrap();
+        let plan = plan_activation(&notes, &Kept::new(), &layout(&shards, &shards, 2), &|_| {
+            true
+        })
+        .unwrap();
         assert_eq!(plan.point, Version { epoch: 5, seq: 3 });
         assert_eq!(plan.rollbacks, vec![(1, vec![e(4)])]);
         assert_eq!(plan.pg_temp, None);
-        assert_eq!(plan.sources, vec![0, 1]);
+        assert_eq!(plan.sources, vec![(0, 1), (1, 2)]);
         assert_eq!(
             plan.recover,
             vec![(
@@ -1319,7 +1450,7 @@ mod tests {
                         min_size: min_size as u32,
                         may_remap: false,
                     };
-                    let plan = plan_activation(&notes, &l, &|_| true)
+                    let plan = plan_activation(&notes, &Kept::new(), &l, &|_| true)
                         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
                     for v in &acked {
                         assert!(
@@ -1508,5 +1639,83 @@ mod tests {
         assert_eq!(ec_resume_point(&notes, 7, 1, &auth_far, &log_far), None);
         // Unknown to the query (did not answer): start over.
         assert_eq!(ec_resume_point(&notes, 8, 1, &auth, &auth_log), None);
+    }
+
+    /// The bug of `ecmove` seeds 1016 and 4, in 2+1 (min_size 2): writes
+    /// 1..6 were acknowledged on positions 0 (osd.0) and 1 (osd.1) while
+    /// position 2 was down. Then CRUSH moved osd.1 from position 1 to 2
+    /// (it keeps its position-1 copy) and put osd.3, empty, at position 1.
+    /// The acting members alone hold the writes at one position; counting
+    /// the copy osd.1 keeps, two hold them: nothing is rolled back, and
+    /// that kept copy is a source for rebuilding positions 1 and 2.
+    #[test]
+    fn a_kept_copy_of_an_old_position_counts_and_serves_as_a_source() {
+        let log: Vec<LogEntry> = (1..=6).map(e).collect();
+        let full = PgInfo {
+            last_epoch_started: cairn_types::Epoch(5),
+            ..info(6)
+        };
+        let mut notes: Notes = BTreeMap::new();
+        notes.insert(0, (full.clone(), log.clone(), 0));
+        notes.insert(3, (PgInfo::default(), vec![], 1));
+        notes.insert(1, (PgInfo::default(), vec![], 2));
+        let shards = [0, 3, 1];
+        // Without the kept copy (what an older OSD reports): the writes
+        // look unacknowledged and osd.0 would roll all six back.
+        let blind = plan_activation(&notes, &Kept::new(), &layout(&shards, &shards, 2), &|_| {
+            true
+        })
+        .unwrap();
+        assert_eq!(blind.point, Version::default());
+        assert_eq!(blind.rollbacks, vec![(0, log.clone())]);
+        let mut kept: Kept = BTreeMap::new();
+        kept.insert((1, 1), (full.clone(), log.clone()));
+        for may_remap in [true, false] {
+            let mut l = layout(&shards, &shards, 2);
+            l.may_remap = may_remap;
+            let plan = plan_activation(&notes, &kept, &l, &|_| true).unwrap();
+            assert_eq!(plan.point, e(6).version);
+            assert!(plan.rollbacks.is_empty(), "{:?}", plan.rollbacks);
+            assert_eq!(plan.sources, vec![(0, 0), (1, 1)]);
+            // No OSD can stand in for positions 1 and 2 (osd.1 serves 2),
+            // so no pg_temp reaches min_size: rebuilt inside activation.
+            assert_eq!(plan.pg_temp, None);
+            let rebuilt: Vec<(usize, i32)> =
+                plan.recover.iter().map(|(s, o, _)| (*s, *o)).collect();
+            assert_eq!(rebuilt, vec![(1, 3), (2, 1)]);
+        }
+        // osd.1 down: its kept copy still proves the writes were on two
+        // positions (nothing is rolled back), but it cannot be read: wait.
+        let why =
+            plan_activation(&notes, &kept, &layout(&shards, &shards, 2), &|o| o != 1).unwrap_err();
+        assert!(why.starts_with("incomplete: 1 of the k=2"), "{why}");
+        assert!(why.contains("osd.1 (shard 1, kept copy, down)"), "{why}");
+    }
+
+    /// A kept copy holding entries past the point (never acknowledged:
+    /// they reached fewer than k positions) is not rolled back by
+    /// activation, so it cannot serve as a source: its chunks may be newer
+    /// than the point.
+    #[test]
+    fn a_kept_copy_past_the_point_is_no_source() {
+        let log: Vec<LogEntry> = (1..=6).map(e).collect();
+        let at = |n: u64| PgInfo {
+            last_epoch_started: cairn_types::Epoch(5),
+            ..info(n)
+        };
+        let mut notes: Notes = BTreeMap::new();
+        notes.insert(0, (at(5), log[..5].to_vec(), 0));
+        notes.insert(2, (at(5), log[..5].to_vec(), 2));
+        notes.insert(3, (PgInfo::default(), vec![], 1));
+        let mut kept: Kept = BTreeMap::new();
+        kept.insert((2, 1), (at(6), log.clone()));
+        let shards = [0, 3, 2];
+        let mut l = layout(&shards, &shards, 2);
+        l.may_remap = false;
+        let plan = plan_activation(&notes, &kept, &l, &|_| true).unwrap();
+        assert_eq!(plan.point, e(5).version);
+        assert_eq!(plan.sources, vec![(0, 0), (2, 2)]);
+        let rebuilt: Vec<(usize, i32)> = plan.recover.iter().map(|(s, o, _)| (*s, *o)).collect();
+        assert_eq!(rebuilt, vec![(1, 3)]);
     }
 }

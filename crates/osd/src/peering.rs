@@ -232,6 +232,21 @@ async fn call_peer_parts<T: serde::de::DeserializeOwned>(
     decode_shared(what, &m.payload).map_err(|e| e.to_string())
 }
 
+/// Sends `q` to `osd` and decodes its answer from either notify layout
+/// ([`PgNotify::decode`]: an older OSD's answer has no kept copies).
+pub(crate) async fn query_peer(
+    shared: &Arc<Shared>,
+    osd: i32,
+    q: &PgQuery,
+) -> Result<PgNotify, String> {
+    let (_, conn) = shared.peer(osd).await?;
+    let m = conn
+        .call_parts(msg_type::PG_QUERY, vec![encode(q)], shared.cfg.peer_timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    PgNotify::decode(&m.payload).map_err(|e| e.to_string())
+}
+
 impl PeeringJob {
     fn me(&self) -> i32 {
         self.shared.cfg.id
@@ -512,9 +527,7 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
                 from: me,
                 epoch,
             };
-            match call_peer::<PgNotify>(&shared, to, msg_type::PG_QUERY, encode(&q), "pg notify")
-                .await
-            {
+            match query_peer(&shared, to, &q).await {
                 Ok(n) => PeeringInput::Notify {
                     from: to,
                     info: n.info,
@@ -532,6 +545,7 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
                 from: me,
                 epoch,
                 what: PullWhat::List { after, limit },
+                shard: None,
             };
             match call_peer::<PullReply>(&shared, from, msg_type::PG_PULL, encode(&p), "pull reply")
                 .await
@@ -554,6 +568,7 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
                 from: me,
                 epoch,
                 what: PullWhat::Objects(names),
+                shard: None,
             };
             match call_peer::<PullReply>(&shared, from, msg_type::PG_PULL, encode(&p), "pull reply")
                 .await

@@ -866,6 +866,7 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
                     info: None,
                     log: Vec::new(),
                     shard: 0,
+                    kept: Vec::new(),
                 };
                 let _ = conn.reply(&msg, msg_type::PG_NOTIFY, encode(&n)).await;
                 return Ok(());
@@ -879,7 +880,7 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
             )
         }
         msg_type::PG_PULL => {
-            let pull: PgPull = decode("pg pull", &msg.payload).map_err(de)?;
+            let pull = PgPull::decode(&msg.payload).map_err(de)?;
             (
                 pull.pgid,
                 PgMsg::Pull {
@@ -1673,6 +1674,27 @@ impl PgActor {
                     );
                     return;
                 }
+                let kept = match &self.ec {
+                    Some(_) => {
+                        let store = &self.shared.store;
+                        blocking_store_call(|| {
+                            crate::ec_peering::kept_copies(store, self.pgid, self.coll)
+                        })
+                    }
+                    None => Ok(Vec::new()),
+                };
+                let kept = match kept {
+                    Ok(k) => k,
+                    // Answering without them could make the primary roll
+                    // back a write they hold: no answer (it retries).
+                    Err(e) => {
+                        tracing::warn!(
+                            "pg {}: reading the kept copies of other shard positions: {e}",
+                            self.pgid
+                        );
+                        return;
+                    }
+                };
                 let n = PgNotify {
                     pgid: self.pgid,
                     from: self.me(),
@@ -1680,24 +1702,50 @@ impl PgActor {
                     info: Some(self.pg.info.clone()),
                     log: self.pg.log().cloned().collect(),
                     shard: self.coll.shard,
+                    kept,
                 };
                 let _ = conn.reply(&msg, msg_type::PG_NOTIFY, encode(&n)).await;
             }
             PgMsg::Pull { conn, msg, pull } => {
-                let r = match self.flush().await {
+                // A pull for another shard position reads the copy this
+                // OSD keeps of it (EC: left by a shard move); nothing is
+                // written to that copy, so there is nothing to flush.
+                let coll = match pull.shard {
+                    Some(s) if s != self.coll.shard => {
+                        CollectionId::new(self.pgid.pool.0, self.pgid.seed, s)
+                    }
+                    _ => self.coll,
+                };
+                let ready = if coll == self.coll {
+                    self.flush()
+                        .await
+                        .map_err(|e| format!("flushing the store: {e}"))
+                } else {
+                    match self.shared.store.collection_exists(&coll) {
+                        Ok(true) => Ok(()),
+                        Ok(false) => Err(format!(
+                            "osd.{} keeps no copy of shard {} of pg {}",
+                            self.me(),
+                            coll.shard,
+                            self.pgid
+                        )),
+                        Err(e) => Err(e.to_string()),
+                    }
+                };
+                let r = match ready {
                     // Off the async workers: reading objects verifies
                     // their checksums.
                     Ok(()) => blocking_store_call(|| {
                         peering::serve_pull(
                             &self.shared.store,
-                            self.coll,
+                            coll,
                             &pull.what,
                             crate::peering_sm::pull_reply_bytes(
                                 self.shared.cfg.recovery_batch_bytes,
                             ),
                         )
                     }),
-                    Err(e) => PullReply::Refused(format!("flushing the store: {e}")),
+                    Err(e) => PullReply::Refused(e),
                 };
                 let _ = conn
                     .reply_parts(&msg, msg_type::PG_PULL_REPLY, encode_parts(&r))

@@ -1147,6 +1147,7 @@ impl ScrubJob {
                     from: self.me(),
                     epoch: self.epoch,
                     what: PullWhat::Objects(vec![(f.name.hash(), f.name.clone())]),
+                    shard: None,
                 };
                 match self
                     .peering_job()
@@ -1239,12 +1240,12 @@ impl ScrubJob {
             .iter()
             .filter_map(|b| b.shard.map(usize::from))
             .collect();
-        let sources: Vec<usize> = ec
+        let sources: Vec<(usize, i32)> = ec
             .shards
             .iter()
             .enumerate()
             .filter(|(s, &o)| o != SHARD_HOLE && !bad_shards.contains(s))
-            .map(|(s, _)| s)
+            .map(|(s, &o)| (s, o))
             .collect();
         let mut n = 0;
         for b in &f.bad {

@@ -943,6 +943,7 @@ impl World {
         }
         self.submit(id, vec![TxOp::RemoveColl(r.pgid)], None);
         self.flush(id);
+        self.ec_drop_parked(id, r.pgid, true);
         self.stats_stray_removed();
         let (pgid, from) = (r.pgid, r.from);
         self.trace(|| format!("osd.{id} pg {pgid}: stray copy removed (primary osd.{from})"));

@@ -23,7 +23,7 @@ use cairn_ops::{
 use cairn_osd::ec_exec::{self, EcWritePlan, Step, ATTR_EC, INTERNAL_NS_PREFIX};
 use cairn_osd::ec_peering::{
     check_k_per_interval, log_after_rollback, plan_activation, rebuild_from_chunks,
-    recorded_intervals, EcActivationPlan, EcLayout, Notes,
+    recorded_intervals, EcActivationPlan, EcLayout, Kept, Notes,
 };
 use cairn_osd::ec_pool::{EcPg, SHARD_HOLE};
 use cairn_osd::exec::{decode_version, ATTR_VERSION};
@@ -197,6 +197,8 @@ struct EcRun {
     /// Local time the up_thru wait gives up.
     up_thru_deadline: u64,
     notes: Notes,
+    /// Copies answering OSDs (this one too) keep of other positions.
+    kept: Kept,
     asked: BTreeSet<i32>,
     waiting: BTreeSet<u64>,
     plan: Option<EcActivationPlan>,
@@ -405,6 +407,68 @@ impl World {
             sp.sent_gen.clear();
             sp.run = None;
             sp.pg.reload(info, log);
+        }
+    }
+
+    /// The copies this OSD keeps of `pgid`'s positions other than the one
+    /// it serves (parked by shard moves), with their info and log: what
+    /// its query answers report (the runtime's `ec_peering::kept_copies`).
+    pub fn ec_parked_copies(&self, id: i32, pgid: PgId) -> Vec<(u8, PgInfo, Vec<LogEntry>)> {
+        let Some(o) = self.osds.get(&id) else {
+            return Vec::new();
+        };
+        o.disk
+            .parked
+            .range((pgid, 0)..=(pgid, u8::MAX))
+            .filter_map(|((_, s), c)| {
+                let info = c.info.clone()?;
+                Some((*s, info, c.log.values().cloned().collect()))
+            })
+            .collect()
+    }
+
+    /// This OSD's copy of position `shard` of `pgid`: the one it serves,
+    /// or one parked by a shard move.
+    fn copy_of_position(&self, id: i32, pgid: PgId, shard: u8) -> Option<&crate::disk::Coll> {
+        if self.ec_shard_of_copy(id, pgid) == Some(shard) {
+            return self.coll(id, pgid);
+        }
+        self.osds.get(&id)?.disk.parked.get(&(pgid, shard))
+    }
+
+    /// Once the PG is clean here (acting = up, every position served), the
+    /// copies parked by shard moves are deleted, as the runtime's
+    /// `drop_other_shards_if_clean` does; `all`: a stray copy is removed,
+    /// and its parked copies with it.
+    pub fn ec_drop_parked(&mut self, id: i32, pgid: PgId, all: bool) {
+        let clean = all
+            || self.pg_mut(id, pgid).is_some_and(|sp| {
+                sp.pg.placement().is_some_and(|p| {
+                    p.acting == p.up && p.acting.len() as u32 >= p.size && !p.shards.is_empty()
+                })
+            });
+        if !clean {
+            return;
+        }
+        let Some(o) = self.osds.get_mut(&id) else {
+            return;
+        };
+        let gone: Vec<(PgId, u8)> = o
+            .disk
+            .parked
+            .range((pgid, 0)..=(pgid, u8::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in &gone {
+            o.disk.parked.remove(k);
+        }
+        if !gone.is_empty() {
+            self.trace(|| {
+                format!(
+                    "osd.{id} pg {pgid}: removed the copies parked of shard(s) {:?}",
+                    gone.iter().map(|(_, s)| s).collect::<Vec<_>>()
+                )
+            });
         }
     }
 
@@ -755,6 +819,7 @@ impl World {
                 call,
                 pgid,
                 what: PullWhat::Objects(vec![(oid.hash(), oid)]),
+                shard: None,
             });
             if let Some(r) = self.ec_proc(id).and_then(|p| p.reads.get_mut(&rid)) {
                 r.waiting.insert(call);
@@ -897,6 +962,11 @@ impl World {
             .unwrap_or(0);
         let mut notes: Notes = BTreeMap::new();
         notes.insert(id, (info, log, shard));
+        let kept: Kept = self
+            .ec_parked_copies(id, pgid)
+            .into_iter()
+            .map(|(s, i, l)| ((id, s), (i, l)))
+            .collect();
         let deadline = self.local_now_pub(id) + self.cfg.peer_timeout;
         let run = EcRun {
             id: run_id,
@@ -911,6 +981,7 @@ impl World {
             phase: Phase::UpThru,
             up_thru_deadline: deadline,
             notes,
+            kept,
             asked: BTreeSet::from([id]),
             waiting: BTreeSet::new(),
             plan: None,
@@ -1140,13 +1211,19 @@ impl World {
         r.waiting.remove(&call);
         match msg {
             Msg::Notify {
-                info: Some(info),
+                info,
                 log,
                 shard,
+                kept,
                 ..
             } => {
-                let next = info.last_active_acting.clone();
-                if let Some(s) = shard {
+                let mut next = Vec::new();
+                for (s, i, l) in kept {
+                    next.extend(i.last_active_acting.iter().copied());
+                    r.kept.insert((osd, s), (i, l));
+                }
+                if let (Some(info), Some(s)) = (info, shard) {
+                    next.extend(info.last_active_acting.iter().copied());
                     r.notes.insert(osd, (info, log, s));
                 }
                 self.ec_ask(id, pgid, next);
@@ -1165,9 +1242,9 @@ impl World {
                     format!("osd.{osd} failed to install a recovery push: {e}"),
                 )
             }
-            Msg::PullReply { reply, .. } => match reply {
+            Msg::PullReply { reply, shard, .. } => match reply {
                 cairn_ops::PullReply::Objects(objs) => {
-                    let shard = r.ec.shard_of(osd);
+                    let shard = shard.map(usize::from).or_else(|| r.ec.shard_of(osd));
                     for (_, n, st) in objs {
                         match (st, shard) {
                             (Some(st), Some(s)) => {
@@ -1242,6 +1319,7 @@ impl World {
         let is_up = |o: i32| m.osds.get(&o).is_some_and(|x| x.up);
         let plan = plan_activation(
             &r.notes,
+            &r.kept,
             &EcLayout {
                 k: r.ec.code.k(),
                 shards: &r.ec.shards,
@@ -1355,15 +1433,14 @@ impl World {
             self.ec_advance(id, pgid);
             return Ok(());
         }
-        let src = *plan
+        let (src, osd) = *plan
             .sources
             .first()
             .ok_or("no up-to-date shard to list objects from")?;
-        let osd = r.ec.shards[src];
         let run = r.id;
         if osd == id {
             let all: Vec<(u32, ObjectName)> = self
-                .coll(id, pgid)
+                .copy_of_position(id, pgid, src as u8)
                 .map(|c| {
                     c.objects
                         .keys()
@@ -1383,6 +1460,7 @@ impl World {
                     after: None,
                     limit: 100_000,
                 },
+                shard: Some(src as u8),
             });
         }
         self.ec_advance(id, pgid);
@@ -1407,8 +1485,7 @@ impl World {
                 }
             }
         }
-        let sources: Vec<(usize, i32)> =
-            plan.sources.iter().map(|&s| (s, r.ec.shards[s])).collect();
+        let sources: Vec<(usize, i32)> = plan.sources.clone();
         let run = r.id;
         if names.is_empty() {
             self.ec_advance(id, pgid);
@@ -1422,7 +1499,9 @@ impl World {
                     .map(|n| {
                         (
                             n.clone(),
-                            self.coll(id, pgid).and_then(|c| c.objects.get(n)).cloned(),
+                            self.copy_of_position(id, pgid, s as u8)
+                                .and_then(|c| c.objects.get(n))
+                                .cloned(),
                         )
                     })
                     .collect();
@@ -1441,6 +1520,7 @@ impl World {
                 call,
                 pgid,
                 what: PullWhat::Objects(w),
+                shard: Some(s as u8),
             });
         }
         self.ec_advance(id, pgid);
@@ -1468,11 +1548,10 @@ impl World {
             };
             let mut objects = Vec::new();
             for n in names {
-                let found: Vec<(usize, EcChunkData)> = r
-                    .chunks
-                    .get(&n)
-                    .map(|v| v.iter().filter(|(s, _)| s != shard).cloned().collect())
-                    .unwrap_or_default();
+                // A source may hold the very position rebuilt (a copy
+                // outside the acting set): its chunk is then taken as is.
+                let found: Vec<(usize, EcChunkData)> =
+                    r.chunks.get(&n).cloned().unwrap_or_default();
                 let absent = r.absent.get(&n).copied().unwrap_or(0);
                 let st = rebuild_from_chunks(&r.ec.code, &n, *shard, &found, absent, Vec::new())?;
                 objects.push((n.hash(), n, st));
@@ -1551,6 +1630,7 @@ impl World {
                 new_info.last_epoch_started.0
             )
         });
+        self.ec_drop_parked(id, pgid, false);
         self.pg_event_pub(
             id,
             pgid,

@@ -526,11 +526,22 @@ impl World {
                 }
                 self.answer_query(id, from, msg);
             }
-            Msg::Pull { call, pgid, what } => {
+            Msg::Pull {
+                call,
+                pgid,
+                what,
+                shard,
+            } => {
                 self.flush(id);
+                // EC: a pull for another position than the one served
+                // reads the copy parked there by a shard move.
+                let parked = shard.filter(|s| self.ec_shard_of_copy(id, pgid) != Some(*s));
                 let reply = match self.osds.get(&id).and_then(|o| {
                     o.proc_.as_ref()?.pgs.get(&pgid)?;
-                    o.disk.live.colls.get(&pgid)
+                    match parked {
+                        Some(s) => o.disk.parked.get(&(pgid, s)),
+                        None => o.disk.live.colls.get(&pgid),
+                    }
                 }) {
                     None => PullReply::Refused(format!("osd.{id} has no copy of pg {pgid}")),
                     Some(c) => match &what {
@@ -551,6 +562,7 @@ impl World {
                         call,
                         from: id,
                         reply,
+                        shard,
                     },
                 );
             }
@@ -577,6 +589,7 @@ impl World {
                 call,
                 from: o,
                 reply,
+                ..
             } => {
                 let input = match reply {
                     PullReply::Objects(objects) => PeeringInput::Pulled { from: o, objects },
@@ -637,6 +650,10 @@ impl World {
             None => (None, Vec::new()),
         };
         let shard = self.ec_shard_of_copy(id, pgid);
+        let kept = match shard {
+            Some(_) => self.ec_parked_copies(id, pgid),
+            None => Vec::new(),
+        };
         self.send(
             Ep::Osd(id),
             from,
@@ -646,6 +663,7 @@ impl World {
                 info,
                 log,
                 shard,
+                kept,
             },
         );
     }
@@ -721,6 +739,7 @@ impl World {
             if let Some(p) = self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid)) {
                 p.pg.reload(info, log);
             }
+            self.ec_drop_parked(id, pgid, false);
         }
         Ok(())
     }
@@ -1757,6 +1776,7 @@ impl World {
                         call,
                         pgid,
                         what: PullWhat::List { after, limit },
+                        shard: None,
                     });
                     None
                 }
@@ -1765,6 +1785,7 @@ impl World {
                         call,
                         pgid,
                         what: PullWhat::Objects(names),
+                        shard: None,
                     });
                     None
                 }

@@ -107,6 +107,9 @@ pub enum Msg {
         log: Vec<LogEntry>,
         /// EC: the shard position the answering copy holds.
         shard: Option<u8>,
+        /// EC: the copies the answering OSD keeps of other positions
+        /// (parked by a shard move), as the runtime's `PgNotify::kept`.
+        kept: Vec<(u8, PgInfo, Vec<LogEntry>)>,
     },
     /// EC primary -> shard: undo these entries (oldest first) from their
     /// rollback stashes.
@@ -126,11 +129,16 @@ pub enum Msg {
         call: u64,
         pgid: PgId,
         what: PullWhat,
+        /// EC: from the copy of this shard position (the one served, or
+        /// one parked by a shard move), as the runtime's `PgPull::shard`.
+        shard: Option<u8>,
     },
     PullReply {
         call: u64,
         from: i32,
         reply: PullReply,
+        /// The pull's `shard`, echoed.
+        shard: Option<u8>,
     },
     Push {
         call: u64,

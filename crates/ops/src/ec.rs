@@ -65,12 +65,75 @@ pub struct EcReadReply {
 /// primary -> shard (call): undo these log entries (newest last) from the
 /// rollback records kept with them; they reached fewer than k shards, so
 /// they were never acknowledged.
+///
+/// Wire history: `shard` was added after the first release (decode with
+/// [`EcRollback::decode`]; an older primary's request reads as `shard:
+/// None`). An older OSD ignores it and undoes the entries in the copy it
+/// serves, which is what it is asked for: it reports no kept copies
+/// (`PgNotify::kept`), so it is never asked to undo entries in one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EcRollback {
     pub pgid: PgId,
     pub from: i32,
     pub epoch: Epoch,
     pub entries: Vec<LogEntry>,
+    /// Undo them in this OSD's copy of this shard position (one it keeps
+    /// from an earlier position, read from as a rebuild source); None or
+    /// the position it serves = the copy it serves.
+    pub shard: Option<u8>,
+}
+
+/// [`EcRollback`] as the first release sent it (no `shard`).
+#[derive(Serialize, Deserialize)]
+struct EcRollbackV1 {
+    pgid: PgId,
+    from: i32,
+    epoch: Epoch,
+    entries: Vec<LogEntry>,
+}
+
+impl EcRollback {
+    /// Decodes a request from this release or from the first one.
+    pub fn decode(buf: &[u8]) -> Result<EcRollback, cairn_types::DecodeError> {
+        crate::msgs::decode_either(buf, "ec rollback", |o: EcRollbackV1| EcRollback {
+            pgid: o.pgid,
+            from: o.from,
+            epoch: o.epoch,
+            entries: o.entries,
+            shard: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_types::PoolId;
+
+    #[test]
+    fn rollback_decodes_from_both_layouts() {
+        let pgid = PgId {
+            pool: PoolId(1),
+            seed: 3,
+        };
+        let new = EcRollback {
+            pgid,
+            from: 2,
+            epoch: Epoch(9),
+            entries: vec![],
+            shard: Some(4),
+        };
+        assert_eq!(EcRollback::decode(&crate::encode(&new)).unwrap(), new);
+        let old = EcRollbackV1 {
+            pgid,
+            from: 2,
+            epoch: Epoch(9),
+            entries: vec![],
+        };
+        let back = EcRollback::decode(&crate::encode(&old)).unwrap();
+        assert_eq!(back, EcRollback { shard: None, ..new });
+        assert!(EcRollback::decode(&[1]).is_err());
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -267,7 +267,7 @@ impl PgNotify {
 /// Decodes `buf` as `T`, else (an older peer's shorter layout) as `Old`
 /// converted with `upgrade`; when both fail, the error of the current
 /// layout.
-fn decode_either<T: serde::de::DeserializeOwned, Old: serde::de::DeserializeOwned>(
+pub(crate) fn decode_either<T: serde::de::DeserializeOwned, Old: serde::de::DeserializeOwned>(
     buf: &[u8],
     what: &'static str,
     upgrade: impl FnOnce(Old) -> T,

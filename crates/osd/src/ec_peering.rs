@@ -217,6 +217,9 @@ pub struct EcActivationPlan {
     pub log: Vec<LogEntry>,
     /// Entries each acting OSD undoes (past the point or off its history).
     pub rollbacks: Vec<(i32, Vec<LogEntry>)>,
+    /// Entries past the point that copies outside the acting set chosen
+    /// as sources undo first (OSD, shard position of the copy, entries).
+    pub source_rollbacks: Vec<(i32, u8, Vec<LogEntry>)>,
     /// Copies holding the authoritative state (rebuild sources), as
     /// (shard position, OSD): the acting member's copy, or for a position
     /// no acting member holds at the point, a complete copy of it
@@ -345,8 +348,11 @@ pub fn plan_activation(
         .collect();
     // A position no acting member holds at the point may still have a
     // complete copy elsewhere; its chunks are read from there (by position:
-    // `EcRead::shard`, `PgPull::shard`). Nothing rolls such a copy back,
-    // so only one that holds exactly the point (nothing newer) serves.
+    // `EcRead::shard`, `PgPull::shard`). Entries it holds past the point
+    // reached fewer than k positions (never acknowledged) and are undone
+    // in that copy first (`EcRollback::shard`), so that it holds exactly
+    // the point.
+    let mut source_rollbacks = Vec::new();
     for s in 0..layout.shards.len() {
         if sources.iter().any(|(p, _)| *p == s) {
             continue;
@@ -355,15 +361,19 @@ pub fn plan_activation(
             .iter()
             .filter(|c| {
                 c.1 == s
-                    && c.2.last_update == v
                     && at_point(c.2, c.3)
                     && is_up(c.0)
                     && !(c.4 && layout.shards.get(s) == Some(&c.0))
             })
-            // The copy an OSD serves before one it keeps.
-            .max_by_key(|c| c.4);
+            // One with nothing to undo first, then the copy an OSD serves
+            // before one it keeps.
+            .max_by_key(|c| (c.2.last_update == v, c.4));
         if let Some(c) = other {
             sources.push((s, c.0));
+            let past: Vec<LogEntry> = c.3.iter().filter(|e| e.version > v).cloned().collect();
+            if !past.is_empty() {
+                source_rollbacks.push((c.0, c.1 as u8, past));
+            }
         }
     }
     let plan_for = |osd: i32| match notes.get(&osd) {
@@ -440,6 +450,7 @@ pub fn plan_activation(
         info: auth_info,
         log: auth_log,
         rollbacks,
+        source_rollbacks,
         sources,
         recover,
         pg_temp,
@@ -584,7 +595,15 @@ impl EcPeeringJob {
                 b.pgid,
                 divergent.len()
             );
-            self.rollback(osd, divergent).await?;
+            self.rollback(osd, None, divergent).await?;
+        }
+        for (osd, shard, past) in plan.source_rollbacks {
+            tracing::info!(
+                "pg {}: rolling back {} entries of osd.{osd}'s copy of shard {shard} (newer than {v}), a rebuild source outside the acting set",
+                b.pgid,
+                past.len()
+            );
+            self.rollback(osd, Some(shard), past).await?;
         }
         for (shard, osd, plan) in plan.recover {
             tracing::debug!("pg {}: shard {shard} on osd.{osd}: {plan:?}", b.pgid);
@@ -719,16 +738,31 @@ impl EcPeeringJob {
         Ok((notes, kept))
     }
 
-    async fn rollback(&self, osd: i32, entries: Vec<LogEntry>) -> Result<(), String> {
+    /// Undoes `entries` on `osd`'s copy (`shard`: of that position, a
+    /// copy it keeps or serves outside the acting set; None: the copy it
+    /// serves as an acting member).
+    async fn rollback(
+        &self,
+        osd: i32,
+        shard: Option<u8>,
+        entries: Vec<LogEntry>,
+    ) -> Result<(), String> {
         let b = &self.base;
         if osd == self.me() {
-            return rollback_local(&b.shared.store, b.coll, &entries).await;
+            return match shard.filter(|s| *s != b.coll.shard) {
+                None => rollback_local(&b.shared.store, b.coll, &entries).await,
+                Some(s) => {
+                    let coll = cairn_store::CollectionId::new(b.pgid.pool.0, b.pgid.seed, s);
+                    rollback_other_copy(&b.shared.store, coll, &entries).await
+                }
+            };
         }
         let rb = EcRollback {
             pgid: b.pgid,
             from: self.me(),
             epoch: b.epoch,
             entries,
+            shard,
         };
         let r: EcRollbackReply = b
             .call(osd, msg_type::EC_ROLLBACK, encode(&rb), "ec rollback reply")
@@ -1106,6 +1140,30 @@ pub(crate) async fn rollback_local(
         commit(store, txn).await?;
     }
     Ok(())
+}
+
+/// Undoes `entries` in a copy this OSD keeps of another shard position
+/// than the one it serves (a rebuild source outside the acting set), and
+/// drops them from that copy's log and info ([`log_after_rollback`]).
+pub(crate) async fn rollback_other_copy(
+    store: &cairn_store::Store,
+    coll: cairn_store::CollectionId,
+    entries: &[LogEntry],
+) -> Result<(), String> {
+    let what = |e: &dyn std::fmt::Display| format!("shard {}: {e}", coll.shard);
+    if !store.collection_exists(&coll).map_err(|e| what(&e))? {
+        return Err(format!("no copy of shard {} is kept here", coll.shard));
+    }
+    let info: PgInfo = match store.meta_get(&coll, META_INFO).map_err(|e| what(&e))? {
+        Some(raw) => cairn_ops::decode("pg info", &raw).map_err(|e| what(&e))?,
+        None => return Err(what(&"the copy has no PG info")),
+    };
+    let log = crate::peering::read_log(store, coll).map_err(|e| what(&e))?;
+    rollback_local(store, coll, entries).await?;
+    let (info, log) = log_after_rollback(&info, &log, entries);
+    let mut txn = Transaction::new();
+    replace_log(&mut txn, coll, &info, &log);
+    commit(store, txn).await
 }
 
 #[cfg(test)]

@@ -842,7 +842,7 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
             return Ok(());
         }
         msg_type::EC_ROLLBACK => {
-            let rb: EcRollback = decode("ec rollback", &msg.payload).map_err(de)?;
+            let rb = EcRollback::decode(&msg.payload).map_err(de)?;
             (
                 rb.pgid,
                 PgMsg::EcRollback {
@@ -2763,6 +2763,11 @@ impl PgActor {
                 "rollback from osd.{} for epoch {} is older than this OSD's interval (since {})",
                 rb.from, rb.epoch.0, self.pg.info.same_interval_since.0
             ))
+        } else if let Some(s) = rb.shard.filter(|s| *s != self.coll.shard) {
+            // A copy kept from an earlier position, read from as a rebuild
+            // source: undo there, the copy served is not touched.
+            let coll = CollectionId::new(self.pgid.pool.0, self.pgid.seed, s);
+            crate::ec_peering::rollback_other_copy(&self.shared.store, coll, &rb.entries).await
         } else {
             match crate::ec_peering::rollback_local(&self.shared.store, self.coll, &rb.entries)
                 .await

@@ -49,7 +49,7 @@ pub enum TxOp {
 }
 
 impl DiskState {
-    fn apply(&mut self, op: &TxOp) {
+    pub(crate) fn apply(&mut self, op: &TxOp) {
         match op {
             TxOp::Put(pg, name, st) => {
                 let c = self.colls.entry(*pg).or_default();

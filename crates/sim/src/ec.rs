@@ -1334,13 +1334,18 @@ impl World {
         r.phase = Phase::Rollback;
         let (run, epoch) = (r.id, r.epoch);
         let rollbacks = plan.rollbacks.clone();
+        let source_rollbacks = plan.source_rollbacks.clone();
         self.trace(|| {
             format!(
-                "osd.{id} pg {pgid}: EC plan: point {}, rollbacks {:?}, sources {:?}, recover {:?}",
+                "osd.{id} pg {pgid}: EC plan: point {}, rollbacks {:?} (of sources outside the acting set: {:?}), sources {:?}, recover {:?}",
                 plan.point,
                 plan.rollbacks
                     .iter()
                     .map(|(o, e)| (o, e.len()))
+                    .collect::<Vec<_>>(),
+                plan.source_rollbacks
+                    .iter()
+                    .map(|(o, s, e)| (o, s, e.len()))
                     .collect::<Vec<_>>(),
                 plan.sources,
                 plan.recover
@@ -1349,9 +1354,16 @@ impl World {
         if let Some(r) = self.ec_proc(id).and_then(|p| p.runs.get_mut(&pgid)) {
             r.plan = Some(plan);
         }
-        for (osd, entries) in rollbacks {
+        let all = rollbacks
+            .into_iter()
+            .map(|(o, e)| (o, None, e))
+            .chain(source_rollbacks.into_iter().map(|(o, s, e)| (o, Some(s), e)));
+        for (osd, shard, entries) in all {
             if osd == id {
-                self.ec_rollback_local(id, pgid, &entries);
+                match shard.filter(|s| self.ec_shard_of_copy(id, pgid) != Some(*s)) {
+                    Some(s) => self.ec_rollback_parked(id, pgid, s, &entries)?,
+                    None => self.ec_rollback_local(id, pgid, &entries),
+                }
                 continue;
             }
             self.ec_run_call(id, osd, pgid, run, |call| Msg::EcRollback {
@@ -1360,6 +1372,7 @@ impl World {
                 from: id,
                 epoch,
                 entries,
+                shard,
             });
         }
         self.ec_advance(id, pgid);
@@ -1391,6 +1404,45 @@ impl World {
         self.flush_pub(id);
     }
 
+    /// Undoes `entries` (oldest first) in the copy of position `shard`
+    /// this OSD parked (a rebuild source outside the acting set), and drops
+    /// them from its log and info, as the runtime's
+    /// `ec_peering::rollback_other_copy`. Parked copies are durable.
+    fn ec_rollback_parked(
+        &mut self,
+        id: i32,
+        pgid: PgId,
+        shard: u8,
+        entries: &[LogEntry],
+    ) -> Result<(), String> {
+        let Some(c) = self
+            .osds
+            .get_mut(&id)
+            .and_then(|o| o.disk.parked.remove(&(pgid, shard)))
+        else {
+            return Err(format!("osd.{id} keeps no copy of shard {shard} of pg {pgid}"));
+        };
+        let mut d = crate::disk::DiskState::default();
+        d.colls.insert(pgid, c);
+        for e in entries.iter().rev() {
+            let ops = rollback_ops(pgid, &d.colls[&pgid], e);
+            for op in &ops {
+                d.apply(op);
+            }
+        }
+        let mut c = d.colls.remove(&pgid).unwrap_or_default();
+        if let Some(info) = c.info.clone() {
+            let log: Vec<LogEntry> = c.log.values().cloned().collect();
+            let (info, log) = log_after_rollback(&info, &log, entries);
+            c.log = log.iter().map(|e| (e.version.seq, e.clone())).collect();
+            c.info = Some(info);
+        }
+        if let Some(o) = self.osds.get_mut(&id) {
+            o.disk.parked.insert((pgid, shard), c);
+        }
+        Ok(())
+    }
+
     /// A shard's side of a rollback request.
     pub fn ec_on_rollback(
         &mut self,
@@ -1399,12 +1451,16 @@ impl World {
         call: u64,
         pgid: PgId,
         entries: Vec<LogEntry>,
+        shard: Option<u8>,
     ) {
-        let result = if self.coll(id, pgid).is_some() {
-            self.ec_rollback_local(id, pgid, &entries);
-            Ok(())
-        } else {
-            Err(format!("osd.{id} has no copy of pg {pgid}"))
+        let parked = shard.filter(|s| self.ec_shard_of_copy(id, pgid) != Some(*s));
+        let result = match parked {
+            Some(s) => self.ec_rollback_parked(id, pgid, s, &entries),
+            None if self.coll(id, pgid).is_some() => {
+                self.ec_rollback_local(id, pgid, &entries);
+                Ok(())
+            }
+            None => Err(format!("osd.{id} has no copy of pg {pgid}")),
         };
         self.send(
             Ep::Osd(id),

@@ -384,8 +384,9 @@ impl World {
                 call,
                 pgid,
                 entries,
+                shard,
                 ..
-            } => self.ec_on_rollback(id, from, call, pgid, entries),
+            } => self.ec_on_rollback(id, from, call, pgid, entries, shard),
             Msg::EcRollbackReply { .. } => {}
             Msg::Backfill(bf) => self.on_backfill(id, bf),
             Msg::BackfillAck(ack) => self.on_backfill_ack(id, ack),

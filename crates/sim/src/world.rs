@@ -119,6 +119,9 @@ pub enum Msg {
         from: i32,
         epoch: Epoch,
         entries: Vec<LogEntry>,
+        /// In the copy of this position (one parked by a shard move, a
+        /// rebuild source), as the runtime's `EcRollback::shard`.
+        shard: Option<u8>,
     },
     EcRollbackReply {
         call: u64,

@@ -1751,11 +1751,12 @@ mod tests {
     }
 
     /// A kept copy holding entries past the point (never acknowledged:
-    /// they reached fewer than k positions) is not rolled back by
-    /// activation, so it cannot serve as a source: its chunks may be newer
-    /// than the point.
+    /// they reached fewer than k positions) is not rolled back with the
+    /// acting members; chosen as a rebuild source (no acting member holds
+    /// its position at the point), it undoes them first, so that its
+    /// chunks are those of the point.
     #[test]
-    fn a_kept_copy_past_the_point_is_no_source() {
+    fn a_kept_copy_past_the_point_is_rolled_back_before_it_serves() {
         let log: Vec<LogEntry> = (1..=6).map(e).collect();
         let at = |n: u64| PgInfo {
             last_epoch_started: cairn_types::Epoch(5),
@@ -1772,8 +1773,15 @@ mod tests {
         l.may_remap = false;
         let plan = plan_activation(&notes, &kept, &l, &|_| true).unwrap();
         assert_eq!(plan.point, e(5).version);
-        assert_eq!(plan.sources, vec![(0, 0), (2, 2)]);
+        assert!(plan.rollbacks.is_empty(), "{:?}", plan.rollbacks);
+        assert_eq!(plan.source_rollbacks, vec![(2, 1, vec![e(6)])]);
+        assert_eq!(plan.sources, vec![(0, 0), (2, 2), (1, 2)]);
         let rebuilt: Vec<(usize, i32)> = plan.recover.iter().map(|(s, o, _)| (*s, *o)).collect();
         assert_eq!(rebuilt, vec![(1, 3)]);
+        // A copy of that position with nothing to undo is preferred.
+        notes.insert(7, (at(5), log[..5].to_vec(), 1));
+        let plan = plan_activation(&notes, &kept, &l, &|_| true).unwrap();
+        assert!(plan.source_rollbacks.is_empty());
+        assert_eq!(plan.sources, vec![(0, 0), (2, 2), (1, 7)]);
     }
 }

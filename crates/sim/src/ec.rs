@@ -1354,10 +1354,11 @@ impl World {
         if let Some(r) = self.ec_proc(id).and_then(|p| p.runs.get_mut(&pgid)) {
             r.plan = Some(plan);
         }
-        let all = rollbacks
-            .into_iter()
-            .map(|(o, e)| (o, None, e))
-            .chain(source_rollbacks.into_iter().map(|(o, s, e)| (o, Some(s), e)));
+        let all = rollbacks.into_iter().map(|(o, e)| (o, None, e)).chain(
+            source_rollbacks
+                .into_iter()
+                .map(|(o, s, e)| (o, Some(s), e)),
+        );
         for (osd, shard, entries) in all {
             if osd == id {
                 match shard.filter(|s| self.ec_shard_of_copy(id, pgid) != Some(*s)) {
@@ -1420,7 +1421,9 @@ impl World {
             .get_mut(&id)
             .and_then(|o| o.disk.parked.remove(&(pgid, shard)))
         else {
-            return Err(format!("osd.{id} keeps no copy of shard {shard} of pg {pgid}"));
+            return Err(format!(
+                "osd.{id} keeps no copy of shard {shard} of pg {pgid}"
+            ));
         };
         let mut d = crate::disk::DiskState::default();
         d.colls.insert(pgid, c);

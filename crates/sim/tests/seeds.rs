@@ -3,10 +3,10 @@
 //! `full` profile (plus out/in, reweight, new OSDs, auto-out, flags,
 //! usage marks, throttles), 60 of the `disk` profile (full disks, commit
 //! EIO, damaged objects) and 100 of the `ec` profile (basic faults on an
-//! erasure-coded pool), 3 `ecmove` seeds (EC with placement changes; the
-//! profile's broad test is ignored while seeds fail), and the seeds that
-//! once failed outside those ranges (`REGRESSION_SEEDS`). `CAIRN_SOAK=1`
-//! runs 3000, 1000, 1000 and 1000.
+//! erasure-coded pool), 60 of the `ecmove` profile (EC with placement
+//! changes and the operator's faults), and the seeds that once failed
+//! outside those ranges (`REGRESSION_SEEDS`). `CAIRN_SOAK=1` runs 3000,
+//! 1000, 1000, 1000 and 1000.
 
 use cairn_sim::{run_seed, FaultProfile};
 
@@ -147,12 +147,11 @@ fn full_profile_seeds_pass_the_oracle() {
 
 /// Erasure-coded pools under `full`'s faults (`ecmove`): OSDs out/in,
 /// reweighted, automatic out, flags, usage marks; shards move and are
-/// rebuilt by activation (or the PG waits, incomplete, with fewer than k
-/// up-to-date shards). Not in CI yet: some seeds still fail (README,
-/// "Found, open": `ecmove` 4, 1013, 1016 of about 230 run); `cargo test
-/// -p cairn-sim -- --ignored` runs it.
+/// rebuilt by activation from k up-to-date copies of distinct positions
+/// (acting members, OSDs marked out, copies OSDs keep of a position they
+/// moved away from), or the PG waits, incomplete. 60 seeds take about 25 s
+/// of CPU in a debug build.
 #[test]
-#[ignore = "open: ecmove seeds 4 and 1016 (EC peering ignores kept old-position copies) and 1013 (no EC pg_temp in the simulator) fail; crates/sim/README.md, Found, open"]
 fn ecmove_profile_seeds_pass_the_oracle() {
     let count: u64 = if soak() { 1000 } else { 60 };
     let b = run_seeds(FaultProfile::EcMove, "ecmove", 0..count);
@@ -160,35 +159,6 @@ fn ecmove_profile_seeds_pass_the_oracle() {
         b.flags_set > 0 && b.full_marks > 0 && b.mark_refusals > 0,
         "the operator's faults did not bite: {b:?}"
     );
-    assert!(
-        b.ec_incomplete > 0,
-        "no PG waited incomplete with fewer than k up-to-date shards: {b:?}"
-    );
-}
-
-/// `ecmove` seeds in which EC PGs stop activation incomplete (2: 225
-/// times, 3: 28, 14: 45) and heal.
-const ECMOVE_INCOMPLETE_SEEDS: &[u64] = &[2, 3, 14];
-
-/// In CI: `ecmove` seeds that pass, where EC PGs with fewer than k
-/// up-to-date acting shards stop activation incomplete (before any
-/// rollback or rebuild) and heal once the map changes back.
-#[test]
-fn ecmove_incomplete_pgs_wait_and_heal() {
-    let mut incomplete = 0;
-    let mut failures = Vec::new();
-    for &seed in ECMOVE_INCOMPLETE_SEEDS {
-        let o = run_seed(seed, FaultProfile::EcMove, false);
-        incomplete += o.ec_incomplete;
-        if !o.violations.is_empty() {
-            failures.push(format!(
-                "seed {seed}: {}\n  replay: cargo run -p cairn-sim -- --profile ecmove --seed {seed} -v",
-                o.violations.join("\n  ")
-            ));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert!(incomplete > 0, "no PG waited incomplete");
 }
 
 /// The `disk` profile (basic plus full disks that get room again, commits
@@ -216,10 +186,20 @@ fn ec_profile_seeds_pass_the_oracle() {
 /// run: `ec` 927 and 1046 (a read begun while its PG was active, retried
 /// after a map marked shards down, planned over the new map's shards and
 /// failed with an I/O error; the simulator's fault, README "Bugs it
-/// found" 13).
+/// found" 16); `ecmove` 1016 (an acknowledged write rolled back: the copy
+/// an OSD kept of its old shard position was not counted; 4, in the range
+/// above, too), 1013 (a PG left incomplete although complete copies
+/// outside the acting set could rebuild it), 113 and 280 (incomplete for
+/// good: the only copy of a position was outside the acting set with
+/// unacknowledged entries past the point, never rolled back); README
+/// "Bugs it found" 17–18.
 const REGRESSION_SEEDS: &[(FaultProfile, &str, u64)] = &[
     (FaultProfile::Ec, "ec", 927),
     (FaultProfile::Ec, "ec", 1046),
+    (FaultProfile::EcMove, "ecmove", 1016),
+    (FaultProfile::EcMove, "ecmove", 1013),
+    (FaultProfile::EcMove, "ecmove", 113),
+    (FaultProfile::EcMove, "ecmove", 280),
 ];
 
 #[test]

@@ -39,6 +39,11 @@ pub const ALONE_OBJECT_BYTES: u64 = 512 << 10;
 pub fn copy_batch_full(held: usize, bytes: u64, big: bool, next: u64, limit: u64) -> bool {
     held > 0 && (bytes >= limit || big || next >= ALONE_OBJECT_BYTES)
 }
+/// A member with no copy of the PG is filled by log recovery inside
+/// activation only when the log names at most this many objects; beyond
+/// that it is backfilled in the background behind `pg_temp` (when the PG
+/// may remap), so the PG serves I/O while the copy is made.
+pub const LOG_FILL_MAX_OBJECTS: usize = 16;
 /// Objects per backfill listing page.
 pub const BACKFILL_LIST_PAGE: u32 = 512;
 /// Recovery pushes in flight to one member at once (the next batch is
@@ -986,8 +991,19 @@ impl Peering {
             return None;
         }
         // A member with no copy is complete enough when the log covers
-        // the PG's whole history (a young PG): log recovery fills it.
-        let complete = |o: i32| !matches!(self.plan_for(o), RecoveryPlan::Backfill);
+        // the PG's whole history (a young PG) and names only a few
+        // objects: log recovery fills it inside activation. With more, the
+        // PG would stay inactive (no client I/O) for as long as copying
+        // them takes, so such a member is backfilled behind pg_temp like
+        // one the log does not cover. A member *with* a copy that is a log
+        // away (a short restart) still recovers from the log.
+        let complete = |o: i32| match self.plan_for(o) {
+            RecoveryPlan::Backfill => false,
+            RecoveryPlan::Log { objects } if !self.notes.contains_key(&o) => {
+                objects.len() <= LOG_FILL_MAX_OBJECTS
+            }
+            _ => true,
+        };
         if self.p.up.iter().all(|&o| complete(o)) {
             return None;
         }
@@ -1546,6 +1562,54 @@ mod tests {
         });
         assert!(
             matches!(&out[..], [PeeringOutput::Done(Err(w))] if w.contains("not asked for")),
+            "{out:?}"
+        );
+    }
+
+    /// A member with no copy of a young PG (the log covers its whole
+    /// history): filled by log recovery inside activation when the log
+    /// names few objects, backfilled behind pg_temp when it names many, so
+    /// the PG is not inactive while they are copied. `objects` log entries.
+    fn no_copy_member_outputs(objects: u64) -> Vec<PeeringOutput> {
+        let log: Vec<LogEntry> = (1..=objects)
+            .map(|s| entry(5, s, &format!("o{s}")))
+            .collect();
+        let i = PgInfo {
+            log_tail: Version::default(),
+            ..info(
+                5,
+                Version {
+                    epoch: 5,
+                    seq: objects,
+                },
+            )
+        };
+        let mut p = params(i.clone(), log.clone(), vec![]);
+        p.may_remap = true;
+        p.probe = vec![0, 1, 2];
+        p.up_thru_recorded = true;
+        let mut sm = Peering::new(p);
+        sm.start();
+        sm.handle(PeeringInput::LocalCommitted);
+        sm.handle(notify(1, &i, &log));
+        sm.handle(PeeringInput::Notify {
+            from: 2,
+            info: None,
+            log: vec![],
+        })
+    }
+
+    #[test]
+    fn a_member_without_a_copy_is_backfilled_behind_pg_temp_when_the_log_names_many_objects() {
+        let out = no_copy_member_outputs(LOG_FILL_MAX_OBJECTS as u64 + 1);
+        assert!(
+            matches!(&out[..], [PeeringOutput::RequestPgTemp { osds }, ..] if osds == &vec![0, 1]),
+            "{out:?}"
+        );
+        let out = no_copy_member_outputs(LOG_FILL_MAX_OBJECTS as u64);
+        assert!(
+            !out.iter()
+                .any(|o| matches!(o, PeeringOutput::RequestPgTemp { .. })),
             "{out:?}"
         );
     }

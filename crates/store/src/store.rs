@@ -36,6 +36,11 @@ pub const WAL_FILE: &str = "wal";
 const LOCK_FILE: &str = "LOCK";
 /// Smallest write-ahead log accepted.
 const MIN_WAL_BYTES: u64 = 256 << 10;
+/// The WAL sized from the data device (`wal_bytes` = 0): this fraction of
+/// it, between [`AUTO_WAL_MIN_BYTES`] and [`AUTO_WAL_MAX_BYTES`].
+const AUTO_WAL_DATA_FRACTION: u64 = 16;
+const AUTO_WAL_MIN_BYTES: u64 = 32 << 20;
+const AUTO_WAL_MAX_BYTES: u64 = 256 << 20;
 /// Largest single WAL record (also bounded by a quarter of the log).
 const MAX_WAL_RECORD_BYTES: u64 = 16 << 20;
 /// How often the committer looks whether a background checkpoint's syncs are done.
@@ -73,7 +78,10 @@ pub struct StoreConfig {
     pub max_inflight_bytes: u64,
     /// Most transactions in one group commit.
     pub max_batch_txns: usize,
-    /// Size of the write-ahead log file (used at create; at open the file's length).
+    /// Size of the write-ahead log file (used at create; at open the file's
+    /// length). 0 (the default): sized from the data device, 1/16 of it
+    /// between 32 MiB and 256 MiB — a larger log means fewer checkpoints
+    /// (each one a data sync and a redb commit), see [`StoreConfig::wal_bytes_for`].
     pub wal_bytes: u64,
     /// Writes shorter than this are deferred: their data rides in the WAL
     /// record and reaches the data file without a sync of its own. Longer
@@ -121,7 +129,7 @@ impl StoreConfig {
             meta_reserve_bytes: 256 << 20,
             max_inflight_bytes: 128 << 20,
             max_batch_txns: 512,
-            wal_bytes: 32 << 20,
+            wal_bytes: 0,
             deferred_write_below_bytes: 64 << 10,
             checkpoint_interval_ms: 1000,
             discard_freed_blocks: false,
@@ -146,7 +154,7 @@ impl StoreConfig {
                 self.nearfull_ratio, self.full_ratio
             )));
         }
-        if self.wal_bytes < MIN_WAL_BYTES {
+        if self.wal_bytes != 0 && self.wal_bytes < MIN_WAL_BYTES {
             return Err(StoreError::Invalid(format!(
                 "wal_bytes {} is too small (at least {MIN_WAL_BYTES})",
                 self.wal_bytes
@@ -158,6 +166,20 @@ impl StoreConfig {
             ));
         }
         Ok(())
+    }
+    /// The WAL size mkfs lays out for a data device of `data_bytes`:
+    /// `wal_bytes` if set, else `data_bytes / 16` within 32..=256 MiB
+    /// (4 KiB-aligned). 4 KiB writes at 64 threads checkpointed every
+    /// ~0.1 s with 32 MiB (a quarter-full log starts one) and every
+    /// ~0.6 s with 256 MiB, which halved the checkpoint thread's CPU per
+    /// write (bench/README.md, store round 5).
+    pub fn wal_bytes_for(&self, data_bytes: u64) -> u64 {
+        let n = if self.wal_bytes != 0 {
+            self.wal_bytes
+        } else {
+            (data_bytes / AUTO_WAL_DATA_FRACTION).clamp(AUTO_WAL_MIN_BYTES, AUTO_WAL_MAX_BYTES)
+        };
+        n / WAL_ALIGN * WAL_ALIGN
     }
     fn meta_dir(&self) -> &Path {
         self.meta_path.as_deref().unwrap_or(&self.path)
@@ -632,9 +654,9 @@ impl Store {
         let need = match fixed_bytes {
             Some(n) => {
                 cfg.data_bytes = n;
-                cfg.meta_reserve_bytes + cfg.wal_bytes
+                cfg.meta_reserve_bytes + cfg.wal_bytes_for(n)
             }
-            None => cfg.data_bytes + cfg.meta_reserve_bytes + cfg.wal_bytes,
+            None => cfg.data_bytes + cfg.meta_reserve_bytes + cfg.wal_bytes_for(cfg.data_bytes),
         };
         check_fs_space(cfg.meta_dir(), need)?;
         let data = Arc::new(OsFile::open(&data_path, true).map_err(|e| io("create data file", e))?);
@@ -701,7 +723,7 @@ impl Store {
         files.data.preallocate(data_bytes).map_err(dio)?;
         files.data.write_at(&encode_label(&sb), 0).map_err(dio)?;
         files.data.sync_data().map_err(dio)?;
-        let wal_bytes = cfg.wal_bytes / WAL_ALIGN * WAL_ALIGN;
+        let wal_bytes = cfg.wal_bytes_for(data_bytes);
         wal::format(&*files.wal, wal_bytes).map_err(|e| StoreError::io("WAL file", e))?;
         let db = open_db(&cfg, &files.meta)?;
         let w = db.begin_write()?;
@@ -2601,5 +2623,27 @@ fn punch_runs(inner: &Inner, runs: &mut [(u64, u64)]) {
         if let Err(e) = inner.data.punch_hole(s * bs, l * bs) {
             tracing::warn!(block = s, blocks = l, error = %e, "punching freed blocks failed; the space stays allocated in the data file");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wal_sized_from_the_data_device_unless_set() {
+        let mut c = StoreConfig::new("/nonexistent");
+        assert_eq!(c.wal_bytes_for(64 << 20), AUTO_WAL_MIN_BYTES);
+        assert_eq!(c.wal_bytes_for(2 << 30), 128 << 20);
+        assert_eq!(c.wal_bytes_for(4 << 30), AUTO_WAL_MAX_BYTES);
+        assert_eq!(c.wal_bytes_for(10 << 40), AUTO_WAL_MAX_BYTES);
+        // Odd device sizes still give a 4 KiB-aligned log.
+        assert_eq!(c.wal_bytes_for((3 << 30) + 12345) % WAL_ALIGN, 0);
+        c.wal_bytes = (1 << 20) + 100;
+        assert_eq!(c.wal_bytes_for(4 << 30), 1 << 20);
+        c.wal_bytes = 4096;
+        assert!(c.validate().is_err(), "a WAL under 256 KiB is refused");
+        c.wal_bytes = 0;
+        assert!(c.validate().is_ok());
     }
 }

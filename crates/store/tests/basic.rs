@@ -405,3 +405,26 @@ fn data_kept_cached_is_read_from_the_page_cache_and_still_verified() {
         other => panic!("expected a checksum error, got {other:?}"),
     }
 }
+
+#[test]
+fn default_wal_is_sized_from_the_data_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = StoreConfig::new(dir.path());
+    c.data_bytes = 1 << 30;
+    c.meta_reserve_bytes = 0;
+    let want = c.wal_bytes_for(c.data_bytes);
+    assert_eq!(want, 64 << 20);
+    let s = Store::create(c.clone()).expect("create");
+    drop(s);
+    let len = std::fs::metadata(dir.path().join(cairn_store::WAL_FILE))
+        .expect("wal")
+        .len();
+    assert_eq!(len, want);
+    // Reopened with another setting, the log keeps the size it was made with.
+    c.wal_bytes = 1 << 20;
+    drop(Store::open(c).expect("reopen"));
+    let len2 = std::fs::metadata(dir.path().join(cairn_store::WAL_FILE))
+        .expect("wal")
+        .len();
+    assert_eq!(len2, want);
+}

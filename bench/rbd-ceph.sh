@@ -27,6 +27,11 @@
 # Knobs: RUNTIME (fio seconds per job, 20), TOTAL_1M (1G), TOTAL_4K (128M),
 # THREADS_1M (16), THREADS_4K (32), IMAGE_SIZE (1G), OSD_SIZE_GB (10),
 # SKIP_CEPH=1 / SKIP_CAIRN=1 (keep the other side's results from OUT_DIR),
+# CEPH_RBD_ARGS (extra arguments for every `rbd bench`, e.g.
+# `--rbd_cache=false` to run librbd without its client cache; Pacific's
+# `rbd` tool otherwise runs with rbd_cache=true, policy writearound and
+# rbd_cache_writethrough_until_flush forced off), CEPH_FIO=0 (skip Ceph's
+# fio phases), CAIRN_FIO=0 (skip Cairn's fio/map/rados phases),
 # CAIRN (a release `cairn`; built if absent), BASE_DIR (temp dirs, /tmp).
 # Every process started here is stopped by PID; temp dirs are removed.
 set -euo pipefail
@@ -219,9 +224,11 @@ EOF
   ceph_bench read 4K "$THREADS_4K" "$TOTAL_4K" rand
   ceph_bench write 4K 16 "$TOTAL_4K" seq seq
   local fio_rbd=(--ioengine=rbd --clientname=admin --pool=rbd --rbdname=bench)
-  fio_phase ceph_fio_randwrite_4k "${fio_rbd[@]}" --rw=randwrite --bs=4k --iodepth="$THREADS_4K"
-  fio_phase ceph_fio_write_1m "${fio_rbd[@]}" --rw=write --bs=1M --iodepth="$THREADS_1M"
-  fio_phase ceph_fio_read_1m "${fio_rbd[@]}" --rw=read --bs=1M --iodepth="$THREADS_1M"
+  if [[ ${CEPH_FIO:-1} == 1 ]]; then
+    fio_phase ceph_fio_randwrite_4k "${fio_rbd[@]}" --rw=randwrite --bs=4k --iodepth="$THREADS_4K"
+    fio_phase ceph_fio_write_1m "${fio_rbd[@]}" --rw=write --bs=1M --iodepth="$THREADS_1M"
+    fio_phase ceph_fio_read_1m "${fio_rbd[@]}" --rw=read --bs=1M --iodepth="$THREADS_1M"
+  fi
   ceph -s >"$OUT/ceph/ceph_s.txt" 2>&1 || true
   stop_all
   SERVER_PIDS=()
@@ -249,7 +256,8 @@ sys.exit(not (n > 0 and n == ok))'
 
 ceph_bench() { # type size threads total pattern [name suffix]
   phase "ceph_rbd_bench_$1_$2${6:-}" "$OUT/ceph/rbd_bench_$1_$2${6:-}.txt" \
-    rbd bench --io-type "$1" --io-size "$2" --io-threads "$3" --io-total "$4" --io-pattern "$5" rbd/bench
+    rbd bench --io-type "$1" --io-size "$2" --io-threads "$3" --io-total "$4" --io-pattern "$5" \
+    ${CEPH_RBD_ARGS:-} rbd/bench
 }
 
 fio_phase() { # name fio-args... (over the first IMAGE_SIZE, RUNTIME seconds)
@@ -281,6 +289,12 @@ cairn_side() {
   cairn_bench write 4K "$THREADS_4K" "$TOTAL_4K" rand
   cairn_bench read 4K "$THREADS_4K" "$TOTAL_4K" rand
   cairn_bench write 4K 16 "$TOTAL_4K" seq seq
+  if [[ ${CAIRN_FIO:-1} != 1 ]]; then
+    "$CAIRN" dev down --dir "$CAIRN_DEV" >/dev/null 2>&1 || true
+    CAIRN_DEV=""
+    unset CAIRN_CONF
+    return 0
+  fi
 
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

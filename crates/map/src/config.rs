@@ -461,6 +461,45 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
         "0",
         "client op timeout in seconds (0 = wait)",
     ),
+    opt(
+        "rbd_cache",
+        OptKind::Bool,
+        "true",
+        "image client write cache on (false = every write durable when acknowledged)",
+    ),
+    opt(
+        "rbd_cache_max_dirty",
+        OptKind::Size { min: 0, max: GIB },
+        "25165824",
+        "dirty bytes an open image may hold; writers wait beyond it (0 = write-through)",
+    ),
+    opt(
+        "rbd_cache_max_dirty_age",
+        OptKind::Float {
+            min: 0.0,
+            max: 3600.0,
+        },
+        "1.0",
+        "seconds dirty image data may stay cached before it is written back",
+    ),
+    opt(
+        "rbd_cache_policy",
+        OptKind::Choice(&["writeback", "writethrough"]),
+        "writeback",
+        "image write cache: writeback (acknowledge when cached, durable at flush/FUA) or writethrough",
+    ),
+    opt(
+        "rbd_cache_target_dirty",
+        OptKind::Size { min: 0, max: GIB },
+        "16777216",
+        "dirty bytes above which an open image writes back its oldest data",
+    ),
+    opt(
+        "rbd_cache_writethrough_until_flush",
+        OptKind::Bool,
+        "true",
+        "keep the image cache write-through until the user's first flush",
+    ),
 ];
 
 /// The option named `name` (already normalised), if the monitors know it.

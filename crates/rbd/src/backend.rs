@@ -1,7 +1,9 @@
 //! [`BlockBackend`] for an open [`Image`], so cairn-nbd can export it.
-//! Cairn writes are durable on every acting replica when acknowledged and
-//! nothing is cached here, so FLUSH and FUA have nothing to wait for, and
-//! several connections see one coherent image (CAN_MULTI_CONN is safe).
+//! FLUSH writes back the image's write cache ([`crate::cache`]); a FUA
+//! write, trim or write-zeroes is durable before its reply. Every
+//! connection to one export shares one `Image`, hence one cache, so a
+//! flush on any connection covers writes completed on all of them
+//! (CAN_MULTI_CONN is safe).
 
 use crate::error::RbdError;
 use crate::image::Image;
@@ -47,8 +49,12 @@ impl BlockBackend for Image {
                 .map_err(to_block)
         })
     }
-    fn write(&self, offset: u64, data: Bytes, _fua: bool) -> BoxFuture<'_, BlockResult<()>> {
-        Box::pin(async move { Image::write(self, offset, data).await.map_err(to_block) })
+    fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, BlockResult<()>> {
+        Box::pin(async move {
+            Image::write_fua(self, offset, data, fua)
+                .await
+                .map_err(to_block)
+        })
     }
     fn flush(&self) -> BoxFuture<'_, BlockResult<()>> {
         Box::pin(async move { Image::flush(self).await.map_err(to_block) })

@@ -46,6 +46,8 @@ pub enum RbdError {
     SnapNotProtected { image: String, snap: String },
     #[error("{0}. Serving stopped: another client broke the image lock and now owns the image; check 'cairn rbd status' before serving it again")]
     Fenced(String),
+    #[error("image '{image}': {detail}. Writes acknowledged from the write cache may be lost; every flush and write on this open image fails from now on: fix the cause, then reopen the image (restart 'cairn rbd serve' / 'cairn rbd map')")]
+    WriteBack { image: String, detail: String },
     #[error(transparent)]
     Client(#[from] ClientError),
 }

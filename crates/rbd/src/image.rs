@@ -10,6 +10,7 @@
 //! Data objects `rbd_data.<id>.<objno as 16 hex>` live in the data pool and
 //! exist only where something was written (thin provisioning).
 
+use crate::cache::{CacheConfig, WriteCache};
 use crate::combine::Combiner;
 use crate::error::RbdError;
 use crate::fence::{BrokenLock, Fenced, Fencer, FENCE_MAP_WAIT};
@@ -605,15 +606,49 @@ impl Rbd {
             }),
             None => None,
         };
-        let writer = Arc::new(Writer {
-            gate: tokio::sync::RwLock::new(()),
-            io: std::sync::RwLock::new(data.with_snap_context(header.snap_context())),
-            header: tokio::sync::Mutex::new(header.clone()),
-            meta: self.meta.clone(),
-            data: data.clone(),
-            id: id.clone(),
-            image: name.to_string(),
-            size_bytes: AtomicU64::new(header.size_bytes),
+        let cache_cfg = if lock.is_some() {
+            CacheConfig::from_map(&self.rados.map(), &self.rados.name().to_string())?
+        } else {
+            CacheConfig::writethrough()
+        };
+        let one_data_op = crate::combine::one_data_op(&data, &self.rados);
+        let writer = Arc::new_cyclic(|me: &std::sync::Weak<Writer>| {
+            let me = me.clone();
+            let (oid_id, parent) = (id.clone(), parent.clone());
+            let object_bytes = header.object_size_bytes;
+            let send: crate::combine::SendOp = Arc::new(move |objno, ops| {
+                let Some(w) = me.upgrade() else {
+                    return Box::pin(async move {
+                        Err(ClientError::Protocol(format!(
+                            "write-back to data object {objno:x} after the image was closed"
+                        )))
+                    });
+                };
+                // The context current when the op leaves (a snapshot
+                // flushes the cache before changing it).
+                let io = w.io();
+                let oid = data_object(&oid_id, objno);
+                let copyup = copyup_source(parent.as_ref(), object_bytes, objno);
+                Box::pin(Image::modify_object(io, oid, copyup, ops))
+            });
+            Writer {
+                gate: tokio::sync::RwLock::new(()),
+                io: std::sync::RwLock::new(data.with_snap_context(header.snap_context())),
+                header: tokio::sync::Mutex::new(header.clone()),
+                meta: self.meta.clone(),
+                data: data.clone(),
+                id: id.clone(),
+                image: name.to_string(),
+                size_bytes: AtomicU64::new(header.size_bytes),
+                cache: WriteCache::new(
+                    cache_cfg,
+                    send,
+                    one_data_op,
+                    name,
+                    &format!("rbd_data.{id}"),
+                    header.object_size_bytes,
+                ),
+            }
         });
         if lock.is_some() {
             tokio::spawn(crate::snap::watch_snap_requests(Arc::downgrade(&writer)));
@@ -631,7 +666,7 @@ impl Rbd {
                 let copyup = copyup_source(parent.as_ref(), object_bytes, objno);
                 Box::pin(Image::modify_object(io, oid, copyup, ops))
             });
-            Combiner::new(crate::combine::one_data_op(&data, &self.rados), send)
+            Combiner::new(one_data_op, send)
         };
         Ok(Image {
             name: name.to_string(),
@@ -685,6 +720,8 @@ pub(crate) struct Writer {
     pub id: String,
     pub image: String,
     pub size_bytes: AtomicU64,
+    /// The client write cache (write-through for read-only handles).
+    pub(crate) cache: Arc<WriteCache>,
 }
 
 impl Writer {
@@ -784,18 +821,14 @@ impl Image {
 
     /// Reads; unwritten ranges read as zeros. A read inside one object
     /// that comes back whole is handed on as received (no copy); pieces of
-    /// reads spanning objects are fetched in parallel and joined.
+    /// reads spanning objects are fetched in parallel and joined. Data in
+    /// the write cache (dirty or being written back) is laid over what the
+    /// OSDs return; a range the cache covers entirely is not read from them.
     pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, RbdError> {
         self.check_range(offset, len)?;
         let extents = split(self.object_bytes, offset, len);
         if let [e] = extents[..] {
-            let d = Self::read_extent(
-                self.data.clone(),
-                data_object(&self.id, e.objno),
-                self.parent_extent(e),
-                e,
-            )
-            .await?;
+            let d = self.read_cached_extent(e).await?;
             if d.len() as u64 == len {
                 return Ok(d);
             }
@@ -806,19 +839,68 @@ impl Image {
         let mut buf = BytesMut::zeroed(len as usize);
         let mut set = JoinSet::new();
         for e in extents {
-            let read = Self::read_extent(
+            // Taken now, before the OSD read is sent (see read_cached_extent).
+            let cached = self.writer.cache.overlay(e.objno, e.offset, e.len);
+            let read = (!crate::cache::covers(&cached, e.len)).then(|| {
+                Self::read_extent(
+                    self.data.clone(),
+                    data_object(&self.id, e.objno),
+                    self.parent_extent(e),
+                    e,
+                )
+            });
+            set.spawn(async move {
+                match read {
+                    Some(r) => r.await.map(|d| (e, d, cached)),
+                    None => Ok((e, Bytes::new(), cached)),
+                }
+            });
+        }
+        while let Some(done) = set.join_next().await {
+            let (e, d, cached) =
+                done.map_err(|e| RbdError::Invalid(format!("task failed: {e}")))??;
+            let n = d.len().min(e.len as usize);
+            let at = e.buf_offset as usize;
+            buf[at..at + n].copy_from_slice(&d[..n]);
+            for (rel, piece) in cached {
+                let from = at + rel as usize;
+                buf[from..from + piece.len()].copy_from_slice(&piece);
+            }
+        }
+        Ok(buf.freeze())
+    }
+
+    /// One object's part of a read with the write cache laid over it. The
+    /// cached pieces are taken before the OSD read is sent: data written
+    /// back after that is in them, data written back before is in the
+    /// OSDs' answer.
+    async fn read_cached_extent(&self, e: ObjectExtent) -> Result<Bytes, RbdError> {
+        let cached = self.writer.cache.overlay(e.objno, e.offset, e.len);
+        if cached.is_empty() {
+            return Self::read_extent(
                 self.data.clone(),
                 data_object(&self.id, e.objno),
                 self.parent_extent(e),
                 e,
-            );
-            set.spawn(async move { read.await.map(|d| (e, d)) });
+            )
+            .await;
         }
-        while let Some(done) = set.join_next().await {
-            let (e, d) = done.map_err(|e| RbdError::Invalid(format!("task failed: {e}")))??;
-            let n = d.len().min(e.len as usize);
-            let at = e.buf_offset as usize;
-            buf[at..at + n].copy_from_slice(&d[..n]);
+        let d = if crate::cache::covers(&cached, e.len) {
+            Bytes::new()
+        } else {
+            Self::read_extent(
+                self.data.clone(),
+                data_object(&self.id, e.objno),
+                self.parent_extent(e),
+                e,
+            )
+            .await?
+        };
+        let mut buf = BytesMut::zeroed(e.len as usize);
+        let n = d.len().min(e.len as usize);
+        buf[..n].copy_from_slice(&d[..n]);
+        for (rel, piece) in cached {
+            buf[rel as usize..rel as usize + piece.len()].copy_from_slice(&piece);
         }
         Ok(buf.freeze())
     }
@@ -917,11 +999,35 @@ impl Image {
         copyup_source(self.parent.as_ref(), self.object_bytes, objno)
     }
 
-    /// Writes; durable on every acting replica when this returns.
+    /// Writes. With the write cache in write-back mode (see
+    /// [`crate::cache`]) this returns once the data is cached: durable
+    /// after the next [`Image::flush`]. Write-through: durable on every
+    /// acting replica when this returns.
     pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), RbdError> {
+        self.write_fua(offset, data, false).await
+    }
+
+    /// Writes; with `fua`, durable on every acting replica when this
+    /// returns whatever the cache mode.
+    pub async fn write_fua(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), RbdError> {
         self.check_writable()?;
         self.check_range(offset, data.len() as u64)?;
         let _gate = self.writer.gate.read().await;
+        let cache = &self.writer.cache;
+        if cache.is_active() {
+            let extents = split(self.object_bytes, offset, data.len() as u64);
+            for e in &extents {
+                let piece = data.slice(e.buf_offset as usize..(e.buf_offset + e.len) as usize);
+                cache.write(e.objno, e.offset, piece).await?;
+            }
+            if fua {
+                for e in &extents {
+                    cache.flush_object(e.objno).await?;
+                }
+            }
+            return Ok(());
+        }
+        cache.check()?;
         let extents = split(self.object_bytes, offset, data.len() as u64);
         if let [e] = extents[..] {
             // The common case (a request inside one object): no task.
@@ -967,6 +1073,7 @@ impl Image {
         self.check_range(offset, len)?;
         let size = self.size_bytes();
         let _gate = self.writer.gate.read().await;
+        self.flush_cached(offset, len).await?;
         let wio = self.writer.io();
         for batch in split(self.object_bytes, offset, len).chunks(MAX_PARALLEL_OBJECT_OPS) {
             let mut set = JoinSet::new();
@@ -1021,6 +1128,7 @@ impl Image {
         self.check_range(offset, len)?;
         let zeros = Bytes::from(vec![0u8; self.object_bytes.min(len) as usize]);
         let _gate = self.writer.gate.read().await;
+        self.flush_cached(offset, len).await?;
         let wio = self.writer.io();
         for batch in split(self.object_bytes, offset, len).chunks(MAX_PARALLEL_OBJECT_OPS) {
             let mut set = JoinSet::new();
@@ -1042,13 +1150,39 @@ impl Image {
         Ok(())
     }
 
-    /// Makes every acknowledged write durable. Cairn acknowledges a write
-    /// only once it is durable on every acting replica and this layer
-    /// caches nothing, so there is nothing left to wait for; callers (NBD
-    /// FLUSH, FUSE fsync) still call it so that a future cache cannot be
-    /// added without honouring flushes.
+    /// Makes every write acknowledged before this call durable on every
+    /// acting replica (writes back the write cache). Fails with the
+    /// cache's sticky error if a write-back failed since the image was
+    /// opened. A write-through-until-flush cache turns write-back on here.
     pub async fn flush(&self) -> Result<(), RbdError> {
+        if self.lock.is_none() {
+            return Ok(());
+        }
+        self.writer.cache.flush_all().await
+    }
+
+    /// Makes the cached writes to the objects under `[offset, offset+len)`
+    /// durable (before a discard or zeroing reaches the OSDs, so no older
+    /// cached write lands after it).
+    async fn flush_cached(&self, offset: u64, len: u64) -> Result<(), RbdError> {
+        self.writer.cache.check()?;
+        for e in split(self.object_bytes, offset, len) {
+            self.writer.cache.flush_object(e.objno).await?;
+        }
         Ok(())
+    }
+
+    /// Tells the cache this user flushes when it needs durability (what
+    /// Ceph's `rbd` tool does for its own commands: bench and import end
+    /// with a flush): write-back from the first write, not only after the
+    /// first flush, when the policy is write-back.
+    pub fn assume_flushing_user(&self) {
+        self.writer.cache.assume_flushing_user();
+    }
+
+    /// The write cache's settings for this handle.
+    pub fn cache_config(&self) -> &CacheConfig {
+        self.writer.cache.config()
     }
 
     /// Changes the size; shrinking frees the objects past the new end
@@ -1061,6 +1195,7 @@ impl Image {
             ));
         }
         let _gate = self.writer.gate.read().await;
+        self.writer.cache.flush_all().await?;
         let mut header = self.writer.header.lock().await;
         let wio = self.writer.io();
         let old = header.size_bytes;
@@ -1113,6 +1248,7 @@ impl Image {
             return Ok(None);
         };
         let _gate = self.writer.gate.read().await;
+        self.writer.cache.flush_all().await?;
         let wio = self.writer.io();
         let objects = p.overlap_bytes.div_ceil(self.object_bytes);
         let total = objects * self.object_bytes;
@@ -1141,11 +1277,14 @@ impl Image {
         self.snap_id
     }
 
-    /// Releases the lock (only if it is still ours).
+    /// Writes back the cache, then releases the lock (only if it is still
+    /// ours). The lock is released even if the write-back failed; that
+    /// error is returned.
     pub async fn close(self) -> Result<(), RbdError> {
         let Some(lock) = &self.lock else {
             return Ok(());
         };
+        let flushed = self.writer.cache.flush_all().await;
         let ops = vec![
             SubOp::CmpExt {
                 offset: 0,
@@ -1153,13 +1292,14 @@ impl Image {
             },
             SubOp::Remove,
         ];
-        match self.writer.meta.operate(&lock_object(&self.id), ops).await {
+        let released = match self.writer.meta.operate(&lock_object(&self.id), ops).await {
             Ok(_) => Ok(()),
             Err(e) if is_noent(&e) || matches!(e.op_error(), Some(OpError::CmpMismatch { .. })) => {
                 Err(RbdError::LockLost(self.name.clone()))
             }
             Err(e) => Err(e.into()),
-        }
+        };
+        flushed.and(released)
     }
 }
 

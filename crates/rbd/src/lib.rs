@@ -12,9 +12,14 @@
 //!
 //! [`bench`] is `rbd bench`'s load generator.
 //!
-//! Writes to one data object that are in flight together are combined
-//! (`combine`): one op per object at a time, the rest queued and sent as
-//! one op when it returns.
+//! [`cache`] is the client write cache (Ceph's `rbd_cache`): with
+//! `rbd_cache_policy = writeback` a write is acknowledged once cached and
+//! made durable by the next flush (NBD FLUSH, fsync, close, snapshot,
+//! resize); FUA writes are durable before their ack. Write-through (the
+//! policy, or until the first flush) sends each write on at once; writes
+//! to one data object in flight together are then combined (`combine`):
+//! one op per object at a time, the rest queued and sent as one op when
+//! it returns.
 //!
 //! Snapshots work the same whether the data pool is replicated or
 //! erasure-coded (the OSDs of an EC pool clone each shard's chunk).
@@ -25,6 +30,7 @@
 
 mod backend;
 pub mod bench;
+pub mod cache;
 mod combine;
 pub mod error;
 pub mod fence;
@@ -36,6 +42,7 @@ pub mod serve;
 pub mod snap;
 pub mod transfer;
 
+pub use cache::CacheConfig;
 pub use error::RbdError;
 pub use fence::{BrokenLock, Fenced, Fencer};
 pub use header::{ImageHeader, LockRecord, ParentSpec, SnapInfo};

@@ -30,6 +30,10 @@ pub struct ServeOptions {
 async fn close_all(images: Vec<Arc<Image>>) -> Result<(), RbdError> {
     let mut first = None;
     for img in images {
+        // Written back even if something still holds the image.
+        if let Err(e) = img.flush().await {
+            first.get_or_insert(e);
+        }
         match Arc::try_unwrap(img) {
             Ok(img) => {
                 if let Err(e) = img.close().await {

@@ -165,8 +165,10 @@ async fn poll_once(w: &Writer) -> Result<(), RbdError> {
         }
         return Ok(());
     }
-    // Block new writes and wait for the ones in flight.
+    // Block new writes, wait for the ones in flight and write back the
+    // cache, so the snapshot holds every write acknowledged before it.
     let _gate = w.gate.write().await;
+    w.cache.flush_all().await?;
     let mut mine = w.header.lock().await;
     let size = w.size_bytes.load(std::sync::atomic::Ordering::Acquire);
     let h = update_header_and(&w.meta, &w.image, &w.id, |h| {
@@ -602,6 +604,7 @@ impl Image {
     async fn take_snapshot_locked(&self, snap: &str, snap_id: u64) -> Result<(), RbdError> {
         let w = &self.writer;
         let _gate = w.gate.write().await;
+        w.cache.flush_all().await?;
         let mut mine = w.header.lock().await;
         let size = self.size_bytes();
         let h = update_header(&w.meta, &w.image, &w.id, |h| {
@@ -645,6 +648,8 @@ impl Image {
             self.resize(s.size_bytes).await?;
         }
         let _gate = self.writer.gate.read().await;
+        // No cached write may land on top of the rolled-back data.
+        self.writer.cache.flush_all().await?;
         let wio = self.writer.io();
         let at = self.writer.data.at_snap(s.id);
         let objects = s.size_bytes.div_ceil(self.object_size_bytes());

@@ -99,6 +99,8 @@ impl Rbd {
     ) -> Result<u64, RbdError> {
         self.create(name, opts).await?;
         let img = self.open(name, "client.import", false).await?;
+        // Closing flushes: write-back from the first write.
+        img.assume_flushing_user();
         let size = img.size_bytes();
         let chunk = img.object_size_bytes() as usize;
         let mut pos = 0u64;
@@ -184,6 +186,8 @@ impl Rbd {
             )
             .await?;
         let img = dst_rbd.open(dst, "client.copy", false).await?;
+        // Closing flushes: write-back from the first write.
+        img.assume_flushing_user();
         let dst_data = dst_rbd.rados().ioctx(&to.data_pool)?;
         let total = from.object_count();
         let result = async {

@@ -469,6 +469,18 @@ async fn bench_qemu_img_through_nbd() {
 /// in-memory model of the image: every read and the final image match.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_ops_match_a_model() {
+    random_ops(false).await;
+}
+
+/// The same with the write cache taking writes back (Image::flush now and
+/// then; after each flush a second, read-only handle — which sees only
+/// what reached the OSDs — must read the model too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_ops_match_a_model_through_the_write_cache() {
+    random_ops(true).await;
+}
+
+async fn random_ops(write_back: bool) {
     use rand::{Rng, SeedableRng};
     let cluster = Cluster::start(3, 1, 8, 256 * MIB).await;
     let rados = cluster.client();
@@ -476,6 +488,9 @@ async fn random_ops_match_a_model() {
     let size = MIB + 3 * KIB; // last object partial
     rbd.create("m", &opts(size, 16 * KIB)).await.unwrap();
     let img = rbd.open("m", "client.model", false).await.unwrap();
+    if write_back {
+        img.assume_flushing_user();
+    }
     let mut model = vec![0u8; size as usize];
     let seed: u64 = std::env::var("CAIRN_SEED")
         .ok()
@@ -501,6 +516,15 @@ async fn random_ops_match_a_model() {
                 img.write_zeroes_allocated(off, len).await.unwrap();
                 model[o..o + l].fill(0);
             }
+            7 if write_back => {
+                img.flush().await.unwrap();
+                let ro = rbd.open_read_only("m").await.unwrap();
+                let on_osds = ro.read(0, size).await.unwrap();
+                assert!(
+                    on_osds[..] == model[..],
+                    "seed {seed} step {step}: after a flush the OSDs' data differs from the model"
+                );
+            }
             _ => {
                 let got = img.read(off, len).await.unwrap();
                 assert!(
@@ -516,6 +540,9 @@ async fn random_ops_match_a_model() {
         "seed {seed}: final image differs from the model"
     );
     img.close().await.unwrap();
+    // Closing flushed: the OSDs hold the model.
+    let ro = rbd.open_read_only("m").await.unwrap();
+    assert!(ro.read(0, size).await.unwrap()[..] == model[..]);
 }
 
 /// `rbd bench`'s load generator: counts, invalid options refused before

@@ -69,7 +69,24 @@ struct OutFrame {
     header: FrameHeader,
     /// The payload as consecutive segments (one frame on the wire).
     payload: Vec<Bytes>,
+    /// crc32c of some of those segments, known to the sender.
+    known: Vec<KnownCrc>,
     _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The crc32c of one segment of a payload, known to its sender (e.g. data
+/// whose block checksums the store has just verified, combined with
+/// `cairn_types::crc`). On a connection in crc mode the frame's crc is then
+/// combined from it instead of computed over that segment's bytes again
+/// (secure mode ignores it: its MAC reads every byte). A wrong value makes
+/// the receiver refuse the frame as corrupted, so it must be the crc of
+/// exactly those bytes (checked in debug builds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KnownCrc {
+    /// Index of the segment in the payload's list.
+    pub segment: usize,
+    /// Its crc32c.
+    pub crc: u32,
 }
 
 struct Inbound {
@@ -143,6 +160,7 @@ impl Shared {
         &self,
         header: FrameHeader,
         payload: Vec<Bytes>,
+        known: Vec<KnownCrc>,
         deadline: Instant,
         after: Duration,
     ) -> Result<(), MsgError> {
@@ -177,6 +195,7 @@ impl Shared {
         let frame = OutFrame {
             header,
             payload,
+            known,
             _permit: Some(permit),
         };
         match timeout_at(deadline, self.out_tx.send(frame)).await {
@@ -311,7 +330,7 @@ impl Connection {
         let h = self.header(msg_type, self.next_id(), None, &payload);
         self.handle
             .shared
-            .enqueue(h, payload, Instant::now() + after, after)
+            .enqueue(h, payload, Vec::new(), Instant::now() + after, after)
             .await
     }
 
@@ -351,7 +370,8 @@ impl Connection {
         }
         let h = self.header(msg_type, id, None, &payload);
         let result = async {
-            sh.enqueue(h, payload, deadline, timeout).await?;
+            sh.enqueue(h, payload, Vec::new(), deadline, timeout)
+                .await?;
             match timeout_at(deadline, rx).await {
                 Err(_) => Err(MsgError::timeout(
                     &sh.label,
@@ -385,11 +405,24 @@ impl Connection {
         msg_type: u16,
         payload: Vec<Bytes>,
     ) -> Result<(), MsgError> {
+        self.reply_parts_known(to, msg_type, payload, Vec::new())
+            .await
+    }
+
+    /// [`Connection::reply_parts`] with the crc32c of some segments known
+    /// (see [`KnownCrc`]).
+    pub async fn reply_parts_known(
+        &self,
+        to: &Message,
+        msg_type: u16,
+        payload: Vec<Bytes>,
+        known: Vec<KnownCrc>,
+    ) -> Result<(), MsgError> {
         let after = self.handle.shared.cfg.send_timeout;
         let h = self.header(msg_type, self.next_id(), Some(to.id), &payload);
         self.handle
             .shared
-            .enqueue(h, payload, Instant::now() + after, after)
+            .enqueue(h, payload, known, Instant::now() + after, after)
             .await
     }
 
@@ -405,6 +438,19 @@ impl Connection {
         to: &Message,
         msg_type: u16,
         payload: Vec<Bytes>,
+    ) -> Result<(), Option<Vec<Bytes>>> {
+        self.try_reply_parts_known(to, msg_type, payload, Vec::new())
+    }
+
+    /// [`Connection::try_reply_parts`] with the crc32c of some segments
+    /// known (see [`KnownCrc`]). A payload handed back is to be sent with
+    /// [`Connection::reply_parts_known`] and the same `known`.
+    pub fn try_reply_parts_known(
+        &self,
+        to: &Message,
+        msg_type: u16,
+        payload: Vec<Bytes>,
+        known: Vec<KnownCrc>,
     ) -> Result<(), Option<Vec<Bytes>>> {
         let sh = &self.handle.shared;
         if sh.dead_error().is_some() {
@@ -422,6 +468,7 @@ impl Connection {
         let frame = OutFrame {
             header,
             payload,
+            known,
             _permit: Some(permit),
         };
         match sh.out_tx.try_send(frame) {
@@ -714,14 +761,17 @@ async fn seal_frame(
 ) -> Result<[u8; HEADER_LEN], MsgError> {
     let mut raw = signer.prepare(&mut frame.header);
     let mac = if parts_len(&frame.payload) >= signer.key().offload_bytes() {
-        let (key, payload) = (signer.key().clone(), frame.payload.clone());
-        tokio::task::spawn_blocking(move || key.sign_parts(&raw[..SIGNED_HEADER_LEN], &payload))
-            .await
-            .map_err(|e| MsgError::protocol(&sh.label, format!("MAC task failed: {e}")))?
+        let key = signer.key().clone();
+        let (payload, known) = (frame.payload.clone(), frame.known.clone());
+        tokio::task::spawn_blocking(move || {
+            key.sign_parts_known(&raw[..SIGNED_HEADER_LEN], &payload, &known)
+        })
+        .await
+        .map_err(|e| MsgError::protocol(&sh.label, format!("MAC task failed: {e}")))?
     } else {
         signer
             .key()
-            .sign_parts(&raw[..SIGNED_HEADER_LEN], &frame.payload)
+            .sign_parts_known(&raw[..SIGNED_HEADER_LEN], &frame.payload, &frame.known)
     };
     raw[FRAME_MAC_AT..].copy_from_slice(&mac);
     Ok(raw)
@@ -743,6 +793,7 @@ async fn writer_loop(
             Err(_) => OutFrame {
                 header: FrameHeader::new(FrameKind::Keepalive, 0, 0),
                 payload: Vec::new(),
+                known: Vec::new(),
                 _permit: None,
             },
         };

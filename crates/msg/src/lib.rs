@@ -23,7 +23,7 @@ pub use config::{
     AcceptModes, FrameMode, FrameModes, MsgConfig, DEFAULT_CLIENT_MODES, DEFAULT_CLUSTER_MODES,
     DEFAULT_SERVICE_MODES,
 };
-pub use conn::{connect, Connection, Listener, Message};
+pub use conn::{connect, Connection, KnownCrc, Listener, Message};
 pub use error::MsgError;
 pub use keyring::{Keyring, KeyringEntry, Secret};
 pub use peer::Peer;

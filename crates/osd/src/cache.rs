@@ -126,10 +126,10 @@ impl DataCache {
         held
     }
 
-    /// The whole object `oid` of `pgid` if the cache holds it at
-    /// `version` (the version the store holds now) and its bytes still
-    /// match their checksum. An entry at another version is dropped.
-    pub fn get(&self, pgid: PgId, oid: &ObjectName, version: Version) -> Option<Bytes> {
+    /// The whole object `oid` of `pgid` and its crc32c if the cache holds
+    /// it at `version` (the version the store holds now) and its bytes
+    /// still match that checksum. An entry at another version is dropped.
+    pub fn get(&self, pgid: PgId, oid: &ObjectName, version: Version) -> Option<(Bytes, u32)> {
         if !self.enabled() {
             return None;
         }
@@ -174,13 +174,14 @@ impl DataCache {
         self.hits.fetch_add(1, Ordering::Relaxed);
         self.hit_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
-        Some(data)
+        Some((data, crc))
     }
 
     /// Offers the whole object `oid` at `version`, just read from the
-    /// store (checksum-verified there). Kept if it fits, and either the
-    /// cache has room or the object missed recently before.
-    pub fn offer(&self, pgid: PgId, oid: &ObjectName, version: Version, data: &Bytes) {
+    /// store (checksum-verified there; `crc` is the crc32c of `data` the
+    /// store combined from the block crcs it verified). Kept if it fits,
+    /// and either the cache has room or the object missed recently before.
+    pub fn offer(&self, pgid: PgId, oid: &ObjectName, version: Version, data: &Bytes, crc: u32) {
         let size = data.len() as u64;
         if !self.enabled() || size > self.max_entry_bytes() {
             return;
@@ -208,8 +209,7 @@ impl DataCache {
                 return;
             }
         }
-        // The checksum is computed outside the lock.
-        let crc = crc32c::crc32c(data);
+        debug_assert_eq!(crc32c::crc32c(data), crc, "offered with a wrong crc");
         let mut g = self.lock();
         let inner = &mut *g;
         if inner.entries.contains_key(&key) {
@@ -341,11 +341,16 @@ mod tests {
         Bytes::from(vec![b; n])
     }
 
+    /// Offers `d` with its crc, as a store read hands it over.
+    fn offer(c: &DataCache, pg: PgId, o: &ObjectName, v: Version, d: Bytes) {
+        c.offer(pg, o, v, &d, crc32c::crc32c(&d));
+    }
+
     #[test]
     fn hits_only_at_the_version_the_store_holds() {
         let c = DataCache::new(1 << 20);
-        c.offer(pg(0), &obj(1), v(5), &data(1000, 7));
-        assert_eq!(c.get(pg(0), &obj(1), v(5)).unwrap(), data(1000, 7));
+        offer(&c, pg(0), &obj(1), v(5), data(1000, 7));
+        assert_eq!(c.get(pg(0), &obj(1), v(5)).unwrap().0, data(1000, 7));
         assert!(c.get(pg(1), &obj(1), v(5)).is_none(), "another PG");
         // The store now holds a newer version: a miss, and the entry goes.
         assert!(c.get(pg(0), &obj(1), v(6)).is_none());
@@ -358,7 +363,7 @@ mod tests {
     fn writes_and_pg_changes_drop_entries() {
         let c = DataCache::new(1 << 20);
         for i in 0..4 {
-            c.offer(pg(i % 2), &obj(i), v(1), &data(100, i as u8));
+            offer(&c, pg(i % 2), &obj(i), v(1), data(100, i as u8));
         }
         c.invalidate(pg(0), &obj(0));
         assert!(c.get(pg(0), &obj(0), v(1)).is_none());
@@ -374,16 +379,16 @@ mod tests {
     fn stays_within_its_bytes_and_resists_a_scan() {
         let c = DataCache::new(4000);
         assert_eq!(c.max_entry_bytes(), 1000);
-        c.offer(pg(0), &obj(99), v(1), &data(1001, 1));
+        offer(&c, pg(0), &obj(99), v(1), data(1001, 1));
         assert_eq!(c.stats().entries, 0, "too big for the cache");
         // Fills while there is room.
         for i in 0..4 {
-            c.offer(pg(0), &obj(i), v(1), &data(1000, 1));
+            offer(&c, pg(0), &obj(i), v(1), data(1000, 1));
         }
         assert_eq!(c.stats().bytes, 4000);
         // A scan of new objects read once each does not evict them.
         for i in 10..20 {
-            c.offer(pg(0), &obj(i), v(1), &data(1000, 1));
+            offer(&c, pg(0), &obj(i), v(1), data(1000, 1));
         }
         for i in 0..4 {
             assert!(c.get(pg(0), &obj(i), v(1)).is_some(), "o{i} evicted");
@@ -391,7 +396,7 @@ mod tests {
         // An object read again soon is admitted, evicting the least
         // recently used one.
         assert!(c.get(pg(0), &obj(2), v(1)).is_some());
-        c.offer(pg(0), &obj(19), v(1), &data(1000, 1));
+        offer(&c, pg(0), &obj(19), v(1), data(1000, 1));
         assert!(c.get(pg(0), &obj(19), v(1)).is_some());
         let s = c.stats();
         assert_eq!((s.bytes, s.entries, s.evictions), (4000, 4, 1));
@@ -402,30 +407,30 @@ mod tests {
     fn remembers_a_bounded_number_of_recent_misses() {
         let c = DataCache::new(4000);
         for i in 0..4 {
-            c.offer(pg(0), &obj(i), v(1), &data(1000, 1));
+            offer(&c, pg(0), &obj(i), v(1), data(1000, 1));
         }
         let last = 10 + GHOST_KEYS_MAX as u32;
         for i in 10..=last {
-            c.offer(pg(0), &obj(i), v(1), &data(1000, 1));
+            offer(&c, pg(0), &obj(i), v(1), data(1000, 1));
         }
         assert_eq!(c.stats().inserts, 4, "misses are only remembered");
         // The oldest miss was forgotten: offered again, only remembered.
-        c.offer(pg(0), &obj(10), v(1), &data(1000, 1));
+        offer(&c, pg(0), &obj(10), v(1), data(1000, 1));
         assert!(c.get(pg(0), &obj(10), v(1)).is_none());
         // A recent one is admitted on its second miss.
-        c.offer(pg(0), &obj(last), v(1), &data(1000, 1));
+        offer(&c, pg(0), &obj(last), v(1), data(1000, 1));
         assert!(c.get(pg(0), &obj(last), v(1)).is_some());
         // A PG's misses go with its entries.
-        c.offer(pg(1), &obj(1), v(1), &data(1000, 1));
+        offer(&c, pg(1), &obj(1), v(1), data(1000, 1));
         c.invalidate_pg(pg(1));
-        c.offer(pg(1), &obj(1), v(1), &data(1000, 1));
+        offer(&c, pg(1), &obj(1), v(1), data(1000, 1));
         assert!(c.get(pg(1), &obj(1), v(1)).is_none());
     }
 
     #[test]
     fn a_corrupted_entry_is_never_served() {
         let c = DataCache::new(1 << 20);
-        c.offer(pg(0), &obj(1), v(1), &data(4096, 3));
+        offer(&c, pg(0), &obj(1), v(1), data(4096, 3));
         c.corrupt(pg(0), &obj(1));
         assert!(c.get(pg(0), &obj(1), v(1)).is_none());
         let s = c.stats();
@@ -435,7 +440,7 @@ mod tests {
     #[test]
     fn a_zero_capacity_cache_keeps_nothing() {
         let c = DataCache::new(0);
-        c.offer(pg(0), &obj(1), v(1), &data(10, 3));
+        offer(&c, pg(0), &obj(1), v(1), data(10, 3));
         assert!(c.get(pg(0), &obj(1), v(1)).is_none());
         assert_eq!(c.stats(), CacheStats::default());
     }

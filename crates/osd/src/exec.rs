@@ -728,8 +728,7 @@ pub fn head_version(
 }
 
 /// One range read of `name`'s head (`len` 0: to its end), answering as
-/// `execute_read` of a lone `SubOp::Read` does, also returning the
-/// object's size (so the caller knows whether it got the whole object).
+/// `execute_read` of a lone `SubOp::Read` does.
 /// One store lookup gives the data, the snapset (a whiteout reads as
 /// absent) and the version: the cheapest way to serve a small read.
 pub fn read_head_range(
@@ -738,7 +737,7 @@ pub fn read_head_range(
     name: &ObjectName,
     offset: u64,
     len: u64,
-) -> Result<(Bytes, Version, u64), OpError> {
+) -> Result<HeadRead, OpError> {
     let r = store
         .read_with_attrs(&coll, &store_oid(name), offset, len)
         .map_err(map_store_err)?;
@@ -752,7 +751,22 @@ pub fn read_head_range(
         .get(ATTR_VERSION)
         .map(|b| decode_version(b))
         .unwrap_or_default();
-    Ok((r.data, version, r.size))
+    Ok(HeadRead {
+        data: r.data,
+        data_crc: r.data_crc,
+        version,
+        size: r.size,
+    })
+}
+
+/// What [`read_head_range`] read.
+pub struct HeadRead {
+    pub data: Bytes,
+    /// crc32c of `data`, from the block crcs the store verified.
+    pub data_crc: u32,
+    pub version: Version,
+    /// The object's size (so the caller knows whether it got all of it).
+    pub size: u64,
 }
 
 /// A page of a PG listing: (hash, name) pairs and the resume point.

@@ -15,8 +15,8 @@ use crate::pg::{PastInterval, Pg, PgAction, PgEvent, PgLimits, Placement, Role, 
 use bytes::Bytes;
 use cairn_map::{ClusterMap, PgRecoveryCounts, PoolKind};
 use cairn_msg::{
-    connect, AcceptModes, Connection, Credentials, FrameModes, Listener, Message, MsgConfig,
-    MsgError, Secret, DEFAULT_CLUSTER_MODES, DEFAULT_SERVICE_MODES,
+    connect, AcceptModes, Connection, Credentials, FrameModes, KnownCrc, Listener, Message,
+    MsgConfig, MsgError, Secret, DEFAULT_CLUSTER_MODES, DEFAULT_SERVICE_MODES,
 };
 use cairn_ops::{
     decode, decode_shared, encode, encode_parts, msg_type, EcRead, EcRollback, EcRollbackReply,
@@ -945,7 +945,8 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
 
 /// Serves a read-only request of a replicated PG from the store (a lone
 /// head read through the data cache). `list_version` is the version a
-/// listing reports.
+/// listing reports. Also returns the crc32c of a lone head read's data
+/// when it is known without another pass (see [`reply_parts`]).
 fn serve_read(
     shared: &Shared,
     pgid: PgId,
@@ -953,8 +954,9 @@ fn serve_read(
     req: &OpRequest,
     list_version: Version,
     epoch: Epoch,
-) -> OpReply {
+) -> (OpReply, Option<u32>) {
     let store = &shared.store;
+    let mut data_crc = None;
     let (res, version) = match req.ops.as_slice() {
         [SubOp::ListObjects { after, limit }] => {
             match exec::list_client_objects(store, coll, after.as_ref(), *limit) {
@@ -976,10 +978,13 @@ fn serve_read(
                 // page-cached by the store, a cache lookup would cost
                 // more than it saves.
                 exec::read_head_range(store, coll, &req.oid, *offset, *len)
-                    .map(|(data, v, _)| (data, v))
+                    .map(|r| (r.data, r.version, Some(r.data_crc)))
             };
             match read {
-                Ok((data, v)) => (Ok(vec![SubOpOutput::Data(data)]), v),
+                Ok((data, v, crc)) => {
+                    data_crc = crc;
+                    (Ok(vec![SubOpOutput::Data(data)]), v)
+                }
                 Err(e) => (Err(e), Version::default()),
             }
         }
@@ -988,12 +993,35 @@ fn serve_read(
             Err(e) => (Err(e), Version::default()),
         },
     };
-    OpReply {
+    let reply = OpReply {
         reqid: req.reqid.clone(),
         status: OpStatus::Done(res),
         version,
         epoch,
+    };
+    (reply, data_crc)
+}
+
+/// `reply` encoded as segments, and the crc32c of its data segment when
+/// `data_crc` (the crc of a lone data output) is known: the messenger then
+/// combines the frame's crc from it instead of reading the data again
+/// (crc mode; the client still checks every byte against that crc, so a
+/// bit flipped after the store verified it is caught there).
+fn reply_parts(reply: &OpReply, data_crc: Option<u32>) -> (Vec<Bytes>, Vec<KnownCrc>) {
+    let parts = encode_parts(reply);
+    let mut known = Vec::new();
+    if let (Some(crc), OpStatus::Done(Ok(outs))) = (data_crc, &reply.status) {
+        if let [SubOpOutput::Data(d)] = outs.as_slice() {
+            // A big data field is its own segment, shared (same memory).
+            if let Some(i) = parts
+                .iter()
+                .position(|p| !d.is_empty() && p.as_ptr() == d.as_ptr() && p.len() == d.len())
+            {
+                known.push(KnownCrc { segment: i, crc });
+            }
+        }
     }
+    (parts, known)
 }
 
 /// A head range read served from the data cache when it holds the object
@@ -1006,7 +1034,7 @@ fn read_through_cache(
     oid: &cairn_ops::ObjectName,
     offset: u64,
     len: u64,
-) -> Result<(Bytes, Version), OpError> {
+) -> Result<(Bytes, Version, Option<u32>), OpError> {
     let store = &shared.store;
     // The version check costs a store lookup: only for objects cached.
     let cached = shared.cache.probe(pgid, oid);
@@ -1015,7 +1043,7 @@ fn read_through_cache(
         .transpose()?
         .flatten()
     {
-        if let Some(whole) = shared.cache.get(pgid, oid, v) {
+        if let Some((whole, crc)) = shared.cache.get(pgid, oid, v) {
             let size = whole.len() as u64;
             let start = offset.min(size);
             let end = if len == 0 {
@@ -1023,14 +1051,18 @@ fn read_through_cache(
             } else {
                 offset.saturating_add(len).min(size)
             };
-            return Ok((whole.slice(start as usize..end.max(start) as usize), v));
+            let all = start == 0 && end == size;
+            let data = whole.slice(start as usize..end.max(start) as usize);
+            return Ok((data, v, all.then_some(crc)));
         }
     }
-    let (data, v, size) = exec::read_head_range(store, coll, oid, offset, len)?;
-    if offset == 0 && data.len() as u64 == size && size >= BLOCKING_SUBMIT_BYTES {
-        shared.cache.offer(pgid, oid, v, &data);
+    let r = exec::read_head_range(store, coll, oid, offset, len)?;
+    if offset == 0 && r.data.len() as u64 == r.size && r.size >= BLOCKING_SUBMIT_BYTES {
+        shared
+            .cache
+            .offer(pgid, oid, r.version, &r.data, r.data_crc);
     }
-    Ok((data, v))
+    Ok((r.data, r.version, Some(r.data_crc)))
 }
 
 /// Whether a read of `len` bytes (0: a whole object, size unknown) is
@@ -2052,9 +2084,9 @@ impl PgActor {
                     None => {
                         // Small reads (metadata, page-cached data) cost less
                         // than a hand-off to another thread.
-                        let mut reply = self.read(&req);
+                        let (mut reply, crc) = self.read(&req);
                         self.repair_after_read_error(&mut reply);
-                        self.reply(token, reply);
+                        self.reply_known(token, reply, crc);
                         queue.extend(self.pg.handle(PgEvent::ReadDone { token }));
                     }
                 },
@@ -2125,15 +2157,23 @@ impl PgActor {
     }
 
     fn reply(&mut self, token: Token, reply: OpReply) {
+        self.reply_known(token, reply, None)
+    }
+
+    /// [`Self::reply`] with the crc32c of a lone data output, if known.
+    fn reply_known(&mut self, token: Token, reply: OpReply, data_crc: Option<u32>) {
         self.pending_since.remove(&token);
         if let Some((conn, msg, permit)) = self.pending.remove(&token) {
+            let (parts, known) = reply_parts(&reply, data_crc);
             // Queued at once when the connection has room (the usual case);
             // a task waits for room otherwise, so the actor never does.
-            match conn.try_reply_parts(&msg, msg_type::OP_REPLY, encode_parts(&reply)) {
+            match conn.try_reply_parts_known(&msg, msg_type::OP_REPLY, parts, known.clone()) {
                 Ok(()) | Err(None) => drop(permit),
                 Err(Some(parts)) => {
                     self.shared.tasks.spawn(async move {
-                        let _ = conn.reply_parts(&msg, msg_type::OP_REPLY, parts).await;
+                        let _ = conn
+                            .reply_parts_known(&msg, msg_type::OP_REPLY, parts, known)
+                            .await;
                         drop(permit);
                     });
                 }
@@ -2141,7 +2181,7 @@ impl PgActor {
         }
     }
 
-    fn read(&self, req: &OpRequest) -> OpReply {
+    fn read(&self, req: &OpRequest) -> (OpReply, Option<u32>) {
         serve_read(
             &self.shared,
             self.pgid,
@@ -2165,18 +2205,21 @@ impl PgActor {
             let slot = shared.read_slots.clone().acquire_owned().await.ok();
             let s2 = shared.clone();
             let reqid = req.reqid.clone();
-            let reply = tokio::task::spawn_blocking(move || {
+            let (reply, data_crc) = tokio::task::spawn_blocking(move || {
                 serve_read(&s2, pgid, coll, &req, last_update, epoch)
             })
             .await
-            .unwrap_or_else(|e| OpReply {
-                reqid,
-                status: OpStatus::Done(Err(OpError::Io(format!(
-                    "osd.{}: read task failed: {e}",
-                    shared.cfg.id
-                )))),
-                version: Version::default(),
-                epoch,
+            .unwrap_or_else(|e| {
+                let reply = OpReply {
+                    reqid,
+                    status: OpStatus::Done(Err(OpError::Io(format!(
+                        "osd.{}: read task failed: {e}",
+                        shared.cfg.id
+                    )))),
+                    version: Version::default(),
+                    epoch,
+                };
+                (reply, None)
             });
             if matches!(&reply.status, OpStatus::Done(Err(OpError::Io(_)))) {
                 // The actor queues a repair and answers.
@@ -2193,8 +2236,9 @@ impl PgActor {
             });
             let answer = async move {
                 if let Some((conn, msg, permit)) = pending {
+                    let (parts, known) = reply_parts(&reply, data_crc);
                     let _ = conn
-                        .reply_parts(&msg, msg_type::OP_REPLY, encode_parts(&reply))
+                        .reply_parts_known(&msg, msg_type::OP_REPLY, parts, known)
                         .await;
                     drop(permit);
                 }

@@ -1040,6 +1040,22 @@ pub(crate) fn read_range(
     Ok(out)
 }
 
+/// [`read_range`] and the crc32c of what it returns (see
+/// [`read_range_into`]).
+fn read_range_crc(
+    inner: &Inner,
+    kv: &dyn KvRead,
+    c: &CollectionId,
+    o: &ObjectId,
+    on: &Onode,
+    off: u64,
+    len: u64,
+) -> Result<(Vec<u8>, u32)> {
+    let mut out = vec![0u8; len as usize];
+    let crc = read_range_into(inner, kv, c, o, on, off, &mut out)?;
+    Ok((out, crc))
+}
+
 /// Reads below this size go through the page cache (small reads are often
 /// hits there); bigger ones are read with O_DIRECT straight into the result.
 pub(crate) const DIRECT_READ_MIN_BYTES: u64 = 64 << 10;
@@ -1048,7 +1064,7 @@ pub(crate) const DIRECT_READ_MIN_BYTES: u64 = 64 << 10;
 /// (the result starts on a 4096-byte boundary in memory), returned as
 /// shared bytes of it: one DMA from the disk, no kernel copy, no page-cache
 /// pages, and no zeroing (the buffer is a recycled one, see `readbuf`;
-/// holes are zeroed as they are met).
+/// holes are zeroed as they are met). Also returns the data's crc32c.
 pub(crate) fn read_range_bytes(
     inner: &Inner,
     kv: &dyn KvRead,
@@ -1057,19 +1073,22 @@ pub(crate) fn read_range_bytes(
     on: &Onode,
     off: u64,
     len: u64,
-) -> Result<bytes::Bytes> {
+) -> Result<(bytes::Bytes, u32)> {
     if len < DIRECT_READ_MIN_BYTES {
-        return read_range(inner, kv, c, o, on, off, len).map(bytes::Bytes::from);
+        return read_range_crc(inner, kv, c, o, on, off, len)
+            .map(|(v, crc)| (bytes::Bytes::from(v), crc));
     }
     let mut buf = inner.read_bufs.take(len as usize);
-    read_range_into(inner, kv, c, o, on, off, buf.as_mut_slice())?;
-    Ok(buf.into_bytes())
+    let crc = read_range_into(inner, kv, c, o, on, off, buf.as_mut_slice())?;
+    Ok((buf.into_bytes(), crc))
 }
 
 /// Fills `out` (`out.len()` bytes from `off`, whatever it held before) with
 /// the object's data, verifying every block's checksum; holes read as
 /// zeros. Whole blocks are read in place (with O_DIRECT when big and
-/// aligned); a partial first or last block is read aside.
+/// aligned); a partial first or last block is read aside. Returns the
+/// crc32c of `out`, combined from the verified block crcs (no second pass
+/// over whole blocks; partial blocks and holes are crc'd as they are).
 fn read_range_into(
     inner: &Inner,
     kv: &dyn KvRead,
@@ -1078,17 +1097,23 @@ fn read_range_into(
     on: &Onode,
     off: u64,
     out: &mut [u8],
-) -> Result<()> {
+) -> Result<u32> {
     let len = out.len() as u64;
     if len == 0 {
-        return Ok(());
+        return Ok(0);
     }
     let bs = inner.block_size;
     let end = off + len;
     let b0 = off / bs;
     let b1 = end.div_ceil(bs);
-    // Bytes of `out` before this are filled (extents come in order).
+    // Bytes of `out` before this are filled (extents come in order), and
+    // `crc` is their crc32c.
     let mut filled = 0usize;
+    let mut crc = 0u32;
+    let hole = |out: &mut [u8], crc: u32, from: usize, to: usize| {
+        out[from..to].fill(0);
+        combine_bytes(crc, &out[from..to])
+    };
     for (lb, e) in extents_overlapping(kv, on.id, b0, b1, MAX_RUN_BYTES / bs)? {
         let r0 = lb.max(b0);
         let r1 = (lb + e.blocks()).min(b1);
@@ -1100,7 +1125,7 @@ fn read_range_into(
         let s = off.max(r0 * bs);
         let en = end.min(r1 * bs);
         // A hole before this extent.
-        out[filled..(s - off) as usize].fill(0);
+        crc = hole(out, crc, filled, (s - off) as usize);
         filled = (en - off) as usize;
         if s == r0 * bs && en == r1 * bs {
             let dst = &mut out[(s - off) as usize..(en - off) as usize];
@@ -1111,6 +1136,11 @@ fn read_range_into(
             };
             io.map_err(|er| StoreError::io("data file read", er))?;
             verify_blocks(inner, c, o, r0, &sub, dst)?;
+            // Verified: the stored crcs are the crcs of these bytes.
+            crc = sub
+                .crcs
+                .iter()
+                .fold(crc, |acc, &b| inner.block_crc.append(acc, b));
             continue;
         }
         let mut buf = vec![0u8; ((r1 - r0) * bs) as usize];
@@ -1119,12 +1149,17 @@ fn read_range_into(
             .read_at(&mut buf, pstart * bs)
             .map_err(|er| StoreError::io("data file read", er))?;
         verify_blocks(inner, c, o, r0, &sub, &buf)?;
-        out[(s - off) as usize..(en - off) as usize]
-            .copy_from_slice(&buf[(s - r0 * bs) as usize..(en - r0 * bs) as usize]);
+        let part = &buf[(s - r0 * bs) as usize..(en - r0 * bs) as usize];
+        out[(s - off) as usize..(en - off) as usize].copy_from_slice(part);
+        crc = combine_bytes(crc, part);
     }
     // A hole at the end.
-    out[filled..].fill(0);
-    Ok(())
+    Ok(hole(out, crc, filled, out.len()))
+}
+
+/// The crc32c of `A ‖ bytes` from `crc` = crc32c(A).
+fn combine_bytes(crc: u32, bytes: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, bytes)
 }
 
 /// A big read of whole blocks: when the store keeps written data cached

@@ -221,6 +221,10 @@ pub struct ObjectRead {
     pub attrs: BTreeMap<String, Vec<u8>>,
     /// The bytes asked for (up to the object's end).
     pub data: bytes::Bytes,
+    /// crc32c of `data`, combined from the block crcs the read verified
+    /// (and computed over the few bytes of partial blocks and holes): a
+    /// messenger can send `data` under it without another pass.
+    pub data_crc: u32,
 }
 
 /// Where `list_objects` starts.
@@ -282,6 +286,8 @@ pub(crate) struct Inner {
     pub(crate) overlay: Arc<Overlay>,
     /// Recycled buffers of big reads.
     pub(crate) read_bufs: Arc<crate::readbuf::ReadBufPool>,
+    /// Combines verified block crcs into the crc of a read's data.
+    pub(crate) block_crc: cairn_types::crc::Crc32cAppender,
     /// Bytes big reads copied from the page cache instead of the disk.
     pub(crate) cached_read_bytes: std::sync::atomic::AtomicU64,
     /// Whether this store has written big data through the page cache
@@ -845,6 +851,7 @@ impl Store {
             applied_group: std::sync::atomic::AtomicU64::new(0),
             overlay: Arc::new(Overlay::default()),
             read_bufs: Arc::default(),
+            block_crc: cairn_types::crc::Crc32cAppender::new(bs),
             cached_read_bytes: Default::default(),
             wrote_cached: Default::default(),
             durable_groups: Mutex::new(0),
@@ -1042,7 +1049,7 @@ impl Store {
         self.with_read(|r| {
             let on = Self::onode_in(r, c, o)?;
             let len = len.min(on.size.saturating_sub(offset));
-            apply::read_range_bytes(&self.inner, r, c, o, &on, offset, len)
+            apply::read_range_bytes(&self.inner, r, c, o, &on, offset, len).map(|(d, _)| d)
         })
     }
 
@@ -1062,11 +1069,12 @@ impl Store {
             let on = Self::onode_in(r, c, o)?;
             let room = on.size.saturating_sub(offset);
             let len = if len == 0 { room } else { len.min(room) };
-            let data = apply::read_range_bytes(&self.inner, r, c, o, &on, offset, len)?;
+            let (data, data_crc) = apply::read_range_bytes(&self.inner, r, c, o, &on, offset, len)?;
             Ok(ObjectRead {
                 size: on.size,
                 attrs: on.attrs,
                 data,
+                data_crc,
             })
         })
     }

@@ -4,6 +4,7 @@
 //! config file the caller names.
 
 pub mod conf;
+pub mod crc;
 pub mod encode;
 pub mod ids;
 

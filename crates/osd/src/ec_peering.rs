@@ -20,7 +20,9 @@ use crate::ec_pool::{EcPg, SHARD_HOLE};
 use crate::exec;
 use crate::peering::{commit, list_all, replace_log, PeeringJob};
 use crate::peering_sm::{backfill_resume_point, BackfillStart};
-use crate::pg::{check_can_activate, plan_recovery, PastInterval, RecoveryPlan, PG_TEMP_WAIT};
+use crate::pg::{
+    check_can_activate, plan_recovery, settled_osds, PastInterval, RecoveryPlan, PG_TEMP_WAIT,
+};
 use crate::runtime::{Shared, META_INFO};
 use bytes::Bytes;
 use cairn_ec::ChunkInfo;
@@ -144,7 +146,8 @@ pub fn newest_on_k_positions(
 
 /// EC's stricter form of `check_can_activate`: every past interval that
 /// may have accepted writes since the newest activation must have at
-/// least `k` of its members among `settled` (answered, or declared lost).
+/// least `k` of its members among `settled` (answered, with a copy or
+/// without one — `pg::settled_osds` —, or declared lost).
 /// A write is acknowledged once every acting shard of its interval holds
 /// it, which may be as few as `min_size` shards; with fewer than k of them
 /// answering, that write may be on fewer than k of the shards asked, so it
@@ -534,16 +537,16 @@ impl EcPeeringJob {
         t.meta_set(b.coll, META_INFO, encode(&b.my_info));
         commit(store, t).await?;
         b.ensure_up_thru().await?;
-        let (notes, kept) = self.query_all().await?;
-        let responders: Vec<i32> = notes.keys().copied().collect();
+        let (notes, kept, answered) = self.query_all().await?;
         let auth_les = notes
             .values()
             .filter(|(i, _, _)| i.backfill.is_none())
             .map(|(i, _, _)| i.last_epoch_started)
             .max()
             .ok_or("no complete copy of the PG answered")?;
-        let mut settled = responders.clone();
-        settled.extend(b.shared.map_rx.borrow().lost_osds());
+        // Every OSD that answered, with a copy or without (`settled_osds`).
+        let lost = b.shared.map_rx.borrow().lost_osds();
+        let settled = settled_osds(answered, &lost);
         check_can_activate(&b.past, auth_les, &settled)?;
         // The recorded activations too: a primary that skipped epochs (a
         // restart hands over only the newest map) has no past interval
@@ -679,7 +682,11 @@ impl EcPeeringJob {
     /// active) also asks every up OSD, and every answer's last active
     /// acting set is asked too (a new primary knows no history, and the
     /// complete copies of a moved position are found this way).
-    async fn query_all(&self) -> Result<(Notes, Kept), String> {
+    /// Queries the acting set, the probe set and the members of recorded
+    /// activations (and of every copy's last activation): their copies,
+    /// the copies they keep of other positions, and every OSD that
+    /// answered (with a copy or without: it settles its intervals).
+    async fn query_all(&self) -> Result<(Notes, Kept, Vec<i32>), String> {
         let b = &self.base;
         let map = b.shared.map_rx.borrow().clone();
         let me = self.me();
@@ -698,6 +705,7 @@ impl EcPeeringJob {
         let les = b.my_info.last_epoch_started;
         let new_here = les == cairn_types::Epoch(0) && history.is_empty();
         let mut asked: HashSet<i32> = HashSet::from([me]);
+        let mut answered = vec![me];
         let mut todo: Vec<i32> = b.probe.clone();
         todo.extend(b.my_info.last_active_acting.iter().copied());
         todo.extend(
@@ -720,6 +728,7 @@ impl EcPeeringJob {
             };
             match crate::peering::query_peer(&b.shared, o, &q).await {
                 Ok(n) => {
+                    answered.push(o);
                     for c in n.kept {
                         todo.extend(c.info.last_active_acting.iter().copied());
                         kept.insert((o, c.shard), (c.info, c.log));
@@ -735,7 +744,7 @@ impl EcPeeringJob {
                 Err(e) => tracing::info!("pg {}: osd.{o} did not answer: {e}", b.pgid),
             }
         }
-        Ok((notes, kept))
+        Ok((notes, kept, answered))
     }
 
     /// Undoes `entries` on `osd`'s copy (`shard`: of that position, a
@@ -1418,6 +1427,33 @@ mod tests {
                 }
             )]
         );
+    }
+
+    #[test]
+    fn a_member_answering_with_no_copy_counts_toward_k() {
+        // `ecmove` seeds 142 and 519: 2+1, the map recorded an activation
+        // of [1, 3] while osd.3 had just crashed; osd.3 never created its
+        // copy (so the interval acknowledged nothing: a write is durable on
+        // every acting shard first). Once osd.3 is up again and answers
+        // with no copy, it settles the interval with osd.1; before, the PG
+        // waited for it for good ("1 of them answered, k=2 needed").
+        let past = recorded_intervals(
+            &[cairn_map::PgActivation {
+                since: cairn_types::Epoch(113),
+                acting: vec![1, 3],
+            }],
+            cairn_types::Epoch(149),
+        );
+        let copies = [1, 5];
+        let no_copy = [3];
+        let only_copies = settled_osds(copies, &[]);
+        let err =
+            check_k_per_interval(&past, cairn_types::Epoch(110), &only_copies, 2).unwrap_err();
+        assert!(err.contains("waiting for osd.3"), "{err}");
+        let settled = settled_osds(copies.into_iter().chain(no_copy), &[]);
+        assert!(check_k_per_interval(&past, cairn_types::Epoch(110), &settled, 2).is_ok());
+        // Down, not asked: it settles nothing.
+        assert!(check_k_per_interval(&past, cairn_types::Epoch(110), &[1, 5], 2).is_err());
     }
 
     #[test]

@@ -513,14 +513,11 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
             }
         }
         PeeringOutput::Query { to } => {
-            // An OSD the map shows down is not asked: no copy to use now.
+            // An OSD the map shows down is not asked: it settles nothing
+            // (an answer with no copy would: `pg::settled_osds`).
             let up = shared.map_rx.borrow().osds.get(&to).is_some_and(|i| i.up);
             if !up {
-                return PeeringInput::Notify {
-                    from: to,
-                    info: None,
-                    log: Vec::new(),
-                };
+                return failed(to, format!("osd.{to} is down in the current map"));
             }
             let q = PgQuery {
                 pgid,

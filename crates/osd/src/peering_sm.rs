@@ -12,8 +12,8 @@
 //! waits for are ignored (late replies, duplicates).
 
 use crate::pg::{
-    check_can_activate, cursor_key, obj_key, plan_recovery, PastInterval, RecoveryPlan,
-    PG_TEMP_WAIT,
+    check_can_activate, cursor_key, obj_key, plan_recovery, settled_osds, PastInterval,
+    RecoveryPlan, PG_TEMP_WAIT,
 };
 use cairn_map::{activation_spans, PgActivation, PgRecoveryCounts};
 use cairn_ops::{ListCursor, LogEntry, ObjectName, ObjectState, PgInfo, PgPush};
@@ -169,8 +169,9 @@ pub enum PeeringInput {
     UpThruRecorded,
     /// They did not within the time allowed (or the link is gone).
     UpThruFailed(String),
-    /// Answer to `Query` (info None: `from` holds no copy, or it is down
-    /// in the current map and was not asked).
+    /// Answer to `Query` (info None: `from` holds no copy; it counts as
+    /// having answered all the same, see [`crate::pg::settled_osds`]). An
+    /// OSD the map shows down is not asked: `PeerFailed` instead.
     Notify {
         from: i32,
         info: Option<PgInfo>,
@@ -293,6 +294,9 @@ pub struct Peering {
     p: PeeringParams,
     wait: Wait,
     notes: BTreeMap<i32, (PgInfo, Vec<LogEntry>)>,
+    /// Every OSD that answered a query, with a copy or without one (it
+    /// settles its past intervals: [`crate::pg::settled_osds`]).
+    answered: BTreeSet<i32>,
     /// Every OSD queried (or this one).
     queried: BTreeSet<i32>,
     auth: Option<(i32, PgInfo, Vec<LogEntry>)>,
@@ -320,6 +324,7 @@ impl Peering {
             p,
             wait: Wait::PersistInfo,
             notes: BTreeMap::new(),
+            answered: BTreeSet::new(),
             queried: BTreeSet::new(),
             auth: None,
             new_info: None,
@@ -587,6 +592,7 @@ impl Peering {
         if self.answered(from).is_none() {
             return Vec::new();
         }
+        self.answered.insert(from);
         let mut out = Vec::new();
         if let Some(info) = info {
             // The members of the interval this copy last saw activate may
@@ -637,8 +643,10 @@ impl Peering {
             return self.fail("no copy of the PG answered".into());
         };
         let responders: Vec<i32> = self.notes.keys().copied().collect();
-        let mut settled = responders.clone();
-        settled.extend(self.p.lost.iter().copied());
+        let settled = settled_osds(
+            responders.iter().chain(&self.answered).copied(),
+            &self.p.lost,
+        );
         let les = auth_info.last_epoch_started;
         if let Err(why) = check_can_activate(&self.p.past, les, &settled)
             .and_then(|()| check_can_activate(&self.recorded_intervals(), les, &settled))
@@ -1671,10 +1679,9 @@ mod tests {
         );
         assert!(sm.handle(notify(1, &PgInfo::default(), &[])).is_empty());
         for o in [3, 4] {
-            let out = sm.handle(PeeringInput::Notify {
-                from: o,
-                info: None,
-                log: vec![],
+            let out = sm.handle(PeeringInput::PeerFailed {
+                osd: o,
+                why: format!("osd.{o} is down in the current map"),
             });
             if o == 4 {
                 let [PeeringOutput::Done(Err(why))] = &out[..] else {
@@ -1684,6 +1691,32 @@ mod tests {
                 assert!(why.contains("cairn osd lost 3"), "{why}");
             }
         }
+    }
+
+    #[test]
+    fn a_recorded_member_that_answers_with_no_copy_settles_its_activation() {
+        // `ecmove` seeds 142 and 519 (the replicated form): the map
+        // recorded an activation of [3, 4] while osd.3 had just crashed; it
+        // never created its copy, so that activation acknowledged nothing
+        // (every acknowledged write is durable on every acting member).
+        // osd.3 is up again and answers "no copy": that settles [3, 4]
+        // although osd.4 stays down.
+        let mut sm = new_primary(vec![recorded(5, &[3, 4])]);
+        recorded_then_queries(&mut sm, Some(vec![0, 1]));
+        sm.handle(notify(1, &PgInfo::default(), &[]));
+        sm.handle(PeeringInput::PeerFailed {
+            osd: 4,
+            why: "osd.4 is down in the current map".into(),
+        });
+        let out = sm.handle(PeeringInput::Notify {
+            from: 3,
+            info: None,
+            log: vec![],
+        });
+        assert!(
+            matches!(&out[..], [PeeringOutput::Push { to: 1, .. }]),
+            "{out:?}"
+        );
     }
 
     #[test]

@@ -1420,6 +1420,34 @@ pub fn plan_recovery(
     RecoveryPlan::Log { objects }
 }
 
+/// The OSDs that settle past intervals for [`check_can_activate`] (and
+/// EC's `check_k_per_interval`): every OSD that answered this run's query
+/// — with a copy *or without one* — and every OSD declared lost.
+///
+/// Why an answer with no copy settles the intervals its sender was acting
+/// in (Ceph counts every probed OSD that is up the same way): a write is
+/// acknowledged only once it is durable on every acting member of its
+/// interval, so each member of an interval that acknowledged a write held
+/// a copy of the PG durably from then on. The answer is made from durable
+/// state (members flush first) by an OSD that already has the query's map,
+/// so it refuses sub-ops of earlier intervals from then on. A copy leaves
+/// an OSD only after a later activation holds its data elsewhere: a stray
+/// is removed once the PG is clean without it, a copy of another shard
+/// position once the PG is clean (the member then serves a newer copy
+/// itself). That later activation is recorded in the map and checked like
+/// any other: while no member of it answers, the run waits for it; once
+/// one does, its `last_epoch_started` ends the older intervals' claims. So
+/// an up member answering "no copy" proves the interval acknowledged
+/// nothing its answer could hide. Not covered: a disk wiped and brought
+/// back under the same OSD id (the monitors refuse its boot: the uuid
+/// differs); giving up an OSD is `cairn osd lost`.
+pub fn settled_osds(answered: impl IntoIterator<Item = i32>, lost: &[i32]) -> Vec<i32> {
+    let mut s: Vec<i32> = answered.into_iter().chain(lost.iter().copied()).collect();
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
 /// Checks that activation may go ahead: every past interval that may have
 /// accepted writes since the newest activation among `responders` has at
 /// least one member among them. Err names the OSDs waited for.

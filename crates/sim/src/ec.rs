@@ -27,7 +27,7 @@ use cairn_osd::ec_peering::{
 };
 use cairn_osd::ec_pool::{EcPg, SHARD_HOLE};
 use cairn_osd::exec::{decode_version, ATTR_VERSION};
-use cairn_osd::pg::{check_can_activate, PastInterval, PgEvent, RecoveryPlan, Token};
+use cairn_osd::pg::{check_can_activate, settled_osds, PastInterval, PgEvent, RecoveryPlan, Token};
 use cairn_types::{Epoch, PgId};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -199,6 +199,9 @@ struct EcRun {
     notes: Notes,
     /// Copies answering OSDs (this one too) keep of other positions.
     kept: Kept,
+    /// OSDs that answered the query (this one too), with a copy or
+    /// without: each settles its past intervals (`pg::settled_osds`).
+    answered: BTreeSet<i32>,
     asked: BTreeSet<i32>,
     waiting: BTreeSet<u64>,
     plan: Option<EcActivationPlan>,
@@ -982,6 +985,7 @@ impl World {
             up_thru_deadline: deadline,
             notes,
             kept,
+            answered: BTreeSet::from([id]),
             asked: BTreeSet::from([id]),
             waiting: BTreeSet::new(),
             plan: None,
@@ -1217,6 +1221,7 @@ impl World {
                 kept,
                 ..
             } => {
+                r.answered.insert(osd);
                 let mut next = Vec::new();
                 for (s, i, l) in kept {
                     next.extend(i.last_active_acting.iter().copied());
@@ -1309,8 +1314,7 @@ impl World {
             .map(|(i, _, _)| i.last_epoch_started)
             .max()
             .ok_or("no complete copy of the PG answered")?;
-        let mut settled: Vec<i32> = r.notes.keys().copied().collect();
-        settled.extend(m.lost_osds());
+        let settled = settled_osds(r.answered.iter().copied(), &m.lost_osds());
         let recorded = recorded_intervals(&r.history, r.epoch);
         check_can_activate(&r.past, auth_les, &settled)?;
         check_can_activate(&recorded, auth_les, &settled)?;

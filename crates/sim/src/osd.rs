@@ -1756,10 +1756,10 @@ impl World {
                         .and_then(|m| m.osds.get(&to))
                         .is_some_and(|o| o.up);
                     if !up {
-                        Some(PeeringInput::Notify {
-                            from: to,
-                            info: None,
-                            log: Vec::new(),
+                        // Not asked: settles nothing (`pg::settled_osds`).
+                        Some(PeeringInput::PeerFailed {
+                            osd: to,
+                            why: format!("osd.{to} is down in the current map"),
                         })
                     } else {
                         let epoch = self.osd_epoch(id);

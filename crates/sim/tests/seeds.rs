@@ -192,7 +192,9 @@ fn ec_profile_seeds_pass_the_oracle() {
 /// outside the acting set could rebuild it), 113 and 280 (incomplete for
 /// good: the only copy of a position was outside the acting set with
 /// unacknowledged entries past the point, never rolled back); README
-/// "Bugs it found" 17–18.
+/// "Bugs it found" 17–18; `ecmove` 142 and 519 (down for good, waiting
+/// for an up member of a recorded activation that answered "no copy";
+/// README "Bugs it found" 19).
 const REGRESSION_SEEDS: &[(FaultProfile, &str, u64)] = &[
     (FaultProfile::Ec, "ec", 927),
     (FaultProfile::Ec, "ec", 1046),
@@ -200,6 +202,8 @@ const REGRESSION_SEEDS: &[(FaultProfile, &str, u64)] = &[
     (FaultProfile::EcMove, "ecmove", 1013),
     (FaultProfile::EcMove, "ecmove", 113),
     (FaultProfile::EcMove, "ecmove", 280),
+    (FaultProfile::EcMove, "ecmove", 142),
+    (FaultProfile::EcMove, "ecmove", 519),
 ];
 
 #[test]

@@ -1,13 +1,13 @@
 //! `cairn-sim --seed N [-v]` replays one seed exactly (with a trace);
 //! `cairn-sim --seeds N [--from S]` runs many and prints each failure with
-//! the command that replays it. `--profile basic|disk|full|ec|ecmove`
+//! the command that replays it. `--profile basic|disk|full|ec|ecmove|grow`
 //! picks the faults (default full; CI runs every profile).
 
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: cairn-sim [--profile basic|disk|full|ec|ecmove] (--seed N [-v] | --seeds COUNT [--from FIRST])"
+        "usage: cairn-sim [--profile basic|disk|full|ec|ecmove|grow] (--seed N [-v] | --seeds COUNT [--from FIRST])"
     );
     ExitCode::from(2)
 }
@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         _ => return usage(),
     };
     let mut failed = 0;
-    let mut totals = [0u64; 11];
+    let mut totals = [0u64; 13];
     for s in &seeds {
         let o = cairn_sim::run_seed(*s, profile, verbose);
         for (t, v) in totals.iter_mut().zip([
@@ -72,6 +72,8 @@ fn main() -> ExitCode {
             o.mark_refusals,
             o.toofull_waits,
             o.ec_incomplete,
+            o.new_osds,
+            o.noin_held,
         ]) {
             *t += v;
         }
@@ -107,6 +109,10 @@ fn main() -> ExitCode {
     println!(
         "erasure coding: {} activations stopped incomplete (fewer than k up-to-date shards)",
         totals[10]
+    );
+    println!(
+        "growth: {} new OSDs joined, {} boots left out by noin (marked in when it was unset)",
+        totals[11], totals[12]
     );
     if seeds.len() > 1 {
         println!("{} seeds, {failed} failed", seeds.len());

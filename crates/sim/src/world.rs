@@ -245,6 +245,14 @@ pub enum FaultProfile {
     /// and activation rebuilds them from k up-to-date shards or waits,
     /// down, saying for what.
     EcMove,
+    /// A growing cluster, on a replicated or (half the seeds) an
+    /// erasure-coded pool: `full`'s faults (`ecmove`'s on EC) with new
+    /// OSDs joining more often — on EC too, whose new members are rebuilt
+    /// inside activation — and the `noin` flag: the operator sets it while
+    /// a new OSD joins or an OSD is down long enough to be marked out;
+    /// their boots leave them out; when the operator unsets it, it marks
+    /// them in (`osd in`), as after Ceph's `noin`.
+    Grow,
 }
 
 impl std::str::FromStr for FaultProfile {
@@ -256,8 +264,9 @@ impl std::str::FromStr for FaultProfile {
             "disk" => Ok(FaultProfile::Disk),
             "ec" => Ok(FaultProfile::Ec),
             "ecmove" => Ok(FaultProfile::EcMove),
+            "grow" => Ok(FaultProfile::Grow),
             other => Err(format!(
-                "unknown fault profile '{other}' (basic, disk, full, ec or ecmove)"
+                "unknown fault profile '{other}' (basic, disk, full, ec, ecmove or grow)"
             )),
         }
     }
@@ -306,6 +315,9 @@ pub struct Throttles {
     pub bytes_per_sec: u64,
 }
 
+/// OSDs in a run, at most (new ones join up to this).
+const MAX_OSDS: usize = 10;
+
 /// The flags the simulated operator sets and unsets.
 pub const SIM_FLAGS: [OsdFlag; 7] = [
     OsdFlag::NoOut,
@@ -345,7 +357,10 @@ impl SimConfig {
 
     /// The `full` profile's throttles, drawn after everything else.
     fn with_ops(mut self, r: &mut Rng) -> SimConfig {
-        if !matches!(self.profile, FaultProfile::Full | FaultProfile::EcMove) {
+        if !matches!(
+            self.profile,
+            FaultProfile::Full | FaultProfile::EcMove | FaultProfile::Grow
+        ) {
             return self;
         }
         self.ops = Some(Throttles {
@@ -376,7 +391,12 @@ impl SimConfig {
     /// The EC profile draws its code after everything else (the other
     /// profiles' seeds stay as they were).
     fn with_ec(mut self, r: &mut Rng) -> SimConfig {
-        if !matches!(self.profile, FaultProfile::Ec | FaultProfile::EcMove) {
+        let ec = match self.profile {
+            FaultProfile::Ec | FaultProfile::EcMove => true,
+            FaultProfile::Grow => r.chance(500_000),
+            _ => false,
+        };
+        if !ec {
             return self;
         }
         let (k, m, domain) = if r.chance(500_000) {
@@ -482,6 +502,9 @@ pub struct Outcome {
     /// EC activations that stopped, incomplete, with fewer than k
     /// up-to-date acting shards (and waited for the map to change).
     pub ec_incomplete: u64,
+    /// New OSDs that joined the running cluster; boots `noin` left out.
+    pub new_osds: u64,
+    pub noin_held: u64,
 }
 
 pub struct World {
@@ -511,6 +534,9 @@ pub struct World {
     /// Flags the operator set (unset a few seconds later, or when faults
     /// stop).
     flags_set: BTreeSet<OsdFlag>,
+    /// OSDs whose boot `noin` left out (the operator marks them in when it
+    /// unsets the flag).
+    noin_held: BTreeSet<i32>,
     /// The epoch of the monitor's map in which the current `pause` began
     /// (None: not paused).
     paused_at: Option<Epoch>,
@@ -574,6 +600,7 @@ impl World {
             marked_out: BTreeSet::new(),
             reweighted: BTreeSet::new(),
             flags_set: BTreeSet::new(),
+            noin_held: BTreeSet::new(),
             paused_at: None,
             violations: Vec::new(),
             done: false,
@@ -602,6 +629,8 @@ impl World {
                 paused_ops: 0,
                 flag_waits: 0,
                 ec_incomplete: 0,
+                new_osds: 0,
+                noin_held: 0,
             },
             cfg,
         };
@@ -641,7 +670,7 @@ impl World {
     fn setup(&mut self) {
         let down_out = match self.cfg.profile {
             FaultProfile::Basic | FaultProfile::Disk | FaultProfile::Ec => "100000",
-            FaultProfile::Full | FaultProfile::EcMove => "10",
+            FaultProfile::Full | FaultProfile::EcMove | FaultProfile::Grow => "10",
         };
         for (k, v) in [
             ("osd_heartbeat_interval", "1"),
@@ -895,8 +924,7 @@ impl World {
             }
             Ev::UnsetFlag(flag) => {
                 if self.flags_set.remove(&flag) {
-                    self.trace(|| format!("admin: osd unset {}", flag.as_str()));
-                    self.mon_apply(MonCommand::OsdUnsetFlag { flag });
+                    self.unset_flag(flag);
                 }
             }
             Ev::UsageDrop(id) => {
@@ -1130,6 +1158,7 @@ impl World {
             return;
         }
         self.check_flag_promises(&cmd, &flags, &states);
+        self.note_noin_held(&cmd, &flags, &states);
         match (
             flags.contains(&OsdFlag::Pause),
             self.map.flags.contains(&OsdFlag::Pause),
@@ -1177,9 +1206,37 @@ impl World {
             if flags.contains(&OsdFlag::NoUp) && !was_up && o.up {
                 broken.push(format!("noup is set, yet osd.{id} came up"));
             }
+            let admin_in = matches!(cmd, MonCommand::OsdIn { .. });
+            if flags.contains(&OsdFlag::NoIn) && !was_in && o.is_in && !admin_in {
+                broken.push(format!("noin is set, yet osd.{id} was marked in"));
+            }
         }
         for b in broken {
             self.violation(format!("flags: {b} (by '{}')", cmd.verb()));
+        }
+    }
+
+    /// A boot that `noin` left out (one that would have marked the OSD
+    /// in: a new OSD, or one marked out automatically) is remembered, so
+    /// that the operator marks it in when it unsets the flag.
+    fn note_noin_held(
+        &mut self,
+        cmd: &MonCommand,
+        flags: &BTreeSet<OsdFlag>,
+        before: &BTreeMap<i32, (bool, bool)>,
+    ) {
+        let MonCommand::OsdBoot { id, .. } = cmd else {
+            return;
+        };
+        if !flags.contains(&OsdFlag::NoIn) || self.marked_out.contains(id) {
+            return;
+        }
+        // Out but not by the operator: new, or marked out automatically.
+        let was_out = before.get(id).is_some_and(|s| !s.1);
+        let held = was_out && self.map.osds.get(id).is_some_and(|o| o.up && !o.is_in);
+        if held && self.noin_held.insert(*id) {
+            self.stats.noin_held += 1;
+            self.trace(|| format!("osd.{id} booted and stays out: noin is set"));
         }
     }
 
@@ -1219,6 +1276,11 @@ impl World {
             // write path has no full-disk refusal of its own).
             FaultProfile::EcMove => match self.rng.range(0, 127) {
                 100..=105 | 110..=114 => 99,
+                r => r,
+            },
+            // Full's kinds (EcMove's on EC), then the noin episodes.
+            FaultProfile::Grow => match self.rng.range(0, 133) {
+                100..=105 | 110..=114 if self.cfg.ec.is_some() => 99,
                 r => r,
             },
             // Basic's kinds, then the disk faults (100..115).
@@ -1334,15 +1396,10 @@ impl World {
                 self.trace(|| "network slows down for 3 s".into());
                 self.slow_until = self.now + 3 * SEC;
             }
-            83..=86 => {
-                if self.osds.len() < 10 {
-                    let h = self.rng.range(0, u64::from(self.cfg.hosts)) as u32;
-                    if let Some(id) = self.new_osd(h) {
-                        self.trace(|| format!("admin: new osd.{id} on host{h}"));
-                        self.start_osd(id);
-                    }
-                }
-            }
+            83..=86 => self.add_osd(),
+            // `grow`: new OSDs twice as often as in `full`.
+            87..=92 if self.cfg.profile == FaultProfile::Grow => self.add_osd(),
+            127..=132 if self.cfg.profile == FaultProfile::Grow => self.noin_fault(&running),
             100..=114 => self.inject_disk_fault(roll, &ids, &running),
             // The operator's faults: `full` and `ecmove` only (the `disk`
             // profile's draws reach 115..=119 too, as slow networks).
@@ -1438,6 +1495,62 @@ impl World {
         self.after(d, Ev::UnsetFlag(flag));
     }
 
+    /// A new OSD on a random host joins the running cluster (at most 10).
+    fn add_osd(&mut self) {
+        if self.osds.len() >= MAX_OSDS {
+            return;
+        }
+        let h = self.rng.range(0, u64::from(self.cfg.hosts)) as u32;
+        if let Some(id) = self.new_osd(h) {
+            self.trace(|| format!("admin: new osd.{id} on host{h}"));
+            self.stats.new_osds += 1;
+            self.start_osd(id);
+        }
+    }
+
+    /// `grow`: the operator sets `noin` while a new OSD joins, or while a
+    /// running OSD is down for 11-14 s (long enough to be marked out
+    /// automatically), and unsets it 3-16 s later; a boot meanwhile leaves
+    /// the OSD out (checked on every map change), and the unset marks it
+    /// in.
+    fn noin_fault(&mut self, running: &[i32]) {
+        let flag = OsdFlag::NoIn;
+        if !self.flags_set.insert(flag) {
+            return;
+        }
+        self.stats.flags_set += 1;
+        self.trace(|| "admin: osd set noin".into());
+        self.mon_apply(MonCommand::OsdSetFlag { flag });
+        if self.rng.chance(500_000) && self.osds.len() < MAX_OSDS {
+            self.add_osd();
+        } else if let Some(id) = self.rng.pick(running) {
+            self.crash_osd(id);
+            let d = self.rng.range(11 * SEC, 14 * SEC);
+            self.after(d, Ev::Restart(id));
+        }
+        let d = self.rng.range(3 * SEC, 16 * SEC);
+        self.after(d, Ev::UnsetFlag(flag));
+    }
+
+    /// The operator unsets `flag`; after `noin`, it marks in the OSDs
+    /// whose boot the flag left out (Ceph's `noin` leaves them out until
+    /// then).
+    fn unset_flag(&mut self, flag: OsdFlag) {
+        self.trace(|| format!("admin: osd unset {}", flag.as_str()));
+        self.mon_apply(MonCommand::OsdUnsetFlag { flag });
+        if flag != OsdFlag::NoIn {
+            return;
+        }
+        let held: Vec<i32> = std::mem::take(&mut self.noin_held)
+            .into_iter()
+            .filter(|id| self.map.osds.get(id).is_some_and(|o| !o.is_in))
+            .collect();
+        if !held.is_empty() {
+            self.trace(|| format!("admin: osd in {held:?} (kept out by noin)"));
+            self.mon_apply(MonCommand::OsdIn { ids: held });
+        }
+    }
+
     /// Other data fills an OSD's disk to a use between the map's nearfull
     /// ratio and just past its full ratio (its next beacons make the
     /// monitor mark it); 2-10 s later the data goes and the mark with it.
@@ -1512,7 +1625,7 @@ impl World {
             o.disk.filler_bytes = 0;
         }
         for flag in std::mem::take(&mut self.flags_set) {
-            self.mon_apply(MonCommand::OsdUnsetFlag { flag });
+            self.unset_flag(flag);
         }
         let ps: Vec<u64> = self.partitions.keys().copied().collect();
         for p in ps {

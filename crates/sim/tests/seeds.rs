@@ -43,6 +43,8 @@ fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) -> 
                         disk.mark_refusals += o.mark_refusals;
                         disk.toofull_waits += o.toofull_waits;
                         disk.ec_incomplete += o.ec_incomplete;
+                        disk.new_osds += o.new_osds;
+                        disk.noin_held += o.noin_held;
                         if !o.violations.is_empty() {
                             failures.push(format!(
                                 "seed {seed}: {}\n  replay: cargo run -p cairn-sim -- --profile {name} --seed {seed} -v",
@@ -75,6 +77,8 @@ fn run_seeds(profile: FaultProfile, name: &str, seeds: std::ops::Range<u64>) -> 
         mark_refusals: results.iter().map(|r| r.1.mark_refusals).sum(),
         toofull_waits: results.iter().map(|r| r.1.toofull_waits).sum(),
         ec_incomplete: results.iter().map(|r| r.1.ec_incomplete).sum(),
+        new_osds: results.iter().map(|r| r.1.new_osds).sum(),
+        noin_held: results.iter().map(|r| r.1.noin_held).sum(),
     };
     let failures: Vec<String> = results.into_iter().flat_map(|r| r.2).collect();
     assert!(
@@ -103,6 +107,8 @@ struct DiskFaults {
     mark_refusals: u64,
     toofull_waits: u64,
     ec_incomplete: u64,
+    new_osds: u64,
+    noin_held: u64,
 }
 
 fn soak() -> bool {
@@ -158,6 +164,19 @@ fn ecmove_profile_seeds_pass_the_oracle() {
     assert!(
         b.flags_set > 0 && b.full_marks > 0 && b.mark_refusals > 0,
         "the operator's faults did not bite: {b:?}"
+    );
+}
+
+/// The `grow` profile: a replicated or EC pool, new OSDs joining the
+/// running cluster (EC too), out/in, reweight, the `noin` flag held while
+/// an OSD boots; the run must have added OSDs and kept boots out.
+#[test]
+fn grow_profile_seeds_pass_the_oracle() {
+    let count: u64 = if soak() { 1000 } else { 40 };
+    let b = run_seeds(FaultProfile::Grow, "grow", 0..count);
+    assert!(
+        b.new_osds > 0 && b.noin_held > 0,
+        "no OSD joined or no boot was kept out by noin: {b:?}"
     );
 }
 

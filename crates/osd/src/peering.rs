@@ -5,7 +5,7 @@
 //! store and peer connections. Also the member side of query, pull and
 //! push, and the store helpers the EC activation shares.
 
-use crate::backfill::{recovery_slot, CopyTicket};
+use crate::backfill::{recovery_slot, CopyTicket, RecoverySlot};
 use crate::exec;
 use crate::peering_sm::{
     copy_batch_full, pull_reply_bytes, ObjectCopy, Peering, PeeringInput, PeeringOutput,
@@ -318,6 +318,13 @@ impl PeeringJob {
         let mut calls: JoinSet<(PeeringInput, Option<MeteredCopy>)> = JoinSet::new();
         // A pull counts as copied once its objects are installed here.
         let mut pulled: Option<(CopyTicket, u64, u64)> = None;
+        // The recovery slot taken before the last local read for pushes:
+        // the pushes made of what it read hold it until acknowledged, so
+        // objects read and not yet pushed count against the OSD's
+        // `osd_recovery_max_active` and in-flight byte bound (a read
+        // starts only once they allow it). The machine reads again only
+        // once every batch of the previous read went out as a push.
+        let mut read_slot: Option<Arc<RecoverySlot>> = None;
         loop {
             while let Some(out) = todo.pop_front() {
                 match out {
@@ -343,6 +350,12 @@ impl PeeringJob {
                     | PeeringOutput::PullList { .. }
                     | PeeringOutput::PullObjects { .. }
                     | PeeringOutput::Push { .. } => {
+                        let slot = match &out {
+                            PeeringOutput::Push { push, .. } if !push.objects.is_empty() => {
+                                read_slot.clone()
+                            }
+                            _ => None,
+                        };
                         let copy = match &out {
                             // Only pushes that carry objects count as copying.
                             PeeringOutput::Push { push, .. } if !push.objects.is_empty() => {
@@ -355,9 +368,19 @@ impl PeeringJob {
                             _ => None,
                         };
                         let (shared, pgid, epoch) = (self.shared.clone(), self.pgid, self.epoch);
-                        calls.spawn(async move { (remote(shared, pgid, epoch, out).await, copy) });
+                        calls.spawn(
+                            async move { (remote(shared, pgid, epoch, out, slot).await, copy) },
+                        );
                     }
                     local => {
+                        if let PeeringOutput::ReadLocal { names } = &local {
+                            // The previous read's slot goes first (its
+                            // pushes keep it while they fly): no slot is
+                            // held here while waiting for the next.
+                            drop(read_slot.take());
+                            let bytes = self.read_estimate(names);
+                            read_slot = Some(Arc::new(recovery_slot(&self.shared, bytes).await));
+                        }
                         let input = self.local(local).await;
                         if let Some((ticket, bytes, objects)) = pulled.take() {
                             match input {
@@ -388,6 +411,18 @@ impl PeeringJob {
             }
             todo.extend(sm.handle(input));
         }
+    }
+
+    /// Bytes a local read of `names` will hold, from the store's metadata
+    /// (no data read).
+    fn read_estimate(&self, names: &[(u32, ObjectName)]) -> u64 {
+        let store = &self.shared.store;
+        blocking_store_call(|| {
+            names
+                .iter()
+                .map(|(_, n)| stored_bytes(store, self.coll, n))
+                .sum()
+        })
     }
 
     /// Performs one local output of the machine against the store.
@@ -502,7 +537,15 @@ async fn ask_up_thru(
 
 /// Performs one remote output of the machine (for `pgid`, in map
 /// `epoch`); the answer as its input.
-async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutput) -> PeeringInput {
+/// A push that carries `slot` (taken before its objects were read) uses
+/// it instead of taking one.
+async fn remote(
+    shared: Arc<Shared>,
+    pgid: PgId,
+    epoch: Epoch,
+    out: PeeringOutput,
+    slot: Option<Arc<RecoverySlot>>,
+) -> PeeringInput {
     let me = shared.cfg.id;
     let failed = |osd: i32, why: String| PeeringInput::PeerFailed { osd, why };
     match out {
@@ -581,11 +624,15 @@ async fn remote(shared: Arc<Shared>, pgid: PgId, epoch: Epoch, out: PeeringOutpu
             }
         }
         PeeringOutput::Push { to, push } => {
-            // Pushes that copy objects take a recovery slot (the
-            // throttle); the final push with only the log does not.
-            let _slot = match push.objects.is_empty() {
-                true => None,
-                false => Some(recovery_slot(&shared, copy_size(&push.objects).0).await),
+            // Pushes that copy objects hold a recovery slot (the
+            // throttle): the one their read took, else their own; the
+            // final push with only the log does not.
+            let _slot = match (push.objects.is_empty(), slot) {
+                (true, _) => None,
+                (false, Some(s)) => Some(s),
+                (false, None) => Some(Arc::new(
+                    recovery_slot(&shared, copy_size(&push.objects).0).await,
+                )),
             };
             match call_peer_parts::<PgPushReply>(
                 &shared,

@@ -267,6 +267,7 @@ pub fn trim_heap() {
     // Idle receive buffers the messenger keeps for reuse go first, so the
     // heap trim below can return their pages too.
     cairn_msg::bufpool::trim_idle();
+    cairn_ec::chunkpool::trim_idle();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks glibc's own heap structures under
     // their locks; it has no preconditions on the caller.

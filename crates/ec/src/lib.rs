@@ -7,6 +7,7 @@
 //! when to recover, and where rollback records are kept belong to the OSD.
 //! `docs/erasure-coding.md` describes the API and the availability rules.
 
+pub mod chunkpool;
 pub mod codec;
 pub mod crc;
 pub mod error;

@@ -210,7 +210,7 @@ impl ErasureCode {
         // buffer needs no zeroing: only the few bytes that align its start.
         let mut chunks: Vec<(Vec<u8>, usize)> = (0..k + m)
             .map(|_| {
-                let mut v = Vec::<u8>::with_capacity(chunk_len + CHUNK_BUFFER_ALIGN_BYTES);
+                let mut v = crate::chunkpool::take(chunk_len + CHUNK_BUFFER_ALIGN_BYTES);
                 let pad = v.as_ptr().align_offset(CHUNK_BUFFER_ALIGN_BYTES);
                 v.resize(pad, 0);
                 (v, pad)
@@ -243,7 +243,7 @@ impl ErasureCode {
             .into_iter()
             .map(|(v, pad)| {
                 debug_assert_eq!(v.len(), pad + chunk_len);
-                Bytes::from(v).slice(pad..)
+                crate::chunkpool::freeze(v, pad..pad + chunk_len)
             })
             .collect())
     }

@@ -10,9 +10,8 @@
 //! reuses it, already mapped.
 
 use bytes::Bytes;
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use cairn_types::idlepool::{IdlePool, IdlePoolLimits};
+use std::time::Duration;
 
 /// Buffers below this capacity are not pooled (the allocator's arenas
 /// serve them without faults worth saving).
@@ -25,68 +24,15 @@ pub const CHUNK_POOL_MAX_IDLE_BYTES: usize = 24 << 20;
 /// Idle buffers not reused within this long are freed.
 pub const CHUNK_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 
-struct Idle {
-    buf: Vec<u8>,
-    since: Instant,
-}
+const LIMITS: IdlePoolLimits = IdlePoolLimits {
+    min_bytes: CHUNK_POOL_MIN_BYTES,
+    class_bytes: CHUNK_POOL_CLASS_BYTES,
+    max_idle_bytes: CHUNK_POOL_MAX_IDLE_BYTES,
+    idle_timeout: CHUNK_POOL_IDLE_TIMEOUT,
+};
 
-#[derive(Default)]
-struct Pool {
-    free: BTreeMap<usize, Vec<Idle>>,
-    idle_bytes: usize,
-}
-
-type SharedPool = Mutex<Pool>;
-
-static POOL: SharedPool = Mutex::new(Pool {
-    free: BTreeMap::new(),
-    idle_bytes: 0,
-});
-
-fn lock(pool: &SharedPool) -> std::sync::MutexGuard<'_, Pool> {
-    pool.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Pool {
-    fn expire(&mut self, now: Instant) {
-        let mut freed = 0;
-        for list in self.free.values_mut() {
-            list.retain(|i| {
-                let keep = now.duration_since(i.since) < CHUNK_POOL_IDLE_TIMEOUT;
-                if !keep {
-                    freed += i.buf.capacity();
-                }
-                keep
-            });
-        }
-        self.free.retain(|_, l| !l.is_empty());
-        self.idle_bytes -= freed;
-    }
-
-    fn take(&mut self, class: usize, now: Instant) -> Option<Vec<u8>> {
-        self.expire(now);
-        let got = self.free.get_mut(&class).and_then(Vec::pop)?;
-        self.idle_bytes -= got.buf.capacity();
-        Some(got.buf)
-    }
-
-    fn give_back(&mut self, mut buf: Vec<u8>, now: Instant) {
-        self.expire(now);
-        let cap = buf.capacity();
-        if cap < CHUNK_POOL_MIN_BYTES
-            || !cap.is_multiple_of(CHUNK_POOL_CLASS_BYTES)
-            || self.idle_bytes + cap > CHUNK_POOL_MAX_IDLE_BYTES
-        {
-            return;
-        }
-        buf.clear();
-        self.idle_bytes += cap;
-        self.free
-            .entry(cap)
-            .or_default()
-            .push(Idle { buf, since: now });
-    }
-}
+/// The process's chunk buffers (tests make their own).
+static POOL: IdlePool = IdlePool::new(LIMITS);
 
 /// An empty buffer with room for at least `capacity` bytes: a recycled one
 /// of its size class when there is one. Hand it back with [`freeze`].
@@ -94,14 +40,18 @@ pub(crate) fn take(capacity: usize) -> Vec<u8> {
     take_from(&POOL, capacity)
 }
 
-fn take_from(pool: &SharedPool, capacity: usize) -> Vec<u8> {
+fn take_from(pool: &IdlePool, capacity: usize) -> Vec<u8> {
     if capacity < CHUNK_POOL_MIN_BYTES {
         return Vec::with_capacity(capacity);
     }
-    let class = capacity.next_multiple_of(CHUNK_POOL_CLASS_BYTES);
-    lock(pool)
-        .take(class, Instant::now())
-        .unwrap_or_else(|| Vec::with_capacity(class))
+    let class = pool.class_of(capacity);
+    match pool.take(class) {
+        Some(mut v) => {
+            v.clear();
+            v
+        }
+        None => Vec::with_capacity(class),
+    }
 }
 
 /// Bytes `range` of `buf` (from [`take`]), as `Bytes` that return the
@@ -110,55 +60,38 @@ pub(crate) fn freeze(buf: Vec<u8>, range: std::ops::Range<usize>) -> Bytes {
     freeze_into(&POOL, buf, range)
 }
 
-fn freeze_into(pool: &'static SharedPool, buf: Vec<u8>, range: std::ops::Range<usize>) -> Bytes {
+fn freeze_into(pool: &'static IdlePool, buf: Vec<u8>, range: std::ops::Range<usize>) -> Bytes {
     debug_assert!(range.end <= buf.len());
     if buf.capacity() < CHUNK_POOL_MIN_BYTES {
         return Bytes::from(buf).slice(range);
     }
-    Bytes::from_owner(Pooled { pool, buf, range })
+    pool.freeze(buf, range)
 }
 
 /// Bytes of idle chunk buffers held now.
 pub fn idle_bytes() -> usize {
-    lock(&POOL).idle_bytes
+    POOL.idle_bytes()
 }
 
 /// Frees idle buffers not reused within [`CHUNK_POOL_IDLE_TIMEOUT`].
 pub fn trim_idle() {
-    lock(&POOL).expire(Instant::now());
-}
-
-struct Pooled {
-    pool: &'static SharedPool,
-    buf: Vec<u8>,
-    range: std::ops::Range<usize>,
-}
-
-impl AsRef<[u8]> for Pooled {
-    fn as_ref(&self) -> &[u8] {
-        &self.buf[self.range.clone()]
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.buf);
-        lock(self.pool).give_back(buf, Instant::now());
-    }
+    POOL.trim_idle();
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn own_pool() -> &'static SharedPool {
-        Box::leak(Box::new(Mutex::new(Pool::default())))
+    use std::time::Instant;
+
+    fn own_pool() -> &'static IdlePool {
+        Box::leak(Box::new(IdlePool::new(LIMITS)))
     }
 
     #[test]
     fn buffers_are_reused_and_the_idle_bytes_bounded() {
         let pool = own_pool();
-        let idle = || lock(pool).idle_bytes;
+        let idle = || pool.idle_bytes();
         let want = (2 << 20) + 4096;
         let mut v = take_from(pool, want);
         let class = v.capacity();
@@ -182,7 +115,7 @@ mod tests {
             .collect();
         drop(many);
         assert!(idle() <= CHUNK_POOL_MAX_IDLE_BYTES);
-        lock(pool).expire(Instant::now() + CHUNK_POOL_IDLE_TIMEOUT);
+        pool.trim_idle_at(Instant::now() + CHUNK_POOL_IDLE_TIMEOUT);
         assert_eq!(idle(), 0, "idle buffers expire");
         // Small buffers bypass the pool.
         drop(freeze_into(pool, take_from(pool, 100), 0..0));

@@ -11,9 +11,8 @@
 //! next payload of the same size class, whose pages are already mapped.
 
 use bytes::Bytes;
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use cairn_types::idlepool::{IdlePool, IdlePoolLimits};
+use std::time::Duration;
 
 /// Payloads at least this big are read into pooled buffers; smaller ones
 /// are allocated as before (the allocator serves them from its arenas).
@@ -29,66 +28,15 @@ pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Alignment of the bulk segment of a pooled payload (O_DIRECT's).
 const ALIGN: usize = crate::frame::BULK_ALIGN;
 
-struct Idle {
-    buf: Vec<u8>,
-    since: Instant,
-}
+const LIMITS: IdlePoolLimits = IdlePoolLimits {
+    min_bytes: POOL_MIN_BYTES,
+    class_bytes: POOL_CLASS_BYTES,
+    max_idle_bytes: POOL_MAX_IDLE_BYTES,
+    idle_timeout: POOL_IDLE_TIMEOUT,
+};
 
-/// A set of idle buffers by size class (the process has one, [`POOL`];
-/// tests make their own).
-#[derive(Default)]
-struct Pool {
-    /// Capacity class -> idle buffers, most recently returned last.
-    free: BTreeMap<usize, Vec<Idle>>,
-    idle_bytes: usize,
-}
-
-type SharedPool = Mutex<Pool>;
-
-static POOL: SharedPool = Mutex::new(Pool {
-    free: BTreeMap::new(),
-    idle_bytes: 0,
-});
-
-fn lock(pool: &SharedPool) -> std::sync::MutexGuard<'_, Pool> {
-    pool.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Pool {
-    fn expire(&mut self, now: Instant) {
-        let mut freed = 0;
-        for list in self.free.values_mut() {
-            list.retain(|i| {
-                let keep = now.duration_since(i.since) < POOL_IDLE_TIMEOUT;
-                if !keep {
-                    freed += i.buf.len();
-                }
-                keep
-            });
-        }
-        self.free.retain(|_, l| !l.is_empty());
-        self.idle_bytes -= freed;
-    }
-
-    fn take(&mut self, class: usize, now: Instant) -> Option<Vec<u8>> {
-        self.expire(now);
-        let got = self.free.get_mut(&class).and_then(Vec::pop)?;
-        self.idle_bytes -= got.buf.len();
-        Some(got.buf)
-    }
-
-    fn give_back(&mut self, buf: Vec<u8>, now: Instant) {
-        self.expire(now);
-        if buf.len() < POOL_MIN_BYTES || self.idle_bytes + buf.len() > POOL_MAX_IDLE_BYTES {
-            return;
-        }
-        self.idle_bytes += buf.len();
-        self.free
-            .entry(buf.len())
-            .or_default()
-            .push(Idle { buf, since: now });
-    }
-}
+/// The process's receive buffers (tests make their own).
+static POOL: IdlePool = IdlePool::new(LIMITS);
 
 /// A receive buffer for a `len`-byte payload whose byte `bulk_at` (if any)
 /// must sit on an [`ALIGN`]-byte boundary: the buffer and the offset the
@@ -98,9 +46,9 @@ pub(crate) fn take(len: usize, bulk_at: Option<u16>) -> (Vec<u8>, usize) {
     take_from(&POOL, len, bulk_at)
 }
 
-fn take_from(pool: &SharedPool, len: usize, bulk_at: Option<u16>) -> (Vec<u8>, usize) {
-    let class = (len + ALIGN).next_multiple_of(POOL_CLASS_BYTES);
-    let reused = lock(pool).take(class, Instant::now());
+fn take_from(pool: &IdlePool, len: usize, bulk_at: Option<u16>) -> (Vec<u8>, usize) {
+    let class = pool.class_of(len + ALIGN);
+    let reused = pool.take(class).filter(|b| b.len() == class);
     let buf = reused.unwrap_or_else(|| vec![0u8; class]);
     let at = usize::from(bulk_at.unwrap_or(0));
     let addr = buf.as_ptr() as usize;
@@ -112,34 +60,12 @@ fn take_from(pool: &SharedPool, len: usize, bulk_at: Option<u16>) -> (Vec<u8>, u
 /// Frees idle buffers not reused within [`POOL_IDLE_TIMEOUT`] (a daemon
 /// calls it periodically, so an idle process does not keep them).
 pub fn trim_idle() {
-    lock(&POOL).expire(Instant::now());
+    POOL.trim_idle();
 }
 
 /// Bytes of idle buffers the pool holds now.
 pub fn idle_bytes() -> usize {
-    lock(&POOL).idle_bytes
-}
-
-/// The owner behind a pooled payload's `Bytes`: gives the buffer back when
-/// the last clone or slice of the payload is dropped.
-struct Pooled {
-    pool: &'static SharedPool,
-    buf: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AsRef<[u8]> for Pooled {
-    fn as_ref(&self) -> &[u8] {
-        &self.buf[self.start..self.start + self.len]
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.buf);
-        lock(self.pool).give_back(buf, Instant::now());
-    }
+    POOL.idle_bytes()
 }
 
 /// The `len` payload bytes at `start` of a buffer from [`take`], as `Bytes`
@@ -148,27 +74,24 @@ pub(crate) fn freeze(buf: Vec<u8>, start: usize, len: usize) -> Bytes {
     freeze_into(&POOL, buf, start, len)
 }
 
-fn freeze_into(pool: &'static SharedPool, buf: Vec<u8>, start: usize, len: usize) -> Bytes {
-    Bytes::from_owner(Pooled {
-        pool,
-        buf,
-        start,
-        len,
-    })
+fn freeze_into(pool: &'static IdlePool, buf: Vec<u8>, start: usize, len: usize) -> Bytes {
+    pool.freeze(buf, start..start + len)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn own_pool() -> &'static SharedPool {
-        Box::leak(Box::new(Mutex::new(Pool::default())))
+    use std::time::Instant;
+
+    fn own_pool() -> &'static IdlePool {
+        Box::leak(Box::new(IdlePool::new(LIMITS)))
     }
 
     #[test]
     fn buffers_are_reused_aligned_and_bounded() {
         let pool = own_pool();
-        let idle = || lock(pool).idle_bytes;
+        let idle = || pool.idle_bytes();
         let len = 4 << 20;
         let (mut buf, start) = take_from(pool, len, Some(100));
         assert_eq!((buf.as_ptr() as usize + start + 100) % ALIGN, 0);
@@ -200,9 +123,9 @@ mod tests {
             .collect();
         drop(many);
         assert!(idle() <= POOL_MAX_IDLE_BYTES);
-        lock(pool).expire(Instant::now());
+        pool.trim_idle_at(Instant::now());
         assert!(idle() > 0, "fresh idle buffers survive a trim");
-        lock(pool).expire(Instant::now() + POOL_IDLE_TIMEOUT);
+        pool.trim_idle_at(Instant::now() + POOL_IDLE_TIMEOUT);
         assert_eq!(idle(), 0, "idle buffers expire");
     }
 }

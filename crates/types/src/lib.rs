@@ -6,6 +6,7 @@
 pub mod conf;
 pub mod crc;
 pub mod encode;
+pub mod idlepool;
 pub mod ids;
 
 pub use conf::{Conf, ConfError};

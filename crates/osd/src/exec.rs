@@ -174,6 +174,58 @@ impl SnapSet {
     }
 }
 
+/// What a write needs to know of its object's head without reading its
+/// data: whether the store object exists (maybe as a whiteout), whether the
+/// head exists, its size, version and snapshot set. Loaded from the store
+/// in one lookup, or carried from the write before it while that one is
+/// still in flight (see `pg::Busy`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectProjection {
+    /// The head's store object exists (a whiteout included).
+    pub raw_exists: bool,
+    /// The head exists for clients (not a whiteout).
+    pub exists: bool,
+    /// Size of the head (0 when it does not exist).
+    pub size: u64,
+    /// Version stamped on the head's store object.
+    pub version: Version,
+    pub snapset: SnapSet,
+}
+
+impl ObjectProjection {
+    /// The head of `name` as the store holds it durably, from one metadata
+    /// lookup (size and xattrs; no data is read).
+    pub fn load(
+        store: &Store,
+        coll: CollectionId,
+        name: &ObjectName,
+    ) -> Result<ObjectProjection, OpError> {
+        // Reading zero bytes past any end returns the size and the xattrs.
+        let r = match store.read_with_attrs(&coll, &store_oid(name), u64::MAX, 0) {
+            Ok(r) => r,
+            Err(StoreError::NoSuchObject { .. }) => return Ok(ObjectProjection::default()),
+            Err(e) => return Err(map_store_err(e)),
+        };
+        let snapset = match r.attrs.get(ATTR_SNAPSET) {
+            Some(b) => SnapSet::decode(b)?,
+            None => SnapSet::default(),
+        };
+        let version = r
+            .attrs
+            .get(ATTR_VERSION)
+            .map(|b| decode_version(b))
+            .unwrap_or_default();
+        let exists = !snapset.whiteout;
+        Ok(ObjectProjection {
+            raw_exists: true,
+            exists,
+            size: if exists { r.size } else { 0 },
+            version,
+            snapset,
+        })
+    }
+}
+
 /// What a request sees of its object before it runs.
 struct View<'a> {
     store: &'a Store,
@@ -388,6 +440,8 @@ pub struct Resolved {
     pub mutations: Vec<Mutation>,
     pub outputs: Vec<SubOpOutput>,
     pub log_op: LogOp,
+    /// The object's head once the mutations apply.
+    pub after: ObjectProjection,
 }
 
 fn check_extent(offset: u64, len: u64, max: u64) -> Result<(), OpError> {
@@ -420,10 +474,34 @@ pub fn resolve_write(
             "snapshot {snap} of {name} is read-only: writes go to the head"
         )));
     }
-    let head = store_oid(name);
-    let raw_exists = store.exists(&coll, &head).map_err(map_store_err)?;
-    let view = View::load_at(store, coll, head, SNAP_HEAD)?;
-    let mut snapset = SnapSet::load(store, &coll, &view.oid)?;
+    let before = ObjectProjection::load(store, coll, name)?;
+    resolve_write_from(store, coll, name, &before, ops, version, snapc)
+}
+
+/// [`resolve_write`] against `before`, the object's head as the writes
+/// before this one leave it. Reads and guards other than existence,
+/// version and stat read the store: with writes of the object still in
+/// flight `before` is newer than the store, and such requests must wait
+/// (`pg::pipelinable`).
+pub fn resolve_write_from(
+    store: &Store,
+    coll: CollectionId,
+    name: &ObjectName,
+    before: &ObjectProjection,
+    ops: &[SubOp],
+    version: Version,
+    snapc: Option<&SnapContext>,
+) -> Result<Resolved, OpError> {
+    let raw_exists = before.raw_exists;
+    let view = View {
+        store,
+        coll,
+        oid: store_oid(name),
+        exists: before.exists,
+        size: before.size,
+        version: before.version,
+    };
+    let mut snapset = before.snapset.clone();
     let had_snapset = snapset != SnapSet::default();
     // Clone-on-write and trimming come first (they see the head as it was).
     let mut snap_muts = Vec::new();
@@ -593,11 +671,22 @@ pub fn resolve_write(
         },
     );
     snap_muts.append(&mut muts);
+    let after = match log_op {
+        LogOp::Delete => ObjectProjection::default(),
+        _ => ObjectProjection {
+            raw_exists: true,
+            exists,
+            size: if exists { size } else { 0 },
+            version,
+            snapset,
+        },
+    };
     Ok(Resolved {
         prior: view.version,
         mutations: snap_muts,
         outputs,
         log_op,
+        after,
     })
 }
 
@@ -1027,6 +1116,12 @@ mod snap_tests {
             let mut t = Transaction::new();
             apply_mutations(&mut t, self.coll, &self.name, &r.mutations);
             self.store.commit(t).unwrap();
+            // The state a pipelined write would start from is what the
+            // store shows once this one is durable.
+            assert_eq!(
+                ObjectProjection::load(&self.store, self.coll, &self.name).unwrap(),
+                r.after
+            );
             Ok(r.log_op)
         }
 
@@ -1168,5 +1263,105 @@ mod snap_tests {
         other.seq = 10;
         other.write(put(b"newer"), sc(7, &[7])).unwrap();
         assert_eq!(other.read_at(7).unwrap(), b"old");
+    }
+
+    /// A mixed run of writes (snapshots, removal to a whiteout, appends,
+    /// truncates, attributes), one request at a time.
+    fn script() -> Vec<(Vec<SubOp>, Option<SnapContext>)> {
+        let b = |d: &[u8]| Bytes::copy_from_slice(d);
+        vec![
+            (put(b"one"), None),
+            (vec![SubOp::Append { data: b(b"+a") }], None),
+            (
+                vec![SubOp::Write {
+                    offset: 10,
+                    data: b(b"far"),
+                }],
+                sc(2, &[2]),
+            ),
+            (
+                vec![SubOp::AssertExists, SubOp::Truncate { size: 4 }],
+                sc(2, &[2]),
+            ),
+            (
+                vec![SubOp::Zero {
+                    offset: 1,
+                    len: 100,
+                }],
+                sc(2, &[2]),
+            ),
+            (
+                vec![SubOp::SetXattr {
+                    name: "k".into(),
+                    value: b(b"v"),
+                }],
+                sc(2, &[2]),
+            ),
+            (vec![SubOp::Remove], sc(5, &[5, 2])),
+            (vec![SubOp::Zero { offset: 0, len: 1 }], sc(5, &[5, 2])),
+            (
+                vec![
+                    SubOp::Create { exclusive: true },
+                    SubOp::Append { data: b(b"x") },
+                ],
+                sc(5, &[5, 2]),
+            ),
+            (
+                vec![
+                    SubOp::Stat,
+                    SubOp::OmapSet {
+                        entries: vec![(b(b"a"), b(b"1"))],
+                    },
+                ],
+                sc(5, &[5]),
+            ),
+            (vec![SubOp::Remove], sc(7, &[7])),
+            (vec![SubOp::SnapTrim], sc(7, &[])),
+            (vec![SubOp::Append { data: b(b"again") }], None),
+        ]
+    }
+
+    #[test]
+    fn writes_resolved_from_projections_match_writes_resolved_from_the_store() {
+        // One at a time, each resolved once the previous is durable.
+        let mut serial = Obj::new();
+        let mut expect = Vec::new();
+        for (ops, snapc) in script() {
+            expect.push(serial.write(ops, snapc).map_err(|e| format!("{e:?}")));
+        }
+        // All resolved back to back from the projection chain, submitted
+        // without waiting for any (as a pipelined primary does).
+        let o = Obj::new();
+        let mut before = ObjectProjection::load(&o.store, o.coll, &o.name).unwrap();
+        let mut handles = Vec::new();
+        let mut got = Vec::new();
+        for (i, (ops, snapc)) in script().into_iter().enumerate() {
+            let v = Version {
+                epoch: 1,
+                seq: i as u64 + 1,
+            };
+            match resolve_write_from(&o.store, o.coll, &o.name, &before, &ops, v, snapc.as_ref()) {
+                Ok(r) => {
+                    let mut t = Transaction::new();
+                    apply_mutations(&mut t, o.coll, &o.name, &r.mutations);
+                    handles.push(o.store.submit(t).unwrap());
+                    got.push(Ok(r.log_op));
+                    before = r.after;
+                }
+                Err(e) => got.push(Err(format!("{e:?}"))),
+            }
+        }
+        for h in handles {
+            h.wait().unwrap();
+        }
+        assert_eq!(got, expect);
+        assert_eq!(
+            ObjectProjection::load(&o.store, o.coll, &o.name).unwrap(),
+            before
+        );
+        assert_eq!(
+            get_object_state(&o.store, o.coll, &o.name).unwrap(),
+            get_object_state(&serial.store, serial.coll, &serial.name).unwrap()
+        );
     }
 }

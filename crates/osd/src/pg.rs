@@ -6,6 +6,7 @@
 //! no I/O: the runtime (`osd`) executes the returned [`PgAction`]s and feeds
 //! back [`PgEvent`]s. Recovery planning is the pure [`plan_recovery`].
 
+use crate::exec::ObjectProjection;
 use cairn_ops::{
     LogEntry, LogOp, ObjectName, OpError, OpReply, OpRequest, OpStatus, PgInfo, ReqId, ScrubRange,
     SubOp, SubOpOutput, Version,
@@ -29,6 +30,9 @@ pub struct PgLimits {
     pub max_past_intervals: usize,
     /// Client ops queued while the PG peers, at most (more are told to retry).
     pub max_waiting_ops: usize,
+    /// Writes to one object in flight at once, at most (writes that need
+    /// only the object's projected state overlap; more wait in its queue).
+    pub max_object_writes_in_flight: u32,
 }
 
 impl Default for PgLimits {
@@ -38,6 +42,7 @@ impl Default for PgLimits {
             max_log_entries: 3000,
             max_past_intervals: 500,
             max_waiting_ops: 4096,
+            max_object_writes_in_flight: 16,
         }
     }
 }
@@ -239,6 +244,60 @@ struct InFlight {
     trim_to: Version,
 }
 
+/// One object's writes in flight on the primary and the ops waiting behind
+/// them.
+///
+/// The store shows a transaction only once it is durable, so a write that
+/// follows another to the same object before that one is durable cannot be
+/// resolved from the store: it is resolved from `projected`, the object's
+/// state after the last submitted write (Ceph's projected object context).
+/// Only writes that need nothing but that state overlap
+/// ([`pipelinable`]); one that reads the object's data or attributes waits
+/// until no write of it is in flight, as do reads (a read sees only what
+/// every acting member has durable).
+#[derive(Default)]
+struct Busy {
+    /// Ops waiting, in arrival order.
+    queue: VecDeque<(Token, OpRequest)>,
+    /// Writes of the object in `inflight`.
+    writes: u32,
+    /// The object after the newest submitted write of it (seq, state);
+    /// None while no write of it is in flight.
+    projected: Option<(u64, ObjectProjection)>,
+}
+
+/// Whether a write can be resolved from the object's projected state alone
+/// (size, existence, version, snapshot set) and so may start while earlier
+/// writes of the object are still in flight. Guards and reads of data,
+/// xattrs or omap need the store and wait. Erasure-coded pools never
+/// overlap writes of one object (their writes read stripes).
+pub fn pipelinable(req: &OpRequest) -> bool {
+    req.is_write()
+        && req.snap == cairn_ops::SNAP_HEAD
+        && req.ops.iter().all(|o| {
+            matches!(
+                o,
+                SubOp::WriteFull { .. }
+                    | SubOp::Write { .. }
+                    | SubOp::Append { .. }
+                    | SubOp::Truncate { .. }
+                    | SubOp::Zero { .. }
+                    | SubOp::Remove
+                    | SubOp::Create { .. }
+                    | SubOp::SetXattr { .. }
+                    | SubOp::RmXattr { .. }
+                    | SubOp::OmapSet { .. }
+                    | SubOp::OmapRm { .. }
+                    | SubOp::OmapClear
+                    | SubOp::OmapSetHeader { .. }
+                    | SubOp::AssertExists
+                    | SubOp::AssertVersion { .. }
+                    | SubOp::Stat
+                    | SubOp::SnapTrim
+            )
+        })
+}
+
 /// One PG on one OSD.
 pub struct Pg {
     pub pgid: PgId,
@@ -265,10 +324,11 @@ pub struct Pg {
     /// older still: the next map at or past it starts a new interval.
     member_interval: Option<Epoch>,
     inflight: BTreeMap<u64, InFlight>,
-    /// Objects with a write in flight, and the ops queued behind it
+    /// Objects with writes in flight (or a write waiting for reads), the
+    /// ops queued behind them and the state the last submitted write leaves
     /// (ordered, so that answers to queued ops go out in a reproducible
     /// order: the simulator replays a seed exactly).
-    busy: BTreeMap<ObjectName, VecDeque<(Token, OpRequest)>>,
+    busy: BTreeMap<ObjectName, Busy>,
     /// Object reads handed to the runtime and not yet `ReadDone`, per
     /// object (kept across interval changes: the store reads still run).
     /// A write to an object in here waits in `busy`; an object never has
@@ -711,7 +771,7 @@ impl Pg {
         self.scrub_block = None;
         let queued: Vec<(Token, OpRequest)> = std::mem::take(&mut self.busy)
             .into_values()
-            .flat_map(|q| q.into_iter())
+            .flat_map(|b| b.queue.into_iter())
             .chain(self.waiting_for_active.drain(..))
             .chain(self.scrub_waiting.drain(..))
             .collect();
@@ -784,18 +844,60 @@ impl Pg {
             self.hold_for_scrub(token, req, out);
             return;
         }
-        if let Some(q) = self.busy.get_mut(&req.oid) {
-            q.push_back((token, req));
+        let may_overlap = self.pipelines() && pipelinable(&req);
+        let max_writes = self.limits.max_object_writes_in_flight;
+        if let Some(b) = self.busy.get_mut(&req.oid) {
+            let overlap =
+                b.queue.is_empty() && b.writes > 0 && b.writes < max_writes && may_overlap;
+            if overlap {
+                self.start(token, req, out);
+            } else {
+                b.queue.push_back((token, req));
+            }
             return;
         }
         if req.is_write() && self.reading.contains_key(&req.oid) {
             // Reads of the object still run: the write (and what comes
             // after it) waits for them.
-            self.busy
-                .insert(req.oid.clone(), VecDeque::from([(token, req)]));
+            let b = Busy {
+                queue: VecDeque::from([(token, req)]),
+                ..Busy::default()
+            };
+            self.busy.insert(b.queue[0].1.oid.clone(), b);
             return;
         }
         self.start(token, req, out);
+    }
+
+    /// Writes to one object may overlap in this PG: a replicated pool
+    /// (EC writes read the stripes they change).
+    fn pipelines(&self) -> bool {
+        self.placement.as_ref().is_some_and(|p| p.shards.is_empty())
+    }
+
+    /// The state the newest submitted write of `oid` leaves, while a
+    /// write of it is in flight: what the next write of it is resolved
+    /// from (the store shows the object only as far as it is durable).
+    pub fn projected(&self, oid: &ObjectName) -> Option<&ObjectProjection> {
+        self.busy
+            .get(oid)
+            .and_then(|b| b.projected.as_ref())
+            .map(|(_, p)| p)
+    }
+
+    /// Records the state write `seq` of `oid` leaves (the runtime resolved
+    /// it). Ignored when no write of the object is in flight any more.
+    pub fn set_projected(&mut self, oid: &ObjectName, seq: u64, state: ObjectProjection) {
+        if let Some(b) = self.busy.get_mut(oid).filter(|b| b.writes > 0) {
+            if b.projected.as_ref().is_none_or(|(s, _)| *s < seq) {
+                b.projected = Some((seq, state));
+            }
+        }
+    }
+
+    /// Writes of `oid` in flight.
+    pub fn object_writes_in_flight(&self, oid: &ObjectName) -> u32 {
+        self.busy.get(oid).map_or(0, |b| b.writes)
     }
 
     /// Hands a read of one object to the runtime and counts it running.
@@ -824,7 +926,7 @@ impl Pg {
         // (no write runs while reads do): start it now, unless this PG can
         // no longer take writes (then `busy` was answered already).
         if self.busy.contains_key(&oid) && self.role == Role::Primary && self.state.active {
-            self.release(&oid, out);
+            self.release(&oid, false, out);
         }
     }
 
@@ -947,7 +1049,7 @@ impl Pg {
         let mut waiting: BTreeSet<i32> = replicas.iter().copied().collect();
         waiting.insert(self.whoami);
         let trim_to = self.trim_point(1 + self.inflight_unsubmitted() as usize);
-        self.busy.insert(req.oid.clone(), VecDeque::new());
+        self.busy.entry(req.oid.clone()).or_default().writes += 1;
         self.inflight.insert(
             version.seq,
             InFlight {
@@ -1100,42 +1202,83 @@ impl Pg {
                     reply: reply(&f.reqid, status.clone(), f.version, self.epoch()),
                 });
             }
-            self.release(&f.oid, out);
+            self.release(&f.oid, true, out);
         }
     }
 
-    /// The write on `oid` finished: start what queued behind it.
-    fn release(&mut self, oid: &ObjectName, out: &mut Vec<PgAction>) {
-        let Some(mut q) = self.busy.remove(oid) else {
+    /// A write of `oid` finished (`done`) or its reads did: start what
+    /// queued behind it. While other writes of the object are in flight
+    /// only writes that need no more than its projected state start (up to
+    /// the per-object bound); once none is, the queue runs as it arrived:
+    /// reads, then the next write (and the overlapping ones after it).
+    fn release(&mut self, oid: &ObjectName, done: bool, out: &mut Vec<PgAction>) {
+        let Some(mut b) = self.busy.remove(oid) else {
             return;
         };
+        if done {
+            debug_assert!(b.writes > 0, "a write finished that was not counted");
+            b.writes = b.writes.saturating_sub(1);
+        }
+        if b.writes == 0 {
+            // Everything submitted is durable here: the store shows it.
+            b.projected = None;
+        }
+        let mut q = std::mem::take(&mut b.queue);
+        self.busy.insert(oid.clone(), b);
         while let Some((t, req)) = q.pop_front() {
-            if req.is_write() {
-                if let Some(&seq) = self.reqids.get(&req.reqid) {
-                    self.answer_dup(t, seq, &req, out);
-                    continue;
-                }
-                if self.blocked_by_scrub(oid) {
-                    // The rest of this object's queue waits behind the scrub.
-                    self.hold_for_scrub(t, req, out);
-                    for (t, r) in q.drain(..) {
-                        self.hold_for_scrub(t, r, out);
-                    }
-                    return;
-                }
-                if self.reading.contains_key(oid) {
-                    // Reads released just before it still run: wait for them.
+            let writes = self.object_writes_in_flight(oid);
+            if !req.is_write() {
+                if writes > 0 {
                     q.push_front((t, req));
-                    self.busy.insert(oid.clone(), q);
-                    return;
+                    break;
+                }
+                self.emit_read(t, req, out);
+                continue;
+            }
+            if let Some(&seq) = self.reqids.get(&req.reqid) {
+                self.answer_dup(t, seq, &req, out);
+                continue;
+            }
+            if let Some(f) = self.inflight.values_mut().find(|f| f.reqid == req.reqid) {
+                f.tokens.push(t);
+                continue;
+            }
+            if writes > 0 {
+                let overlap = writes < self.limits.max_object_writes_in_flight
+                    && self.pipelines()
+                    && pipelinable(&req)
+                    && !self.blocked_by_scrub(oid);
+                if !overlap {
+                    q.push_front((t, req));
+                    break;
                 }
                 self.start(t, req, out);
-                if let Some(rest) = self.busy.get_mut(oid) {
-                    rest.extend(q);
-                }
-                return;
+                continue;
             }
-            self.emit_read(t, req, out);
+            if self.blocked_by_scrub(oid) {
+                // The rest of this object's queue waits behind the scrub.
+                self.hold_for_scrub(t, req, out);
+                for (t, r) in q.drain(..) {
+                    self.hold_for_scrub(t, r, out);
+                }
+                break;
+            }
+            if self.reading.contains_key(oid) {
+                // Reads released just before it still run: wait for them.
+                q.push_front((t, req));
+                break;
+            }
+            self.start(t, req, out);
+        }
+        let idle = match self.busy.get_mut(oid) {
+            Some(b) => {
+                b.queue = q;
+                b.writes == 0 && b.queue.is_empty()
+            }
+            None => false,
+        };
+        if idle {
+            self.busy.remove(oid);
         }
     }
 
@@ -1228,7 +1371,7 @@ impl Pg {
             self.info.same_interval_since.0,
             self.inflight.len(),
             inflight.join(", "),
-            self.busy.values().map(|q| q.len()).sum::<usize>(),
+            self.busy.values().map(|b| b.queue.len()).sum::<usize>(),
             self.waiting_for_active.len(),
             if self.waiting_pg_temp { " (waiting for pg_temp)" } else { "" },
             self.scrub_waiting.len()
@@ -1255,6 +1398,18 @@ impl Pg {
         debug_assert_eq!(
             self.reading.values().map(|&n| n as usize).sum::<usize>(),
             self.read_tokens.len()
+        );
+        debug_assert!(
+            self.busy.iter().all(|(oid, b)| {
+                b.writes as usize == self.inflight.values().filter(|f| &f.oid == oid).count()
+            }),
+            "an object's count of writes in flight is off"
+        );
+        debug_assert!(
+            self.inflight
+                .values()
+                .all(|f| self.busy.contains_key(&f.oid)),
+            "a write in flight on an object not marked busy"
         );
     }
 }
@@ -1808,7 +1963,7 @@ mod tests {
     }
 
     #[test]
-    fn writes_to_one_object_serialise_and_resends_apply_once() {
+    fn writes_that_read_the_object_serialise_and_resends_apply_once() {
         let mut pg = active_primary();
         let a1 = pg.handle(PgEvent::ClientOp {
             token: 1,
@@ -1816,7 +1971,7 @@ mod tests {
         });
         let a2 = pg.handle(PgEvent::ClientOp {
             token: 2,
-            req: write_req(2, "a"),
+            req: guarded_req(2, "a"),
         });
         assert!(a2.is_empty(), "second writer must wait: {a2:?}");
         // The first op is resent while in flight: no second write.
@@ -2133,5 +2288,434 @@ mod tests {
         assert!(check_can_activate(&past, Epoch(5), &[0, 1]).is_err());
         assert!(check_can_activate(&past, Epoch(5), &[0, 4]).is_ok());
         assert!(check_can_activate(&past, Epoch(10), &[0, 1]).is_ok());
+    }
+
+    fn guarded_req(tid: u64, obj: &str) -> OpRequest {
+        OpRequest {
+            ops: vec![
+                SubOp::CmpXattr {
+                    name: "k".into(),
+                    op: cairn_ops::CmpOp::Eq,
+                    value: bytes::Bytes::from_static(b"v"),
+                },
+                SubOp::WriteFull {
+                    data: bytes::Bytes::from_static(b"y"),
+                },
+            ],
+            ..write_req(tid, obj)
+        }
+    }
+
+    fn write_tokens(acts: &[PgAction]) -> Vec<Token> {
+        acts.iter()
+            .filter_map(|a| match a {
+                PgAction::Write { token, .. } => Some(*token),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn reply_tokens(acts: &[PgAction]) -> Vec<Token> {
+        acts.iter()
+            .filter_map(|a| match a {
+                PgAction::Reply { token, .. } => Some(*token),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn writes_to_one_object_overlap_and_are_acknowledged_in_version_order() {
+        let mut pg = active_primary();
+        let a = ObjectName::new("", "a");
+        let mut seqs = Vec::new();
+        for t in 1..=3 {
+            let acts = pg.handle(PgEvent::ClientOp {
+                token: t,
+                req: write_req(t, "a"),
+            });
+            assert_eq!(write_tokens(&acts), vec![t], "write {t} starts at once");
+            seqs.extend(submit(&mut pg, &acts));
+            pg.check_invariants();
+        }
+        assert_eq!(pg.object_writes_in_flight(&a), 3);
+        // The later writes are durable everywhere first: nothing is
+        // acknowledged before the first one is.
+        assert!(reply_tokens(&commit_all(&mut pg, seqs[2])).is_empty());
+        assert!(reply_tokens(&commit_all(&mut pg, seqs[1])).is_empty());
+        // The first one missing on one member holds them all back.
+        for from in [0, 2] {
+            assert!(pg
+                .handle(PgEvent::Committed {
+                    seq: seqs[0],
+                    from,
+                    interval_since: Epoch(5),
+                })
+                .is_empty());
+        }
+        let done = pg.handle(PgEvent::Committed {
+            seq: seqs[0],
+            from: 1,
+            interval_since: Epoch(5),
+        });
+        assert_eq!(reply_tokens(&done), vec![1, 2, 3]);
+        assert_eq!(pg.object_writes_in_flight(&a), 0);
+        assert!(!pg.is_busy(&a));
+        pg.check_invariants();
+    }
+
+    #[test]
+    fn the_projected_state_lives_while_writes_of_the_object_are_in_flight() {
+        let mut pg = active_primary();
+        let a = ObjectName::new("", "a");
+        let w1 = pg.handle(PgEvent::ClientOp {
+            token: 1,
+            req: write_req(1, "a"),
+        });
+        let s1 = submit(&mut pg, &w1)[0];
+        assert!(
+            pg.projected(&a).is_none(),
+            "the first write reads the store"
+        );
+        let p1 = ObjectProjection {
+            raw_exists: true,
+            exists: true,
+            size: 1,
+            ..Default::default()
+        };
+        pg.set_projected(&a, s1, p1.clone());
+        assert_eq!(pg.projected(&a), Some(&p1));
+        let w2 = pg.handle(PgEvent::ClientOp {
+            token: 2,
+            req: write_req(2, "a"),
+        });
+        let s2 = submit(&mut pg, &w2)[0];
+        let p2 = ObjectProjection { size: 2, ..p1 };
+        pg.set_projected(&a, s2, p2.clone());
+        // An older write's state never replaces a newer one's.
+        pg.set_projected(&a, s1, ObjectProjection::default());
+        assert_eq!(pg.projected(&a), Some(&p2));
+        commit_all(&mut pg, s1);
+        assert_eq!(pg.projected(&a), Some(&p2), "write 2 is still in flight");
+        commit_all(&mut pg, s2);
+        assert!(pg.projected(&a).is_none(), "the store shows everything now");
+        // Not kept for an object without writes in flight.
+        pg.set_projected(&a, s2 + 1, ObjectProjection::default());
+        assert!(pg.projected(&a).is_none());
+    }
+
+    #[test]
+    fn a_write_that_reads_the_object_waits_for_the_writes_in_flight() {
+        let mut pg = active_primary();
+        let w1 = pg.handle(PgEvent::ClientOp {
+            token: 1,
+            req: write_req(1, "a"),
+        });
+        let s1 = submit(&mut pg, &w1)[0];
+        let g = pg.handle(PgEvent::ClientOp {
+            token: 2,
+            req: guarded_req(2, "a"),
+        });
+        assert!(write_tokens(&g).is_empty(), "{g:?}");
+        // A blind write behind it waits too (order per object is kept).
+        let w3 = pg.handle(PgEvent::ClientOp {
+            token: 3,
+            req: write_req(3, "a"),
+        });
+        assert!(write_tokens(&w3).is_empty(), "{w3:?}");
+        let done = commit_all(&mut pg, s1);
+        assert_eq!(reply_tokens(&done), vec![1]);
+        // The guarded write starts alone, then the blind one overlaps it.
+        assert_eq!(write_tokens(&done), vec![2, 3]);
+        pg.check_invariants();
+    }
+
+    #[test]
+    fn writes_in_flight_per_object_are_bounded() {
+        let mut pg = Pg::new(
+            pgid(),
+            0,
+            PgLimits {
+                max_object_writes_in_flight: 2,
+                ..Default::default()
+            },
+            PgInfo::default(),
+            vec![],
+            vec![],
+        );
+        pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
+        let info = pg.info.clone();
+        pg.handle(PgEvent::PeeringDone {
+            interval_since: Epoch(5),
+            result: Ok((info, vec![])),
+        });
+        let mut started = Vec::new();
+        let mut seqs = Vec::new();
+        for t in 1..=4 {
+            let acts = pg.handle(PgEvent::ClientOp {
+                token: t,
+                req: write_req(t, "a"),
+            });
+            started.extend(write_tokens(&acts));
+            seqs.extend(submit(&mut pg, &acts));
+        }
+        assert_eq!(started, vec![1, 2]);
+        let done = commit_all(&mut pg, seqs[0]);
+        assert_eq!(write_tokens(&done), vec![3]);
+        seqs.extend(submit(&mut pg, &done));
+        pg.check_invariants();
+    }
+
+    #[test]
+    fn an_interval_change_answers_every_write_in_flight_on_an_object() {
+        let mut pg = active_primary();
+        let mut tokens = Vec::new();
+        for t in 1..=3 {
+            let acts = pg.handle(PgEvent::ClientOp {
+                token: t,
+                req: write_req(t, "a"),
+            });
+            submit(&mut pg, &acts);
+            tokens.push(t);
+        }
+        let queued = pg.handle(PgEvent::ClientOp {
+            token: 4,
+            req: read_req(4, "a"),
+        });
+        assert!(queued.is_empty());
+        let acts = pg.handle(PgEvent::Map(placement(7, &[0, 1])));
+        let mut answered = reply_tokens(&acts);
+        answered.sort();
+        assert_eq!(answered, vec![1, 2, 3, 4]);
+        assert!(!pg.is_busy(&ObjectName::new("", "a")));
+        assert_eq!(pg.inflight_count(), 0);
+        pg.check_invariants();
+    }
+
+    #[test]
+    fn erasure_coded_pgs_keep_one_write_per_object() {
+        let mut pg = fresh_pg(0);
+        let mut p = placement(5, &[0, 1, 2]);
+        p.shards = vec![0, 1, 2];
+        pg.handle(PgEvent::Map(p));
+        let info = pg.info.clone();
+        pg.handle(PgEvent::PeeringDone {
+            interval_since: Epoch(5),
+            result: Ok((info, vec![])),
+        });
+        assert!(pg.state.active);
+        let w1 = pg.handle(PgEvent::ClientOp {
+            token: 1,
+            req: write_req(1, "a"),
+        });
+        assert_eq!(write_tokens(&w1), vec![1]);
+        let w2 = pg.handle(PgEvent::ClientOp {
+            token: 2,
+            req: write_req(2, "a"),
+        });
+        assert!(write_tokens(&w2).is_empty());
+    }
+
+    /// One step of the ordering property test.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A client op on object `obj`: 0 blind write, 1 guarded write, 2 read.
+        Op { kind: u8, obj: u8 },
+        /// Member `from` commits the `pick`-th write in flight.
+        Commit { pick: u8, from: u8 },
+        /// The `pick`-th running read ends.
+        ReadDone { pick: u8 },
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u8..3, 0u8..3).prop_map(|(kind, obj)| Step::Op { kind, obj }),
+            (0u8..8, 0u8..3).prop_map(|(pick, from)| Step::Commit { pick, from }),
+            (0u8..4).prop_map(|pick| Step::ReadDone { pick }),
+        ]
+    }
+
+    /// Checks what one batch of actions shows and records it.
+    #[derive(Default)]
+    struct Model {
+        /// Token -> (object, is write, guarded).
+        ops: BTreeMap<Token, (ObjectName, bool, bool)>,
+        answered: BTreeSet<Token>,
+        /// Seq -> (token, members still to commit).
+        inflight: BTreeMap<u64, (Token, BTreeSet<i32>)>,
+        reads: Vec<Token>,
+        started_writes: BTreeSet<Token>,
+        last_acked: u64,
+    }
+
+    impl Model {
+        fn absorb(&mut self, pg: &mut Pg, acts: Vec<PgAction>) {
+            let mut queue: VecDeque<PgAction> = acts.into();
+            while let Some(a) = queue.pop_front() {
+                match a {
+                    PgAction::Write {
+                        token,
+                        req,
+                        version,
+                        ..
+                    } => {
+                        let (oid, _, guarded) = self.ops[&token].clone();
+                        let n = pg.object_writes_in_flight(&oid);
+                        assert!(n <= pg.limits.max_object_writes_in_flight);
+                        if guarded {
+                            // It reads the store: every earlier write of
+                            // the object is durable everywhere (answered).
+                            let alone = self
+                                .ops
+                                .range(..token)
+                                .filter(|(_, (o, w, _))| *o == oid && *w)
+                                .all(|(t, _)| self.answered.contains(t));
+                            assert!(alone, "guarded write {token} overlaps an earlier one");
+                        }
+                        // Writes of one object start in arrival order.
+                        let earlier = self
+                            .ops
+                            .range(..token)
+                            .filter(|(_, (o, w, _))| *o == oid && *w)
+                            .all(|(t, _)| self.started_writes.contains(t));
+                        assert!(earlier, "write {token} overtook an earlier one");
+                        self.started_writes.insert(token);
+                        self.inflight
+                            .insert(version.seq, (token, [0, 1, 2].into_iter().collect()));
+                        queue.extend(pg.handle(PgEvent::Submitted {
+                            seq: version.seq,
+                            entry: LogEntry {
+                                version,
+                                prior_version: Version::default(),
+                                reqid: Some(req.reqid.clone()),
+                                oid: req.oid.clone(),
+                                op: LogOp::Modify,
+                            },
+                            outcome: Ok(vec![]),
+                        }));
+                    }
+                    PgAction::Read { token, req } => {
+                        assert_eq!(pg.object_writes_in_flight(&req.oid), 0);
+                        // Every write of the object that came before it is acknowledged.
+                        let before_done = self
+                            .ops
+                            .range(..token)
+                            .filter(|(_, (o, w, _))| *o == req.oid && *w)
+                            .all(|(t, _)| self.answered.contains(t));
+                        assert!(before_done, "read {token} ran before an earlier write");
+                        self.reads.push(token);
+                    }
+                    PgAction::Reply { token, reply } => {
+                        assert!(self.answered.insert(token), "{token} answered twice");
+                        if self.ops[&token].1 {
+                            assert!(reply.version.seq > self.last_acked, "acks out of order");
+                            self.last_acked = reply.version.seq;
+                        }
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            pg.check_invariants();
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        #[test]
+        fn per_object_ordering_holds_with_overlapping_writes(
+            steps in proptest::collection::vec(step(), 1..120)
+        ) {
+            let mut pg = Pg::new(
+                pgid(),
+                0,
+                PgLimits {
+                    max_object_writes_in_flight: 3,
+                    ..Default::default()
+                },
+                PgInfo::default(),
+                vec![],
+                vec![],
+            );
+            pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
+            let info = pg.info.clone();
+            pg.handle(PgEvent::PeeringDone {
+                interval_since: Epoch(5),
+                result: Ok((info, vec![])),
+            });
+            let mut m = Model::default();
+            let mut next: Token = 1;
+            for s in steps {
+                match s {
+                    Step::Op { kind, obj } => {
+                        let name = ["a", "b", "c"][obj as usize];
+                        let req = match kind {
+                            0 => write_req(next, name),
+                            1 => guarded_req(next, name),
+                            _ => read_req(next, name),
+                        };
+                        m.ops.insert(next, (req.oid.clone(), kind < 2, kind == 1));
+                        let acts = pg.handle(PgEvent::ClientOp { token: next, req });
+                        m.absorb(&mut pg, acts);
+                        next += 1;
+                    }
+                    Step::Commit { pick, from } => {
+                        let n = m.inflight.len().max(1);
+                        let Some((&seq, (_, left))) = m.inflight.iter_mut().nth(pick as usize % n)
+                        else {
+                            continue;
+                        };
+                        let from = from as i32;
+                        if !left.remove(&from) {
+                            continue;
+                        }
+                        if left.is_empty() {
+                            m.inflight.remove(&seq);
+                        }
+                        let acts = pg.handle(PgEvent::Committed {
+                            seq,
+                            from,
+                            interval_since: Epoch(5),
+                        });
+                        m.absorb(&mut pg, acts);
+                    }
+                    Step::ReadDone { pick } => {
+                        if m.reads.is_empty() {
+                            continue;
+                        }
+                        let token = m.reads.remove(pick as usize % m.reads.len());
+                        let acts = pg.handle(PgEvent::ReadDone { token });
+                        // The runtime answers the read itself.
+                        m.answered.insert(token);
+                        m.absorb(&mut pg, acts);
+                    }
+                }
+            }
+            // Drain: every member commits everything, every read ends.
+            loop {
+                if let Some(token) = m.reads.pop() {
+                    m.answered.insert(token);
+                    let acts = pg.handle(PgEvent::ReadDone { token });
+                    m.absorb(&mut pg, acts);
+                    continue;
+                }
+                let Some((&seq, (_, left))) = m.inflight.iter().next() else {
+                    break;
+                };
+                let left: Vec<i32> = left.iter().copied().collect();
+                m.inflight.remove(&seq);
+                for from in left {
+                    let acts = pg.handle(PgEvent::Committed {
+                        seq,
+                        from,
+                        interval_since: Epoch(5),
+                    });
+                    m.absorb(&mut pg, acts);
+                }
+            }
+            let all: BTreeSet<Token> = m.ops.keys().copied().collect();
+            proptest::prop_assert_eq!(&m.answered, &all);
+            proptest::prop_assert_eq!(pg.inflight_count(), 0);
+        }
     }
 }

@@ -2290,18 +2290,12 @@ impl PgActor {
                     mutations: shard_muts.get(&self.me()).cloned().unwrap_or_default(),
                     outputs: plan.outputs.clone(),
                     log_op: ec_exec::log_op(&plan),
+                    // EC pools do not overlap writes of one object.
+                    after: exec::ObjectProjection::default(),
                 }
             })
         } else {
-            exec::resolve_write(
-                &store,
-                coll,
-                &req.oid,
-                &req.ops,
-                version,
-                req.snapc.as_ref(),
-                req.snap,
-            )
+            self.resolve_replicated(&req, version)
         };
         // Refuse up front a write this OSD has no room for: the refusal is
         // logged and replicated like any failed op, so every member agrees.
@@ -2310,7 +2304,15 @@ impl PgActor {
             None => Ok(r),
         });
         let (muts, outcome, op, prior) = match resolved {
-            Ok(r) => (r.mutations, Ok(r.outputs), r.log_op, r.prior),
+            Ok(r) => {
+                if ec.is_none() {
+                    // What the next write of the object starts from while
+                    // this one is not yet durable (a failed write changes
+                    // nothing, so the state before it stays).
+                    self.pg.set_projected(&req.oid, version.seq, r.after);
+                }
+                (r.mutations, Ok(r.outputs), r.log_op, r.prior)
+            }
             Err(e) => {
                 shard_muts.clear();
                 (
@@ -2433,6 +2435,40 @@ impl PgActor {
             ack: None,
         });
         more
+    }
+
+    /// Resolves a write of a replicated pool against the object's state
+    /// before it: the one the previous write of the object left while that
+    /// write is in flight (the store shows it only once durable), else the
+    /// store's.
+    fn resolve_replicated(
+        &self,
+        req: &OpRequest,
+        version: Version,
+    ) -> Result<exec::Resolved, OpError> {
+        if req.snap != cairn_ops::SNAP_HEAD {
+            return Err(OpError::Invalid(format!(
+                "snapshot {} of {} is read-only: writes go to the head",
+                req.snap, req.oid
+            )));
+        }
+        let loaded;
+        let before = match self.pg.projected(&req.oid) {
+            Some(p) => p,
+            None => {
+                loaded = exec::ObjectProjection::load(&self.shared.store, self.coll, &req.oid)?;
+                &loaded
+            }
+        };
+        exec::resolve_write_from(
+            &self.shared.store,
+            self.coll,
+            &req.oid,
+            before,
+            &req.ops,
+            version,
+            req.snapc.as_ref(),
+        )
     }
 
     /// `Some(no-space error)` when this OSD's store cannot take the data

@@ -82,15 +82,35 @@ impl EcPg {
             .collect()
     }
 
-    /// Backfill targets: (shard, OSD) where the up OSD is not the acting one.
+    /// Backfill targets: (shard, OSD) where the up OSD is not the acting
+    /// one. An OSD that serves another position in the acting set is not
+    /// one (the up set moved it while `pg_temp` kept it where it was): it
+    /// holds one copy per interval, the position it serves, and a backfill
+    /// of its up position would wipe that copy and mix the two positions'
+    /// chunks in it. It moves once `pg_temp` goes; the next activation
+    /// backfills it then, behind a new `pg_temp`.
     pub fn backfill_targets(&self) -> Vec<(usize, i32)> {
         self.up_shards
             .iter()
             .zip(&self.shards)
             .enumerate()
-            .filter(|(_, (&u, &a))| u != SHARD_HOLE && u != a)
+            .filter(|(_, (&u, &a))| u != SHARD_HOLE && u != a && !self.shards.contains(&u))
             .map(|(s, (&u, _))| (s, u))
             .collect()
+    }
+
+    /// Whether a `pg_temp` (acting differs from up) no longer helps: no up
+    /// member is left to backfill (each serves, maybe at another
+    /// position), and it fills no position the up set leaves empty.
+    /// Nothing else would clear it: the PG would stay remapped for good.
+    pub fn pg_temp_unneeded(&self) -> bool {
+        self.shards != self.up_shards
+            && self.backfill_targets().is_empty()
+            && self
+                .up_shards
+                .iter()
+                .zip(&self.shards)
+                .all(|(&u, &a)| u != SHARD_HOLE || a == SHARD_HOLE)
     }
 
     /// Acting members, holes dropped (what the PG state machine counts).
@@ -100,5 +120,51 @@ impl EcPg {
             .copied()
             .filter(|&o| o != SHARD_HOLE)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(shards: &[i32], up_shards: &[i32]) -> EcPg {
+        EcPg {
+            code: ErasureCode::new(2, 1, 4096).expect("2+1"),
+            shards: shards.to_vec(),
+            up_shards: up_shards.to_vec(),
+            allow_overwrites: false,
+            pool_name: "ec".into(),
+        }
+    }
+
+    #[test]
+    fn an_up_member_outside_the_acting_set_is_a_backfill_target() {
+        let ec = layout(&[SHARD_HOLE, 2, 5], &[6, 2, 3]);
+        assert_eq!(ec.backfill_targets(), vec![(0, 6), (2, 3)]);
+        assert!(!ec.pg_temp_unneeded());
+    }
+
+    /// `ecmove` seed 3 (4+2, pg_temp `[-, 2, 5, 1, 4, 0]`, then `osd out 4`
+    /// moved osd.5 in the up set from position 2 to 4): osd.5 was made a
+    /// backfill target while serving position 2, and the backfill's start
+    /// wiped its copy ("read obj4 returned None; acknowledged 9").
+    #[test]
+    fn an_osd_serving_another_position_is_not_a_backfill_target() {
+        let ec = layout(&[SHARD_HOLE, 2, 5], &[6, 2, 5]);
+        assert_eq!(ec.backfill_targets(), vec![(0, 6)]);
+        let moved = layout(&[1, 2, 5], &[1, 5, 2]);
+        assert!(moved.backfill_targets().is_empty());
+        // Nothing left to backfill: the pg_temp must go (the next
+        // activation moves the OSDs and asks for a new one).
+        assert!(moved.pg_temp_unneeded());
+    }
+
+    #[test]
+    fn a_pg_temp_filling_a_position_crush_leaves_empty_stays() {
+        let ec = layout(&[1, 2, 5], &[1, 2, SHARD_HOLE]);
+        assert!(ec.backfill_targets().is_empty());
+        assert!(!ec.pg_temp_unneeded());
+        let same = layout(&[1, 2, 5], &[1, 2, 5]);
+        assert!(!same.pg_temp_unneeded());
     }
 }

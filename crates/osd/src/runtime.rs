@@ -2989,24 +2989,29 @@ impl PgActor {
         self.pg.state.backfill_toofull = false;
     }
 
-    /// A replicated active primary with no backfill whose up members all
-    /// serve in its pg_temp acting set (the up set changed back to them,
-    /// maybe reordered): the pg_temp is not needed any more, and nothing
-    /// else would clear it. Asks the monitors to, again while the map
-    /// keeps it.
+    /// An active primary with no backfill whose up members all serve in
+    /// its pg_temp acting set (the up set changed back to them, maybe
+    /// reordered; EC: maybe at other positions, see
+    /// `EcPg::pg_temp_unneeded`): the pg_temp is not needed any more, and
+    /// nothing else would clear it. Asks the monitors to, again while the
+    /// map keeps it.
     async fn clear_unneeded_pg_temp(&mut self) {
         let Some(mon) = &self.shared.mon else {
             return;
         };
-        if self.ec.is_some() || self.backfill.is_some() || self.peering.is_some() {
+        if self.backfill.is_some() || self.peering.is_some() {
             return;
         }
+        // EC: by position (`EcPg::pg_temp_unneeded`).
         let unneeded = self.pg.role == Role::Primary
             && self.pg.state.active
-            && self
-                .pg
-                .placement()
-                .is_some_and(|p| crate::backfill_target::pg_temp_unneeded(&p.up, &p.acting));
+            && match &self.ec {
+                Some(ec) => ec.pg_temp_unneeded(),
+                None => self
+                    .pg
+                    .placement()
+                    .is_some_and(|p| crate::backfill_target::pg_temp_unneeded(&p.up, &p.acting)),
+            };
         let has_temp = self.shared.map_rx.borrow().pg_temp.contains_key(&self.pgid);
         if !self
             .pg_temp_clear

@@ -27,8 +27,11 @@
 //! acknowledged batch, one batch in flight per target) and
 //! `osd_recovery_max_bytes_per_sec` (the next batch waits until the bytes
 //! sent fit the rate) come from the central config, which the `full`
-//! profile draws per seed. Replicated PGs only (`ec.rs` copies every shard
-//! inside its own activation).
+//! profile draws per seed. Erasure-coded PGs too, when their activation
+//! asked for a positional `pg_temp` (`SimConfig::ec_remap`): a target's
+//! objects are its position's chunks, rebuilt from the acting shards
+//! (`ec.rs`, `ec_backfill_chunks`), and strays are told to go once every
+//! target is complete, before `pg_temp` is cleared.
 
 use crate::disk::TxOp;
 use crate::osd::{Held, Waiter};
@@ -155,7 +158,7 @@ fn slotted_in_flight(run: &SimBackfill) -> usize {
 }
 
 impl World {
-    fn osd_instant(&self, id: i32) -> Instant {
+    pub(crate) fn osd_instant(&self, id: i32) -> Instant {
         match self.osds.get(&id) {
             Some(o) => self.instant(&o.clock),
             None => self.base,
@@ -180,6 +183,24 @@ impl World {
                 (n.hash(), n.clone(), st)
             })
             .collect()
+    }
+
+    /// The states backfill target `osd` must hold for `names`: the local
+    /// copy's (replicated), or each object's chunk for the target's shard
+    /// position rebuilt from the acting shards (erasure-coded; the
+    /// runtime's `resend_states` and `read_ec_batch`).
+    fn target_states(
+        &self,
+        id: i32,
+        pgid: PgId,
+        osd: i32,
+        names: &[ObjectName],
+    ) -> Result<Vec<(u32, ObjectName, Option<ObjectState>)>, String> {
+        if self.pg_is_ec(id, pgid) {
+            self.ec_backfill_chunks(id, pgid, osd, names)
+        } else {
+            Ok(self.read_states(id, pgid, names))
+        }
     }
 
     /// Sends a start or resend message and records it in flight.
@@ -223,7 +244,16 @@ impl World {
         let mut positions = BTreeMap::new();
         for t in targets {
             let (through, resend) = t.resume.clone().unwrap_or((None, Vec::new()));
-            let objects = self.read_states(id, pgid, &resend);
+            let objects = match self.target_states(id, pgid, t.osd, &resend) {
+                Ok(o) => o,
+                Err(e) => {
+                    // As the runtime's `BackfillRun::start`: that target
+                    // is left out of this interval's run.
+                    let o = t.osd;
+                    self.trace(|| format!("osd.{id} pg {pgid}: backfill of osd.{o}: {e}"));
+                    continue;
+                }
+            };
             let mut tr = TargetProgress::starting_at(through.clone());
             let start_info = PgInfo {
                 backfill: Some(BackfillMark {
@@ -289,10 +319,13 @@ impl World {
     /// pg_temp acting set asks (again while the map keeps it) for the
     /// pg_temp to go (the runtime's `clear_unneeded_pg_temp`).
     fn clear_unneeded_pg_temp(&mut self, id: i32, pgid: PgId) {
-        if self.pg_is_ec(id, pgid) {
-            return;
-        }
         let now = self.osd_instant(id);
+        let ec = self
+            .proc_mut(id)
+            .and_then(|p| p.map.clone())
+            .and_then(|m| cairn_osd::ec_pool::EcPg::from_map(&m, pgid.pool.0, pgid.seed).ok())
+            .flatten();
+        let ec_running = self.ec_running(id, pgid);
         let has_temp = self
             .proc_mut(id)
             .and_then(|p| p.map.as_ref())
@@ -300,14 +333,18 @@ impl World {
         let Some(s) = self.pg_mut(id, pgid) else {
             return;
         };
-        if s.backfill.is_some() || s.run.is_some() {
+        if s.backfill.is_some() || s.run.is_some() || ec_running {
             return;
         }
         let unneeded = s.pg.role == Role::Primary
             && s.pg.state.active
-            && s.pg
-                .placement()
-                .is_some_and(|p| pg_temp_unneeded(&p.up, &p.acting));
+            && match &ec {
+                Some(ec) => ec.pg_temp_unneeded(),
+                None => {
+                    s.pg.placement()
+                        .is_some_and(|p| pg_temp_unneeded(&p.up, &p.acting))
+                }
+            };
         if !s.pg_temp_clear.due(now, has_temp, unneeded) {
             return;
         }
@@ -390,6 +427,28 @@ impl World {
             self.resume_target(id, pgid, &mut run, osd);
         }
         if run.is_finished() {
+            if self.pg_is_ec(id, pgid) {
+                // EC: every up member now holds its whole shard, so copies
+                // outside the up set are no longer needed; told before
+                // pg_temp is cleared (the runtime's `backfill_step`): the
+                // next primary may never have heard of them.
+                let epoch = self.osd_epoch(id);
+                let strays = self
+                    .pg_mut(id, pgid)
+                    .map(|s| std::mem::take(&mut s.strays))
+                    .unwrap_or_default();
+                for o in strays {
+                    self.send(
+                        Ep::Osd(id),
+                        Ep::Osd(o),
+                        Msg::PgRemove(PgRemove {
+                            pgid,
+                            from: id,
+                            epoch,
+                        }),
+                    );
+                }
+            }
             self.backfill_finish(id, pgid, &mut run);
         } else if let Some(why) = held_by_flag {
             self.stats_flag_wait();
@@ -543,11 +602,19 @@ impl World {
         if names.is_empty() && !complete {
             return None;
         }
-        let objects = self.read_states(
-            id,
-            pgid,
-            &names.iter().map(|(_, n)| n.clone()).collect::<Vec<_>>(),
-        );
+        let wanted: Vec<ObjectName> = names.iter().map(|(_, n)| n.clone()).collect();
+        let objects = match self.target_states(id, pgid, osd, &wanted) {
+            Ok(o) => o,
+            Err(e) => {
+                // The runtime's `step`: a batch that cannot be read stalls
+                // its target (resumed later from its durable cursor).
+                self.trace(|| format!("osd.{id} pg {pgid}: backfill batch for osd.{osd}: {e}"));
+                if let Some(t) = run.targets.get_mut(&osd) {
+                    t.stalled = Some(e);
+                }
+                return None;
+            }
+        };
         let through = match names.last() {
             Some((h, n)) => Some(cursor_of(*h, n)),
             None => after,
@@ -636,7 +703,16 @@ impl World {
             chunks.push(Vec::new());
         }
         for names in chunks {
-            let objects = self.read_states(id, pgid, &names);
+            let objects = match self.target_states(id, pgid, osd, &names) {
+                Ok(o) => o,
+                Err(e) => {
+                    self.trace(|| format!("osd.{id} pg {pgid}: resuming osd.{osd}: {e}"));
+                    if let Some(t) = run.targets.get_mut(&osd) {
+                        t.stalled = Some(e);
+                    }
+                    return;
+                }
+            };
             let seq = run.next_seq;
             run.next_seq += 1;
             let msg = PgBackfill {
@@ -856,9 +932,6 @@ impl World {
     /// Stray side: a copy outside the up and acting sets tells the acting
     /// primary it exists, every few seconds.
     pub(crate) fn tell_primary_if_stray(&mut self, id: i32, pgid: PgId) {
-        if self.pg_is_ec(id, pgid) {
-            return;
-        }
         let local = self.local_now(id);
         let Some(s) = self.pg_mut(id, pgid) else {
             return;
@@ -904,7 +977,7 @@ impl World {
         let outside = !p.up.contains(&n.from) && !p.acting.contains(&n.from);
         let clean =
             s.pg.role == Role::Primary && s.pg.state.active && s.pg.state.clean && s.run.is_none();
-        if !outside || !clean || n.from == id {
+        if !outside || !clean || n.from == id || self.ec_running(id, n.pgid) {
             return;
         }
         self.send(
@@ -933,7 +1006,7 @@ impl World {
         let needed = s.pg.placement().is_none_or(|p| {
             p.up.contains(&id) || p.acting.contains(&id) || p.primary != Some(r.from)
         });
-        if needed || s.run.is_some() {
+        if needed || s.run.is_some() || self.ec_running(id, r.pgid) {
             return;
         }
         self.flush(id);

@@ -98,10 +98,15 @@ impl DiskState {
     }
 }
 
-/// The size every simulated disk reports (its beacon's total bytes). The
-/// workload's objects take at most a few KiB of it, so the usage that
-/// crosses the monitor's ratios comes from `SimDisk::filler_bytes`.
+/// The size every simulated disk of a replicated run reports (its
+/// beacon's total bytes). The workload's objects take at most a few KiB of
+/// it, so the usage that crosses the monitor's ratios comes from
+/// `SimDisk::filler_bytes`.
 pub const REPORTED_TOTAL_BYTES: u64 = 64 * 1024;
+/// The same for an erasure-coded run: every chunk is a whole stripe unit
+/// (4 KiB), and shards moved or backfilled leave copies until the PG is
+/// clean, so its disks hold a few hundred KiB of the workload's own.
+pub const EC_REPORTED_TOTAL_BYTES: u64 = 16 << 20;
 
 /// A disk with live and durable state.
 #[derive(Debug, Clone, Default)]
@@ -159,9 +164,9 @@ impl SimDisk {
         !self.pending.is_empty()
     }
 
-    /// Bytes in use as the OSD reports them (at most the reported total).
-    pub fn reported_used_bytes(&self) -> u64 {
-        (self.live.used_bytes() + self.filler_bytes).min(REPORTED_TOTAL_BYTES)
+    /// Bytes in use as the OSD reports them (at most the reported `total`).
+    pub fn reported_used_bytes(&self, total: u64) -> u64 {
+        (self.live.used_bytes() + self.filler_bytes).min(total)
     }
 
     /// Bytes still free (u64::MAX when unbounded).

@@ -22,12 +22,15 @@ use cairn_ops::{
 };
 use cairn_osd::ec_exec::{self, EcWritePlan, Step, ATTR_EC, INTERNAL_NS_PREFIX};
 use cairn_osd::ec_peering::{
-    check_k_per_interval, log_after_rollback, plan_activation, rebuild_from_chunks,
-    recorded_intervals, EcActivationPlan, EcLayout, Kept, Notes,
+    check_k_per_interval, ec_resume_point, log_after_rollback, plan_activation,
+    rebuild_from_chunks, recorded_intervals, EcActivationPlan, EcLayout, Kept, Notes,
 };
 use cairn_osd::ec_pool::{EcPg, SHARD_HOLE};
 use cairn_osd::exec::{decode_version, ATTR_VERSION};
-use cairn_osd::pg::{check_can_activate, settled_osds, PastInterval, PgEvent, RecoveryPlan, Token};
+use cairn_osd::peering_sm::BackfillStart;
+use cairn_osd::pg::{
+    check_can_activate, settled_osds, PastInterval, PgEvent, RecoveryPlan, Token, PG_TEMP_WAIT,
+};
 use cairn_types::{Epoch, PgId};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -530,6 +533,7 @@ impl World {
         version: Version,
         trim_to: Version,
         replicas: Vec<i32>,
+        log_only: Vec<i32>,
     ) -> Vec<cairn_osd::pg::PgAction> {
         let Some(m) = self.ec_map(id) else {
             return Vec::new();
@@ -564,12 +568,14 @@ impl World {
                             whiteout_after: false,
                             size_after: data.len() as u64,
                         };
-                        Ok(ec
-                            .shards
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, &o)| o != SHARD_HOLE)
-                            .map(|(s, &o)| {
+                        // Acting shards, then backfill targets (the chunk
+                        // of the position CRUSH gives them), keyed by OSD
+                        // as the runtime's `write` does.
+                        let placed = ec.shards.iter().copied().enumerate();
+                        Ok(placed
+                            .chain(ec.backfill_targets())
+                            .filter(|&(_, o)| o != SHARD_HOLE)
+                            .map(|(s, o)| {
                                 (
                                     o,
                                     ec_exec::shard_mutations(&ewp, &writes, &ec.code, s, version),
@@ -640,14 +646,24 @@ impl World {
                         interval_since,
                         entry: entry.clone(),
                         state: None,
-                        mutations: Some(per_osd.remove(&r).unwrap_or_default()),
+                        // Backfill targets not yet at this object: the
+                        // entry alone.
+                        mutations: Some(if log_only.contains(&r) {
+                            Vec::new()
+                        } else {
+                            per_osd.remove(&r).unwrap_or_default()
+                        }),
                         roll_forward_to,
                         trim_to,
-                        log_only: false,
+                        log_only: log_only.contains(&r),
                     },
                 )
             })
             .collect();
+        let now = self.osd_instant(id);
+        if let Some(b) = self.pg_mut(id, pgid).and_then(|s| s.backfill.as_mut()) {
+            b.note_write(now, version.seq, &req.oid, &replicas);
+        }
         self.submit_local_commit(id, pgid, ops, version.seq, interval_since);
         self.send_repops_pub(id, pgid, version.seq, reps);
         more
@@ -659,7 +675,7 @@ impl World {
         let pgid = rep.pgid;
         let coll = self.coll(id, pgid);
         let mut ops = drop_stashes_ops(pgid, coll, rep.roll_forward_to.seq.max(rep.trim_to.seq));
-        if matches!(rep.entry.op, LogOp::Error(_)) {
+        if matches!(rep.entry.op, LogOp::Error(_)) || rep.log_only {
             return ops;
         }
         let old = coll.and_then(|c| c.objects.get(&rep.entry.oid)).cloned();
@@ -1303,6 +1319,7 @@ impl World {
     /// All answers in: the real checks and plan, then the rollbacks.
     fn ec_decide(&mut self, id: i32, pgid: PgId) -> Result<(), String> {
         let m = self.ec_map(id).ok_or("no map")?;
+        let may_remap = self.cfg.ec_remap;
         let r = self
             .ec_proc(id)
             .and_then(|p| p.runs.get_mut(&pgid))
@@ -1329,12 +1346,34 @@ impl World {
                 shards: &r.ec.shards,
                 up_shards: &r.ec.up_shards,
                 min_size: r.min_size,
-                // No background backfill in the simulator: activation
-                // rebuilds every shard itself.
-                may_remap: false,
+                // With `ec_remap`, as the runtime with a monitor link: a
+                // positional pg_temp and background backfill; else
+                // activation rebuilds every shard itself.
+                may_remap,
             },
             &is_up,
         )?;
+        if let Some(want) = plan.pg_temp.clone() {
+            let up = r.ec.up_shards.clone();
+            self.trace(|| {
+                format!(
+                    "osd.{id} pg {pgid}: shards {up:?} need backfill; asks for pg_temp {want:?}"
+                )
+            });
+            self.stats_pg_temp_request();
+            self.send(
+                Ep::Osd(id),
+                Ep::Mon,
+                Msg::MonCmd(MonCommand::PgTemp {
+                    from: id,
+                    pgid,
+                    osds: want.clone(),
+                }),
+            );
+            return Err(format!(
+                "{PG_TEMP_WAIT} {want:?} (up {up:?} needs backfill)"
+            ));
+        }
         r.phase = Phase::Rollback;
         let (run, epoch) = (r.id, r.epoch);
         let rollbacks = plan.rollbacks.clone();
@@ -1677,6 +1716,26 @@ impl World {
             .and_then(|p| p.runs.remove(&pgid))
             .ok_or("no run")?;
         let (new_info, log) = new_info_of(&r, pgid)?;
+        // What activation found (the runtime's `report_activated`): the
+        // backfill targets — up members whose position another OSD, or
+        // nobody, serves under pg_temp — each resuming where its copy of
+        // that position recorded it, and the strays (copies outside the
+        // acting and up sets, removed once clean or once the backfill is
+        // complete).
+        let targets: Vec<BackfillStart> =
+            r.ec.backfill_targets()
+                .into_iter()
+                .map(|(shard, osd)| BackfillStart {
+                    osd,
+                    resume: ec_resume_point(&r.notes, osd, shard, &new_info, &log),
+                })
+                .collect();
+        let strays: Vec<i32> = r
+            .notes
+            .keys()
+            .copied()
+            .filter(|o| !r.ec.shards.contains(o) && !r.ec.up_shards.contains(o))
+            .collect();
         self.submit_pub(
             id,
             vec![
@@ -1694,6 +1753,19 @@ impl World {
             )
         });
         self.ec_drop_parked(id, pgid, false);
+        // As the runtime: the backfill starts before the first op is
+        // admitted (its start messages precede every sub-op).
+        let current = self
+            .pg_mut(id, pgid)
+            .is_some_and(|s| s.pg.info.same_interval_since == r.interval_since);
+        if current {
+            if let Some(s) = self.pg_mut(id, pgid) {
+                s.strays = strays;
+            }
+            if !targets.is_empty() {
+                self.backfill_start(id, pgid, r.interval_since, targets, &new_info, &log);
+            }
+        }
         self.pg_event_pub(
             id,
             pgid,
@@ -1702,7 +1774,76 @@ impl World {
                 result: Ok((new_info, log)),
             },
         );
+        self.after_activation(id, pgid);
         Ok(())
+    }
+
+    /// Whether an EC activation of `pgid` runs on this OSD.
+    pub(crate) fn ec_running(&self, id: i32, pgid: PgId) -> bool {
+        self.osds
+            .get(&id)
+            .and_then(|o| o.proc_.as_ref())
+            .is_some_and(|p| p.ec.runs.contains_key(&pgid))
+    }
+
+    /// Background backfill of an EC PG: each of `names`' chunk for
+    /// target `osd`'s up position, rebuilt with the real
+    /// `rebuild_from_chunks` from the acting shards (the runtime's
+    /// `read_ec_batch` / `rebuild_chunk`). The simulator reads the sources'
+    /// live copies at once instead of by message: the runtime's PG actor
+    /// waits for those reads and admits no write meanwhile, and a batch
+    /// stops before an object with a write in flight, so the copies cannot
+    /// change while they are read. A source that is not running or is cut
+    /// off from this OSD counts as a failed read.
+    pub(crate) fn ec_backfill_chunks(
+        &self,
+        id: i32,
+        pgid: PgId,
+        osd: i32,
+        names: &[ObjectName],
+    ) -> Result<Vec<(u32, ObjectName, Option<ObjectState>)>, String> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let m = self.ec_map(id).ok_or("no map")?;
+        let ec = EcPg::from_map(&m, pgid.pool.0, pgid.seed)?
+            .ok_or_else(|| format!("pg {pgid} is not erasure-coded"))?;
+        let shard = ec
+            .up_shard_of(osd)
+            .ok_or_else(|| format!("osd.{osd} holds no shard of the up set any more"))?;
+        let sources: Vec<(usize, i32)> = ec
+            .shards
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|&(_, o)| o != SHARD_HOLE)
+            .collect();
+        let mut out = Vec::with_capacity(names.len());
+        for n in names {
+            let mut found = Vec::new();
+            let mut absent = 0;
+            let mut failures = Vec::new();
+            for &(s, o) in &sources {
+                let reachable = o == id
+                    || (self.osds.get(&o).is_some_and(|x| x.proc_.is_some())
+                        && !self.blocked(Ep::Osd(id), Ep::Osd(o))
+                        && !self.blocked(Ep::Osd(o), Ep::Osd(id)));
+                if !reachable {
+                    failures.push(format!("shard {s}: osd.{o} did not answer"));
+                    continue;
+                }
+                match self.copy_of_position(o, pgid, s as u8) {
+                    Some(c) => match c.objects.get(n) {
+                        Some(st) => found.push((s, chunk_data(st))),
+                        None => absent += 1,
+                    },
+                    None => failures.push(format!("shard {s}: osd.{o} has no copy of it")),
+                }
+            }
+            let st = rebuild_from_chunks(&ec.code, n, shard, &found, absent, failures)?;
+            out.push((n.hash(), n.clone(), st));
+        }
+        Ok(out)
     }
 
     /// Drops a PG's EC run (a new interval began).

@@ -983,9 +983,10 @@ impl World {
                     version,
                     trim_to,
                     replicas,
+                    log_only,
                     ..
                 } if self.pg_is_ec(id, pgid) => {
-                    queue.extend(self.ec_write(id, pgid, req, version, trim_to, replicas))
+                    queue.extend(self.ec_write(id, pgid, req, version, trim_to, replicas, log_only))
                 }
                 PgAction::Write {
                     req,
@@ -2021,8 +2022,8 @@ impl World {
         let Some(disk) = self.osds.get(&id).map(|o| &o.disk) else {
             return;
         };
-        let total = crate::disk::REPORTED_TOTAL_BYTES;
-        let used = disk.reported_used_bytes();
+        let total = self.reported_total_bytes();
+        let used = disk.reported_used_bytes(total);
         let beacon = cairn_map::pgmap::OsdBeacon {
             epoch: epoch.0,
             total_bytes: total,

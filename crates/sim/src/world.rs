@@ -300,6 +300,12 @@ pub struct SimConfig {
     /// `full` profile: the operator's cluster flags, disks whose reported
     /// use crosses the monitor's full ratios, and these throttles.
     pub ops: Option<Throttles>,
+    /// EC: activation may ask the monitor for a positional `pg_temp` and
+    /// leave shards that need a backfill to background backfill (the
+    /// runtime with a monitor link); false: it rebuilds every shard itself
+    /// (the runtime without one). Drawn from the seed apart from the
+    /// stream (3 seeds in 4), so the other draws stay as they were.
+    pub ec_remap: bool,
 }
 
 /// Recovery throttles of one run (central config, drawn from the seed).
@@ -317,6 +323,10 @@ pub struct Throttles {
 
 /// OSDs in a run, at most (new ones join up to this).
 const MAX_OSDS: usize = 10;
+
+/// Mixed into the seed to draw [`SimConfig::ec_remap`] without touching
+/// the run's random stream.
+const EC_REMAP_SALT: u64 = 0x0ec0_bac4_f111_7e47;
 
 /// The flags the simulated operator sets and unsets.
 pub const SIM_FLAGS: [OsdFlag; 7] = [
@@ -349,6 +359,7 @@ impl SimConfig {
             ec: None,
             backfill_batch_objects: 2,
             ops: None,
+            ec_remap: false,
         }
         .with_ec(r)
         .with_backfill(r)
@@ -561,7 +572,8 @@ fn ctx() -> ApplyContext {
 impl World {
     pub fn new(seed: u64, profile: FaultProfile, verbose: bool) -> World {
         let mut rng = Rng::new(seed);
-        let cfg = SimConfig::from_rng(&mut rng, profile);
+        let mut cfg = SimConfig::from_rng(&mut rng, profile);
+        cfg.ec_remap = cfg.ec.is_some() && Rng::new(seed ^ EC_REMAP_SALT).range(0, 4) != 0;
         let map = ClusterMap::new_cluster(
             "5afc28eb-61b3-45f1-b441-6f913fd70505",
             MonInfo {
@@ -982,7 +994,16 @@ impl World {
 
     // ---- the network ----
 
-    fn blocked(&self, a: Ep, b: Ep) -> bool {
+    /// The size each simulated disk reports (its beacon's total bytes).
+    pub(crate) fn reported_total_bytes(&self) -> u64 {
+        if self.cfg.ec.is_some() {
+            crate::disk::EC_REPORTED_TOTAL_BYTES
+        } else {
+            crate::disk::REPORTED_TOTAL_BYTES
+        }
+    }
+
+    pub(crate) fn blocked(&self, a: Ep, b: Ep) -> bool {
         self.cut.contains(&(a, b))
     }
 
@@ -1388,11 +1409,11 @@ impl World {
                     self.mon_apply(MonCommand::OsdReweight { osd: id, weight });
                 }
             }
-            // New OSDs stay: an EC PG would then need its moved shards
-            // backfilled under a positional pg_temp, which the simulator
-            // does not model for EC (its activation rebuilds them, and
-            // waits, incomplete, without k up-to-date shards).
-            83..=86 if self.cfg.profile == FaultProfile::EcMove => {
+            // New OSDs stay: without a positional pg_temp (`ec_remap`
+            // false) an EC PG's activation must rebuild every moved shard
+            // itself, and waits, incomplete, without k up-to-date shards;
+            // those seeds keep the network slowdown they always had.
+            83..=86 if self.cfg.profile == FaultProfile::EcMove && !self.cfg.ec_remap => {
                 self.trace(|| "network slows down for 3 s".into());
                 self.slow_until = self.now + 3 * SEC;
             }
@@ -1482,6 +1503,17 @@ impl World {
 
     /// The operator sets one of [`SIM_FLAGS`] and unsets it 1-6 s later.
     fn flag_fault(&mut self) {
+        // `full` and `ecmove` hold `noin` episodes too, one draw in eight
+        // (`grow` has its own, more often).
+        let noin_too = matches!(self.cfg.profile, FaultProfile::Full | FaultProfile::EcMove);
+        if noin_too && self.rng.chance(125_000) {
+            let running: Vec<i32> = self
+                .osd_eps()
+                .into_iter()
+                .filter(|i| self.osds[i].proc_.is_some())
+                .collect();
+            return self.noin_fault(&running);
+        }
         let Some(flag) = self.rng.pick(&SIM_FLAGS) else {
             return;
         };
@@ -1508,7 +1540,8 @@ impl World {
         }
     }
 
-    /// `grow`: the operator sets `noin` while a new OSD joins, or while a
+    /// `grow` (and one flag fault in eight of `full` and `ecmove`): the
+    /// operator sets `noin` while a new OSD joins, or while a
     /// running OSD is down for 11-14 s (long enough to be marked out
     /// automatically), and unsets it 3-16 s later; a boot meanwhile leaves
     /// the OSD out (checked on every map change), and the unset marks it
@@ -1564,13 +1597,13 @@ impl World {
             1 => (r.backfillfull, r.full),
             _ => (r.full, r.full + 0.01),
         };
-        let total = crate::disk::REPORTED_TOTAL_BYTES;
+        let total = self.reported_total_bytes();
         let span = ((hi - lo) * total as f64) as u64;
         let target = (lo * total as f64) as u64 + self.rng.range(1, span.max(2));
         let d = self.rng.range(2 * SEC, 10 * SEC);
         if let Some(o) = self.osds.get_mut(&id) {
             o.disk.filler_bytes = target.saturating_sub(o.disk.live.used_bytes());
-            let pct = o.disk.reported_used_bytes() * 100 / total;
+            let pct = o.disk.reported_used_bytes(total) * 100 / total;
             self.trace(|| format!("osd.{id}: other data fills its disk to {pct}%"));
         }
         self.after(d, Ev::UsageDrop(id));
@@ -1996,26 +2029,32 @@ impl World {
 
     /// PGs whose primary (in the monitor's map) is not active+clean on it,
     /// that still have a `pg_temp`, or whose copies are held outside their
-    /// up set (replicated pools: strays must be removed).
+    /// up set (strays must be removed; EC: also the copies OSDs keep of
+    /// positions they moved away from).
     fn unclean_pgs(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (pgid, osds) in &self.map.pg_temp {
             out.push(format!("{pgid}: pg_temp {osds:?} still set"));
         }
-        if self.cfg.ec.is_none() {
-            for (id, o) in &self.osds {
-                for pgid in o.disk.live.colls.keys() {
-                    let up = self
-                        .map
-                        .pg_to_up(pgid.pool.0, pgid.seed)
-                        .map(|m| m.up)
-                        .unwrap_or_default();
-                    if !up.contains(id) {
-                        out.push(format!(
-                            "{pgid}: osd.{id} still holds a copy outside up {up:?}"
-                        ));
-                    }
+        for (id, o) in &self.osds {
+            for pgid in o.disk.live.colls.keys() {
+                let up = self
+                    .map
+                    .pg_to_up(pgid.pool.0, pgid.seed)
+                    .map(|m| m.up)
+                    .unwrap_or_default();
+                if !up.contains(id) {
+                    out.push(format!(
+                        "{pgid}: osd.{id} still holds a copy outside up {up:?}"
+                    ));
                 }
+            }
+            // EC: a copy of a position the OSD no longer serves (parked by
+            // a shard move) goes once the PG is clean.
+            for (pgid, shard) in o.disk.parked.keys() {
+                out.push(format!(
+                    "{pgid}: osd.{id} still keeps its old copy of shard {shard}"
+                ));
             }
         }
         let Some(pool) = self.map.pools.get(&POOL) else {

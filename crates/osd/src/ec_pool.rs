@@ -12,6 +12,17 @@ use cairn_map::{ClusterMap, PoolKind};
 /// at that position is missing.
 pub const SHARD_HOLE: i32 = i32::MAX;
 
+/// Whether an EC shard may delete the copies it keeps of positions it
+/// moved away from (left by a shard move, reported to peering as kept
+/// copies): only once the PG is clean in `p` — every position served
+/// (no hole, so the live lists compare by position) by its up OSD. Until
+/// then a kept copy may be the only complete one of its position. Checked
+/// when a shard takes the primary's final activation push and when the
+/// primary activates.
+pub fn kept_copies_droppable(p: &crate::pg::Placement) -> bool {
+    !p.shards.is_empty() && p.acting == p.up && p.acting.len() as u32 >= p.size
+}
+
 /// One EC PG's code and layout on this OSD.
 #[derive(Debug, Clone)]
 pub struct EcPg {
@@ -135,6 +146,51 @@ mod tests {
             allow_overwrites: false,
             pool_name: "ec".into(),
         }
+    }
+
+    fn placement(up: &[i32], acting: &[i32], shards: &[i32]) -> crate::pg::Placement {
+        crate::pg::Placement {
+            epoch: cairn_types::Epoch(9),
+            up: up.to_vec(),
+            acting: acting.to_vec(),
+            shards: shards.to_vec(),
+            primary: acting.first().copied(),
+            size: 3,
+            min_size: 2,
+            prev_primary_up_thru: None,
+            acting_up_from: vec![cairn_types::Epoch(1); acting.len()],
+            last_recorded: None,
+        }
+    }
+
+    /// The decision behind dropping kept copies on the final activation
+    /// push: clean (acting = up by position, every position served) only.
+    #[test]
+    fn kept_copies_go_only_once_every_position_is_served_by_its_up_osd() {
+        assert!(kept_copies_droppable(&placement(
+            &[1, 2, 5],
+            &[1, 2, 5],
+            &[1, 2, 5]
+        )));
+        // Remapped: pg_temp keeps osd.4 serving position 2 while osd.5
+        // is backfilled; osd.5's old position's copy may be needed.
+        assert!(!kept_copies_droppable(&placement(
+            &[1, 2, 5],
+            &[1, 2, 4],
+            &[1, 2, 4]
+        )));
+        // A hole: live lists can look equal with positions shifted.
+        assert!(!kept_copies_droppable(&placement(
+            &[2, 5],
+            &[2, 5],
+            &[SHARD_HOLE, 2, 5]
+        )));
+        // Replicated PGs keep no copies of other positions.
+        assert!(!kept_copies_droppable(&placement(
+            &[1, 2, 5],
+            &[1, 2, 5],
+            &[]
+        )));
     }
 
     #[test]

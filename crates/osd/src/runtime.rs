@@ -2940,9 +2940,10 @@ impl PgActor {
     /// (left by a shard move) once the PG is clean: acting = up, every
     /// position served.
     async fn drop_other_shards_if_clean(&mut self) {
-        let clean = self.pg.placement().is_some_and(|p| {
-            p.acting == p.up && p.acting.len() as u32 >= p.size && !p.shards.is_empty()
-        });
+        let clean = self
+            .pg
+            .placement()
+            .is_some_and(crate::ec_pool::kept_copies_droppable);
         if clean {
             self.drop_pg_collections(false).await;
         }

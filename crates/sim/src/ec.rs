@@ -449,9 +449,9 @@ impl World {
     pub fn ec_drop_parked(&mut self, id: i32, pgid: PgId, all: bool) {
         let clean = all
             || self.pg_mut(id, pgid).is_some_and(|sp| {
-                sp.pg.placement().is_some_and(|p| {
-                    p.acting == p.up && p.acting.len() as u32 >= p.size && !p.shards.is_empty()
-                })
+                sp.pg
+                    .placement()
+                    .is_some_and(cairn_osd::ec_pool::kept_copies_droppable)
             });
         if !clean {
             return;

@@ -12,7 +12,8 @@
 //! - `world`: scheduler, network, clocks, monitor, clients + oracle, faults.
 //! - `osd`: one OSD process driving the real machines.
 //! - `backfill`: background backfill with `pg_temp` and stray removal
-//!   (replicated PGs) on top of `osd`.
+//!   (replicated PGs, and EC PGs behind a positional `pg_temp`) on top of
+//!   `osd`.
 //! - `ec`: erasure-coded PGs (write path, reads, activation) on top of `osd`.
 
 mod backfill;

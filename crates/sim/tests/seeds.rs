@@ -152,11 +152,15 @@ fn full_profile_seeds_pass_the_oracle() {
 }
 
 /// Erasure-coded pools under `full`'s faults (`ecmove`): OSDs out/in,
-/// reweighted, automatic out, flags, usage marks; shards move and are
-/// rebuilt by activation from k up-to-date copies of distinct positions
-/// (acting members, OSDs marked out, copies OSDs keep of a position they
-/// moved away from), or the PG waits, incomplete. 60 seeds take about 25 s
-/// of CPU in a debug build.
+/// reweighted, added, automatic out, flags, `noin`, usage marks; shards
+/// move. In 3 seeds in 4 (`ec_remap`) activation asks for a positional
+/// `pg_temp` and the moved shards are backfilled in the background while
+/// the old positions serve; else activation rebuilds them from k
+/// up-to-date copies of distinct positions (acting members, OSDs marked
+/// out, copies OSDs keep of a position they moved away from), or the PG
+/// waits, incomplete. The run must have backfilled EC shards behind a
+/// `pg_temp`, served client ops meanwhile and removed strays. 60 seeds
+/// take about 25 s of CPU in a debug build.
 #[test]
 fn ecmove_profile_seeds_pass_the_oracle() {
     let count: u64 = if soak() { 1000 } else { 60 };
@@ -164,6 +168,13 @@ fn ecmove_profile_seeds_pass_the_oracle() {
     assert!(
         b.flags_set > 0 && b.full_marks > 0 && b.mark_refusals > 0,
         "the operator's faults did not bite: {b:?}"
+    );
+    assert!(
+        b.pg_temp_requests > 0
+            && b.backfill_batches > 0
+            && b.remapped_ops > 0
+            && b.strays_removed > 0,
+        "EC shards were not backfilled behind a positional pg_temp: {b:?}"
     );
 }
 

@@ -383,9 +383,10 @@ impl SimConfig {
                 0
             },
             // The workload's objects are tens of bytes: 100-2000 B/s
-            // spaces batches out by up to a second.
+            // spaces batches out by up to a second. An EC chunk is a whole
+            // stripe unit (4 KiB): 64 times the rate spaces them alike.
             bytes_per_sec: if r.chance(300_000) {
-                r.range(100, 2000)
+                r.range(100, 2000) * if self.ec.is_some() { 64 } else { 1 }
             } else {
                 0
             },

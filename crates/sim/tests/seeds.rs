@@ -224,7 +224,10 @@ fn ec_profile_seeds_pass_the_oracle() {
 /// unacknowledged entries past the point, never rolled back); README
 /// "Bugs it found" 17–18; `ecmove` 142 and 519 (down for good, waiting
 /// for an up member of a recorded activation that answered "no copy";
-/// README "Bugs it found" 19).
+/// README "Bugs it found" 19); `ecmove` 170 and `grow` 337 (EC backfill
+/// throttled at replicated byte rates outlasted the heal bound; the
+/// simulator's fault, README 21). `ecmove` 3, EC backfill wiping an OSD
+/// that serves another position (README 20), is in the range above.
 const REGRESSION_SEEDS: &[(FaultProfile, &str, u64)] = &[
     (FaultProfile::Ec, "ec", 927),
     (FaultProfile::Ec, "ec", 1046),
@@ -234,6 +237,8 @@ const REGRESSION_SEEDS: &[(FaultProfile, &str, u64)] = &[
     (FaultProfile::EcMove, "ecmove", 280),
     (FaultProfile::EcMove, "ecmove", 142),
     (FaultProfile::EcMove, "ecmove", 519),
+    (FaultProfile::EcMove, "ecmove", 170),
+    (FaultProfile::Grow, "grow", 337),
 ];
 
 #[test]

@@ -15,6 +15,7 @@ pub mod bench;
 pub mod device;
 mod error;
 mod fsck;
+mod intake;
 mod ids;
 mod meta;
 mod overlay;

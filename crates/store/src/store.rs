@@ -8,6 +8,8 @@ use crate::apply::{self, Batch, Prewrite, Tables, MAX_RUN_BYTES};
 use crate::device::{KvBackend, OsFile, StoreFile};
 use crate::error::{Result, StoreError};
 use crate::ids::{CollectionId, ObjectId};
+pub use crate::intake::CommitHandle;
+use crate::intake::{Completion, Empty, GroupAck, Intake};
 use crate::meta::*;
 use crate::overlay::{
     GroupChanges, KvRead, Overlay, ReadView, TID_COLLS, TID_OBJECTS, TID_OMAP, TID_PGLOG,
@@ -18,12 +20,9 @@ use crate::wal::{self, RedoLog, WalWriter, WAL_ALIGN};
 use crate::zeroer::{ZeroState, Zeroer, ZeroingStats};
 use redb::{Database, Durability, ReadTransaction, ReadableTable};
 use std::collections::{BTreeMap, VecDeque};
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -519,12 +518,6 @@ impl Inner {
     }
 }
 
-/// What the committer thread is asked to do.
-enum Msg {
-    Txn(Pending),
-    Checkpoint(Arc<Completion>),
-}
-
 struct Pending {
     txn: Transaction,
     /// Per op: blocks already written by the submitter (aligned writes only).
@@ -545,75 +538,10 @@ impl Pending {
     }
 }
 
-#[derive(Default)]
-struct CompState {
-    result: Option<Result<()>>,
-    waker: Option<Waker>,
-}
-
-#[derive(Default)]
-struct Completion {
-    state: Mutex<CompState>,
-    cv: Condvar,
-}
-
-impl Completion {
-    fn complete(&self, r: Result<()>) {
-        if let Ok(mut st) = self.state.lock() {
-            st.result = Some(r);
-            if let Some(w) = st.waker.take() {
-                w.wake();
-            }
-        }
-        self.cv.notify_all();
-    }
-}
-
-/// A submitted transaction. `wait()` blocks until it is durable (or failed);
-/// `.await` does the same without blocking a tokio worker.
-pub struct CommitHandle(Arc<Completion>);
-
-impl CommitHandle {
-    pub fn wait(self) -> Result<()> {
-        let mut st = lock(&self.0.state)?;
-        loop {
-            if let Some(r) = st.result.take() {
-                return r;
-            }
-            st = self
-                .0
-                .cv
-                .wait(st)
-                .map_err(|_| StoreError::Poisoned("commit completion lock poisoned".into()))?;
-        }
-    }
-}
-
-impl Future for CommitHandle {
-    type Output = Result<()>;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        let mut st = match self.0.state.lock() {
-            Ok(s) => s,
-            Err(_) => {
-                return Poll::Ready(Err(StoreError::Poisoned(
-                    "commit completion lock poisoned".into(),
-                )))
-            }
-        };
-        match st.result.take() {
-            Some(r) => Poll::Ready(r),
-            None => {
-                st.waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    }
-}
-
 /// The per-disk object store. Cheap to share behind an `Arc`; all methods take `&self`.
 pub struct Store {
     inner: Arc<Inner>,
-    tx: Option<SyncSender<Msg>>,
+    intake: Arc<Intake<Pending>>,
     committer: Option<JoinHandle<()>>,
     /// Background zeroing of unwritten free space (stopped first on drop).
     zeroer: Option<Zeroer>,
@@ -875,17 +803,28 @@ impl Store {
             to_prune: VecDeque::new(),
             view: None,
         };
-        let (tx, rx) = sync_channel::<Msg>(4096);
-        let inner2 = inner.clone();
+        let intake = Arc::new(Intake::new(inner.cfg.max_batch_txns));
+        let (inner2, intake2) = (inner.clone(), intake.clone());
         let committer = std::thread::Builder::new()
             .name("store-commit".into())
-            .spawn(move || committer_loop(&inner2, log, rx))
+            .spawn(move || {
+                // Closed when the committer stops, even by a panic: later
+                // submissions then fail instead of waiting for nobody.
+                struct CloseOnExit<'a>(&'a Intake<Pending>);
+                impl Drop for CloseOnExit<'_> {
+                    fn drop(&mut self) {
+                        self.0.close();
+                    }
+                }
+                let _close = CloseOnExit(&intake2);
+                committer_loop(&inner2, log, &intake2)
+            })
             .map_err(|e| StoreError::io("spawn committer thread", e))?;
         let zero_state = Arc::new(ZeroState::default());
         let zeroer = Zeroer::spawn(inner.clone(), zero_state.clone());
         Ok(Store {
             inner,
-            tx: Some(tx),
+            intake,
             committer: Some(committer),
             zeroer: Some(zeroer),
             zero_state,
@@ -919,20 +858,29 @@ impl Store {
                 return Err(e);
             }
         };
-        let done = Arc::new(Completion::default());
-        let tx = self.tx.as_ref().ok_or(StoreError::ShuttingDown)?;
-        if let Err(std::sync::mpsc::SendError(m)) = tx.send(Msg::Txn(Pending {
+        // Fails only once the committer has stopped (the store is closing
+        // or broken); blocks allocated above are then simply not used (the
+        // allocator is rebuilt from the metadata at the next open).
+        let done = self.inner_intake_push(txn, pre, bytes)?;
+        Ok(CommitHandle(done))
+    }
+
+    fn inner_intake_push(
+        &self,
+        txn: Transaction,
+        pre: Vec<Option<Prewrite>>,
+        bytes: u64,
+    ) -> Result<Arc<Completion>> {
+        let r = self.intake.push(|done| Pending {
             txn,
             pre,
             bytes,
-            done: done.clone(),
-        })) {
-            if let Msg::Txn(p) = m {
-                p.release_prewrites(&self.inner);
-            }
-            return Err(StoreError::ShuttingDown);
+            done,
+        });
+        if r.is_err() {
+            self.release_inflight(bytes);
         }
-        Ok(CommitHandle(done))
+        r
     }
 
     /// Makes everything acknowledged so far durable in the data file and the
@@ -942,11 +890,7 @@ impl Store {
         if let Some(p) = lock(&self.inner.poisoned)?.as_ref() {
             return Err(StoreError::Poisoned(p.clone()));
         }
-        let done = Arc::new(Completion::default());
-        let tx = self.tx.as_ref().ok_or(StoreError::ShuttingDown)?;
-        tx.send(Msg::Checkpoint(done.clone()))
-            .map_err(|_| StoreError::ShuttingDown)?;
-        CommitHandle(done).wait()
+        self.intake.push_checkpoint()?.wait()
     }
 
     fn release_inflight(&self, bytes: u64) {
@@ -1293,7 +1237,7 @@ impl Store {
 impl Drop for Store {
     fn drop(&mut self) {
         self.zeroer.take();
-        self.tx.take();
+        self.intake.close();
         if let Some(h) = self.committer.take() {
             let _ = h.join();
         }
@@ -1865,7 +1809,7 @@ fn background_checkpoint(inner: &Inner, log: &mut LogState, interval: Duration) 
     }
 }
 
-fn committer_loop(inner: &Inner, mut log: LogState, rx: Receiver<Msg>) {
+fn committer_loop(inner: &Inner, mut log: LogState, intake: &Intake<Pending>) {
     let interval = Duration::from_millis(inner.cfg.checkpoint_interval_ms.max(1));
     loop {
         background_checkpoint(inner, &mut log, interval);
@@ -1876,30 +1820,17 @@ fn committer_loop(inner: &Inner, mut log: LogState, rx: Receiver<Msg>) {
         } else {
             Duration::from_secs(3600)
         };
-        let first = match rx.recv_timeout(wait) {
-            Ok(m) => m,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => break,
+        let taken = match intake.take(wait) {
+            Ok(t) => t,
+            Err(Empty::TimedOut) => continue,
+            Err(Empty::Closed) => break,
         };
-        let mut batch = Vec::new();
-        let mut waiters = Vec::new();
-        match first {
-            Msg::Txn(p) => batch.push(p),
-            Msg::Checkpoint(c) => waiters.push(c),
+        if !taken.txns.is_empty() {
+            commit_batch(inner, &mut log, taken.txns);
         }
-        while waiters.is_empty() && batch.len() < inner.cfg.max_batch_txns {
-            match rx.try_recv() {
-                Ok(Msg::Txn(p)) => batch.push(p),
-                Ok(Msg::Checkpoint(c)) => waiters.push(c),
-                Err(_) => break,
-            }
-        }
-        if !batch.is_empty() {
-            commit_batch(inner, &mut log, batch);
-        }
-        if !waiters.is_empty() {
+        if !taken.checkpoints.is_empty() {
             let r = checkpoint(inner, &mut log);
-            for c in waiters {
+            for c in taken.checkpoints {
                 c.complete(r.clone().map_err(StoreError::Poisoned));
             }
         }
@@ -1913,12 +1844,28 @@ fn committer_loop(inner: &Inner, mut log: LogState, rx: Receiver<Msg>) {
 }
 
 /// Completes a group's transactions: `results[i]` for those that failed on
-/// their own, `failed` (the store's failure) or Ok for the rest.
+/// their own, `failed` (the store's failure) or Ok for the rest, and wakes
+/// their waiters.
 fn finish_group(
     inner: &Inner,
     batch: Vec<Pending>,
     results: Vec<Option<Result<()>>>,
     failed: Option<&str>,
+) {
+    let mut wake = Vec::new();
+    set_results(inner, batch, results, failed, &mut wake);
+    wake_groups(&wake);
+}
+
+/// [`finish_group`] without the wake-up: the results are set and the
+/// groups to wake added to `wake` (once each), so that a thread finishing
+/// several groups sets every result before it wakes anyone.
+fn set_results(
+    inner: &Inner,
+    batch: Vec<Pending>,
+    results: Vec<Option<Result<()>>>,
+    failed: Option<&str>,
+    wake: &mut Vec<Arc<GroupAck>>,
 ) {
     let mut released = 0;
     for (p, r) in batch.into_iter().zip(results) {
@@ -1932,12 +1879,22 @@ fn finish_group(
         if matches!(&r, Err(e) if !matches!(e, StoreError::Poisoned(_))) {
             p.release_prewrites(inner);
         }
-        p.done.complete(r);
+        p.done.set(r);
+        if !wake.iter().any(|g| Arc::ptr_eq(g, p.done.group())) {
+            wake.push(p.done.group().clone());
+        }
     }
     if let Ok(mut n) = inner.inflight.lock() {
         *n = n.saturating_sub(released);
     }
     inner.inflight_cv.notify_all();
+}
+
+/// Wakes every waiter of these groups: one futex call per group.
+fn wake_groups(groups: &[Arc<GroupAck>]) {
+    for g in groups {
+        g.wake_all();
+    }
 }
 
 /// Applies a batch as one group (a transaction that fails is reported alone
@@ -2294,6 +2251,7 @@ fn ack_jobs(inner: &Inner, jobs: Vec<WalJob>, r: &std::result::Result<(), String
     let n = jobs.len() as u64;
     // A sync that succeeded still does not cover a batch whose write failed.
     let failed = poisoned_msg(inner).or_else(|| r.clone().err());
+    let mut wake = Vec::new();
     for job in jobs {
         match &failed {
             None => {
@@ -2306,11 +2264,14 @@ fn ack_jobs(inner: &Inner, jobs: Vec<WalJob>, r: &std::result::Result<(), String
                 }
                 inner.durable_cv.notify_all();
                 release_after_durable(inner, c.group, c.freed, c.discard);
-                finish_group(inner, job.batch, job.results, None);
+                set_results(inner, job.batch, job.results, None, &mut wake);
             }
-            Some(msg) => finish_group(inner, job.batch, job.results, Some(msg)),
+            Some(msg) => set_results(inner, job.batch, job.results, Some(msg), &mut wake),
         }
     }
+    // Every result first, then the wake-ups (one per group): a woken
+    // caller that preempts this thread finds the others already set free.
+    wake_groups(&wake);
     job_done(inner, n);
 }
 

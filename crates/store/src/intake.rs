@@ -279,6 +279,7 @@ impl<T> Intake<T> {
     }
 
     /// Takes whatever is queued now, without waiting (possibly nothing).
+    #[cfg(test)]
     pub fn take_now(&self) -> Taken<T> {
         match self.state.lock() {
             Ok(mut st) => self.take_locked(&mut st),
@@ -358,7 +359,13 @@ mod tests {
         assert!(h.join().unwrap());
         intake.close();
         assert!(intake.push(|_| 4).is_err());
-        assert_eq!(intake.take(Duration::from_millis(1)).ok().unwrap().txns, vec![3]);
-        assert!(matches!(intake.take(Duration::from_millis(1)), Err(Empty::Closed)));
+        assert_eq!(
+            intake.take(Duration::from_millis(1)).ok().unwrap().txns,
+            vec![3]
+        );
+        assert!(matches!(
+            intake.take(Duration::from_millis(1)),
+            Err(Empty::Closed)
+        ));
     }
 }

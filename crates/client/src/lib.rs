@@ -82,12 +82,30 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(50);
 /// The backoff doubles per retry up to this.
 const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
+/// The bound on one op of client `who`: central config
+/// `rados_osd_op_timeout` (seconds) when it is set for `who` or a section
+/// above it (`client`, `global`), else `fallback` (the handle's
+/// [`ClientConfig::op_timeout`], 60 s unless the program chose another).
+/// A stored 0 or unreadable value (from a version that allowed 0 = wait
+/// for ever) counts as unset: every op stays bounded.
+pub fn op_timeout_for(map: &ClusterMap, who: &str, fallback: Duration) -> Duration {
+    let key = "rados_osd_op_timeout".to_string();
+    cairn_map::config::section_chain(who)
+        .into_iter()
+        .find_map(|section| map.config.get(&(section, key.clone())))
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|secs| *secs > 0)
+        .map_or(fallback, Duration::from_secs)
+}
+
 /// Client settings.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
     pub creds: Credentials,
     pub msg: MsgConfig,
-    /// `rados_osd_op_timeout`: bound on one op including every retry.
+    /// Bound on one op including every retry, unless the central config
+    /// sets `rados_osd_op_timeout` for this client (that wins; see
+    /// [`op_timeout_for`]).
     pub op_timeout: Duration,
     /// `ms_client_mode`: the frame modes offered to OSDs, most preferred
     /// first (each OSD picks the first one its `ms_service_mode` allows).
@@ -355,7 +373,11 @@ impl Rados {
         ops: Vec<cairn_ops::SubOp>,
         snap: &SnapArgs,
     ) -> Result<OpReply, ClientError> {
-        let timeout = self.inner.cfg.op_timeout;
+        let timeout = op_timeout_for(
+            &self.map(),
+            &self.name().to_string(),
+            self.inner.cfg.op_timeout,
+        );
         let deadline = Instant::now() + timeout;
         let reqid = self.new_reqid();
         let mut backoff = RETRY_BACKOFF;
@@ -517,5 +539,57 @@ mod tests {
             let opt = cairn_map::config::known_option(key).unwrap();
             assert_eq!(opt.default.parse::<FrameModes>().unwrap(), code, "{key}");
         }
+    }
+
+    /// Every op is bounded: the central config's `rados_osd_op_timeout`
+    /// wins when set for the client, the handle's own bound otherwise (the
+    /// table's default is that same 60 s), and 0 is never "wait for ever".
+    #[test]
+    fn op_timeout_comes_from_the_central_config_and_is_never_unbounded() {
+        use super::{op_timeout_for, ClientConfig};
+        use std::time::Duration;
+        let mon = cairn_map::MonInfo {
+            name: "a".into(),
+            addr: "127.0.0.1:1".into(),
+            rank: 0,
+        };
+        let admin = cairn_map::AuthEntity::new(&[7; 32], &[("mon", "allow *")]);
+        let mut map = cairn_map::ClusterMap::new_cluster("fsid", mon, admin);
+        let sixty = Duration::from_secs(60);
+        let creds = cairn_msg::Credentials::Key {
+            name: cairn_types::EntityName::client("admin"),
+            secret: cairn_msg::Secret::from_bytes([7; 32]),
+        };
+        assert_eq!(ClientConfig::new(creds).op_timeout, sixty);
+        let opt = cairn_map::config::known_option("rados_osd_op_timeout").unwrap();
+        assert_eq!(opt.default, "60", "the table says what the code does");
+        assert_eq!(op_timeout_for(&map, "client.admin", sixty), sixty);
+        let set = |map: &mut cairn_map::ClusterMap, who: &str, v: &str| {
+            map.config
+                .insert((who.into(), "rados_osd_op_timeout".into()), v.into());
+        };
+        set(&mut map, "client", "5");
+        assert_eq!(
+            op_timeout_for(&map, "client.admin", sixty),
+            Duration::from_secs(5)
+        );
+        set(&mut map, "client.admin", "7");
+        assert_eq!(
+            op_timeout_for(&map, "client.admin", sixty),
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            op_timeout_for(&map, "client.other", sixty),
+            Duration::from_secs(5)
+        );
+        // A 0 stored by an older version does not mean "wait for ever".
+        set(&mut map, "client.admin", "0");
+        assert_eq!(op_timeout_for(&map, "client.admin", sixty), sixty);
+        // And the monitors refuse to store 0 now.
+        assert!(cairn_map::config::validate_value(opt, "0").is_err());
+        assert_eq!(
+            cairn_map::config::validate_value(opt, "2m").as_deref(),
+            Ok("120")
+        );
     }
 }

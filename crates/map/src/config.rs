@@ -457,9 +457,9 @@ pub const CONFIG_OPTIONS: &[ConfigOption] = &[
     ),
     opt(
         "rados_osd_op_timeout",
-        OptKind::Secs { min: 0, max: 86400 },
-        "0",
-        "client op timeout in seconds (0 = wait)",
+        OptKind::Secs { min: 1, max: 86400 },
+        "60",
+        "bound on one client op, every retry included; a longer op fails naming its object, PG and OSD (read by clients at each op)",
     ),
     opt(
         "rbd_cache",

@@ -1651,7 +1651,7 @@ fn map_helper(
             helper_serve_fuse(s, image.clone(), endpoint, ready).await
         };
         // Written back even if something still holds the image.
-        let flushed = image.flush().await.map_err(|e| rbd_err(s, e));
+        let flushed = image.write_back().await.map_err(|e| rbd_err(s, e));
         let closed = match Arc::try_unwrap(image) {
             Ok(img) => img.close().await.map_err(|e| rbd_err(s, e)),
             Err(_) => Err(anyhow!(

@@ -81,6 +81,13 @@ pub trait BlockBackend: Send + Sync + 'static {
     fn read(&self, offset: u64, len: u32) -> BoxFuture<'_, BlockResult<Bytes>>;
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, BlockResult<()>>;
     fn flush(&self) -> BoxFuture<'_, BlockResult<()>>;
+    /// The server's courtesy flush when a client disconnects cleanly
+    /// (`NBD_CMD_DISC`): the same durability as `flush`, but not asked for
+    /// by the client, so backends that change behaviour on a client's
+    /// first flush (a writethrough-until-flush cache) should not count it.
+    fn flush_on_disconnect(&self) -> BoxFuture<'_, BlockResult<()>> {
+        self.flush()
+    }
     /// Discard a range: afterwards it reads as zeros or as its old data
     /// (NBD allows either); backends should free the space.
     fn trim(&self, offset: u64, len: u32, fua: bool) -> BoxFuture<'_, BlockResult<()>>;

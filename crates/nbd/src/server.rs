@@ -611,7 +611,7 @@ where
     while ops.join_next().await.is_some() {}
     if matches!(end, Ok(ReadEnd::Disconnect)) {
         // Courtesy flush on a clean disconnect (NBD leaves it to the client).
-        if let Err(e) = export.backend.flush().await {
+        if let Err(e) = export.backend.flush_on_disconnect().await {
             warn!(export = %export.name, "flush on disconnect failed: {e}");
         }
     }

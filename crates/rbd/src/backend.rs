@@ -59,6 +59,9 @@ impl BlockBackend for Image {
     fn flush(&self) -> BoxFuture<'_, BlockResult<()>> {
         Box::pin(async move { Image::flush(self).await.map_err(to_block) })
     }
+    fn flush_on_disconnect(&self) -> BoxFuture<'_, BlockResult<()>> {
+        Box::pin(async move { Image::write_back(self).await.map_err(to_block) })
+    }
     fn trim(&self, offset: u64, len: u32, _fua: bool) -> BoxFuture<'_, BlockResult<()>> {
         Box::pin(async move { self.discard(offset, len as u64).await.map_err(to_block) })
     }

@@ -39,6 +39,8 @@ pub const DEFAULT_TARGET_DIRTY_BYTES: u64 = 16 << 20;
 pub const DEFAULT_MAX_DIRTY_AGE: Duration = Duration::from_secs(1);
 /// Longest wait between looks at the oldest dirty data.
 const AGE_TICK_MAX: Duration = Duration::from_millis(250);
+/// How often an open image re-reads its cache settings.
+pub const CONFIG_TICK: Duration = Duration::from_secs(1);
 
 /// How an image caches writes (central config `rbd_cache*`, read when
 /// the image is opened).
@@ -180,6 +182,10 @@ impl Obj {
 
 #[derive(Default)]
 struct State {
+    /// The settings in force (the central config's, re-read while open).
+    cfg: CacheConfig,
+    /// The user flushed (or said it will: [`WriteCache::assume_flushing_user`]).
+    user_flushed: bool,
     /// Writes are cached (policy write-back, and the first flush seen when
     /// writethrough-until-flush).
     active: bool,
@@ -202,10 +208,15 @@ struct State {
 /// One write-back op to start: (object, sub-ops).
 type Start = (u64, Vec<SubOp>);
 
+/// Where an open image re-reads its cache settings (the central config);
+/// None when they cannot be read (the last good ones stay).
+pub(crate) type ConfigSource = Box<dyn Fn() -> Option<CacheConfig> + Send + Sync>;
+
 /// The write cache of one open image.
 pub(crate) struct WriteCache {
-    cfg: CacheConfig,
     state: Mutex<State>,
+    /// Settings re-read every [`CONFIG_TICK`] (None: fixed at open).
+    source: Option<ConfigSource>,
     /// Signalled whenever an op completes or the cache empties.
     changed: Notify,
     send: SendOp,
@@ -219,6 +230,8 @@ pub(crate) struct WriteCache {
 }
 
 impl WriteCache {
+    /// A cache with settings fixed at open.
+    #[cfg(test)]
     pub(crate) fn new(
         cfg: CacheConfig,
         send: SendOp,
@@ -227,14 +240,42 @@ impl WriteCache {
         object_prefix: &str,
         object_bytes: u64,
     ) -> Arc<WriteCache> {
-        let active = cfg.writeback && !cfg.writethrough_until_flush;
-        let cache = Arc::new(WriteCache {
+        WriteCache::with_source(
             cfg,
+            None,
+            send,
+            one_data_op,
+            image,
+            object_prefix,
+            object_bytes,
+        )
+    }
+
+    /// A cache whose settings follow `source` while it is open: limits
+    /// and age apply at the next look; turning write-back off stops
+    /// caching new writes at once (what is cached goes out as usual, and a
+    /// write-through write first writes back what is cached for its
+    /// objects); turning it on caches from then on (after the user's first
+    /// flush, under writethrough-until-flush).
+    pub(crate) fn with_source(
+        cfg: CacheConfig,
+        source: Option<ConfigSource>,
+        send: SendOp,
+        one_data_op: bool,
+        image: &str,
+        object_prefix: &str,
+        object_bytes: u64,
+    ) -> Arc<WriteCache> {
+        let active = cfg.writeback && !cfg.writethrough_until_flush;
+        let spawn_ticker = cfg.writeback || source.is_some();
+        let cache = Arc::new(WriteCache {
             state: Mutex::new(State {
+                cfg,
                 active,
                 next_seq: 1,
                 ..State::default()
             }),
+            source,
             changed: Notify::new(),
             send,
             one_data_op,
@@ -242,7 +283,7 @@ impl WriteCache {
             object_prefix: object_prefix.to_string(),
             object_bytes,
         });
-        if cache.cfg.writeback {
+        if spawn_ticker {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(age_writeback(Arc::downgrade(&cache)));
             }
@@ -250,12 +291,29 @@ impl WriteCache {
         cache
     }
 
+    /// Takes the settings `source` gives now, if they changed.
+    fn reload(&self) {
+        let Some(new) = self.source.as_ref().and_then(|f| f()) else {
+            return;
+        };
+        let mut s = self.lock();
+        if s.cfg == new {
+            return;
+        }
+        tracing::info!(image = %self.image, "write cache settings changed: {new:?}");
+        s.active = new.writeback && (!new.writethrough_until_flush || s.user_flushed);
+        s.cfg = new;
+        drop(s);
+        // Writers waiting for space may fit under a new limit.
+        self.changed.notify_waiters();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn config(&self) -> &CacheConfig {
-        &self.cfg
+    pub(crate) fn config(&self) -> CacheConfig {
+        self.lock().cfg.clone()
     }
 
     /// Whether writes are cached now (false: they go straight to the OSDs
@@ -267,9 +325,16 @@ impl WriteCache {
     /// Treats the user as one that flushes (what Ceph's `rbd` tool does
     /// for its own commands): write-back from now on, if the policy is.
     pub(crate) fn assume_flushing_user(&self) {
-        if self.cfg.writeback {
-            self.lock().active = true;
+        let mut s = self.lock();
+        s.user_flushed = true;
+        if s.cfg.writeback {
+            s.active = true;
         }
+    }
+
+    /// Whether anything of `objno` is cached (dirty or being written back).
+    pub(crate) fn holds(&self, objno: u64) -> bool {
+        self.lock().objects.contains_key(&objno)
     }
 
     fn error(&self, detail: &str) -> RbdError {
@@ -307,7 +372,7 @@ impl WriteCache {
                     return Err(self.error(e));
                 }
                 let held = s.dirty_bytes + s.in_flight_bytes;
-                if held == 0 || held + len <= self.cfg.max_dirty_bytes {
+                if held == 0 || held + len <= s.cfg.max_dirty_bytes {
                     let seq = s.next_seq;
                     s.next_seq += 1;
                     let data = data.take().unwrap_or_default();
@@ -407,8 +472,8 @@ impl WriteCache {
                 .objects
                 .get(&objno)
                 .and_then(|o| o.dirty_since)
-                .is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.max_dirty_age);
-            let over = s.dirty_bytes > self.cfg.target_dirty_bytes;
+                .is_some_and(|t| now.saturating_duration_since(t) >= s.cfg.max_dirty_age);
+            let over = s.dirty_bytes > s.cfg.target_dirty_bytes.min(s.cfg.max_dirty_bytes);
             if !(first_seq <= s.urgent_seq || over || aged) {
                 break;
             }
@@ -607,11 +672,22 @@ impl WriteCache {
     /// Flush: every write acknowledged before this call is durable on
     /// every acting replica when it returns Ok; fails with the sticky
     /// write-back error if any write-back failed since the image was
-    /// opened. Turns write-back on when waiting for the first flush.
+    /// opened. Does not count as the user's flush (close, disconnect,
+    /// snapshot, resize): a writethrough-until-flush cache stays
+    /// write-through.
     pub(crate) async fn flush_all(self: &Arc<Self>) -> Result<(), RbdError> {
+        self.wait_durable(None).await
+    }
+
+    /// The user's flush (NBD FLUSH, fsync): [`WriteCache::flush_all`], and
+    /// it turns write-back on when the cache waits for the first one (as
+    /// librbd does only for flushes whose source is the user).
+    pub(crate) async fn flush_user(self: &Arc<Self>) -> Result<(), RbdError> {
         let r = self.wait_durable(None).await;
-        if self.cfg.writeback {
-            self.lock().active = true;
+        let mut s = self.lock();
+        s.user_flushed = true;
+        if s.cfg.writeback {
+            s.active = true;
         }
         r
     }
@@ -625,10 +701,25 @@ impl WriteCache {
     /// The cached data overlapping `[offset, offset+len)` of `objno`, in
     /// the order to lay it over the OSDs' data (in flight first, then
     /// dirty), clipped to the range; offsets relative to `offset`.
-    pub(crate) fn overlay(&self, objno: u64, offset: u64, len: u64) -> Vec<(u64, Bytes)> {
+    ///
+    /// Fails with the sticky write-back error once a write-back failed:
+    /// the data of the failed op is gone from the cache and never reached
+    /// the OSDs, so what they hold there is older than what was
+    /// acknowledged, and a read must not hand it out as current. (Checked
+    /// under the same lock as the snapshot: a read that got its pieces
+    /// before the failure returns the acknowledged data it saw.)
+    pub(crate) fn overlay(
+        &self,
+        objno: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, Bytes)>, RbdError> {
         let s = self.lock();
+        if let Some(e) = &s.error {
+            return Err(self.error(e));
+        }
         let Some(o) = s.objects.get(&objno) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let end = offset + len;
         let clip = |start: u64, d: &Bytes| -> Option<(u64, Bytes)> {
@@ -654,7 +745,7 @@ impl WriteCache {
                 .take_while(|(st, e)| *st + e.data.len() as u64 > offset)
                 .filter_map(|(st, e)| clip(*st, &e.data)),
         );
-        out
+        Ok(out)
     }
 
     /// Bytes held (dirty, in flight).
@@ -682,15 +773,23 @@ pub(crate) fn covers(pieces: &[(u64, Bytes)], len: u64) -> bool {
     reached >= len
 }
 
-/// Writes back data older than the age limit; ends with the cache.
+/// Writes back data older than the age limit and takes changed settings;
+/// ends with the cache.
 async fn age_writeback(cache: Weak<WriteCache>) {
-    let tick = match cache.upgrade() {
-        Some(c) => (c.cfg.max_dirty_age / 2).clamp(Duration::from_millis(10), AGE_TICK_MAX),
-        None => return,
-    };
+    let mut last_reload = Instant::now();
     loop {
+        let tick = match cache.upgrade() {
+            Some(c) => {
+                (c.lock().cfg.max_dirty_age / 2).clamp(Duration::from_millis(10), AGE_TICK_MAX)
+            }
+            None => return,
+        };
         tokio::time::sleep(tick).await;
         let Some(c) = cache.upgrade() else { return };
+        if last_reload.elapsed() >= CONFIG_TICK {
+            last_reload = Instant::now();
+            c.reload();
+        }
         let starts = {
             let mut s = c.lock();
             c.pick(&mut s, None, Instant::now())
@@ -857,15 +956,15 @@ mod tests {
         c.write(0, 10, Bytes::from(vec![2u8; 20])).await.unwrap();
         c.write(0, 25, Bytes::from(vec![3u8; 10])).await.unwrap();
         let mut view = vec![0u8; 100];
-        for (rel, d) in c.overlay(0, 0, 100) {
+        for (rel, d) in c.overlay(0, 0, 100).unwrap() {
             view[rel as usize..rel as usize + d.len()].copy_from_slice(&d);
         }
         let mut want = vec![1u8; 100];
         want[10..25].fill(2);
         want[25..35].fill(3);
         assert_eq!(view, want);
-        assert!(covers(&c.overlay(0, 0, 100), 100));
-        assert!(!covers(&c.overlay(0, 0, 101), 101));
+        assert!(covers(&c.overlay(0, 0, 100).unwrap(), 100));
+        assert!(!covers(&c.overlay(0, 0, 101).unwrap(), 101));
         c.flush_all().await.unwrap();
         assert_eq!(f.object(0), want);
     }
@@ -882,7 +981,7 @@ mod tests {
         // Written while the first op is in flight: dirty over in-flight.
         c.write(5, 2, Bytes::from_static(b"NEW")).await.unwrap();
         let mut view = vec![0u8; 5];
-        for (rel, d) in c.overlay(5, 0, 5) {
+        for (rel, d) in c.overlay(5, 0, 5).unwrap() {
             view[rel as usize..rel as usize + d.len()].copy_from_slice(&d);
         }
         assert_eq!(&view, b"olNEW");
@@ -1009,20 +1108,95 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn writethrough_until_flush_turns_write_back_on_at_the_first_flush() {
+    async fn writethrough_until_flush_turns_write_back_on_at_the_first_user_flush() {
         let f = Fake::open();
         let mut conf = cfg(1 << 20, 1 << 19, Duration::from_secs(1));
         conf.writethrough_until_flush = true;
         let c = WriteCache::new(conf.clone(), f.send(), false, "img", "p", 4 << 20);
         assert!(!c.is_active());
+        // Flushes of our own (close, disconnect, snapshot) do not say the
+        // user flushes.
         c.flush_all().await.unwrap();
+        assert!(!c.is_active());
+        c.flush_user().await.unwrap();
         assert!(c.is_active());
         // Policy write-through never turns it on.
         conf.writeback = false;
         let c = WriteCache::new(conf, f.send(), false, "img", "p", 4 << 20);
-        c.flush_all().await.unwrap();
+        c.flush_user().await.unwrap();
         c.assume_flushing_user();
         assert!(!c.is_active());
+    }
+
+    #[tokio::test]
+    async fn settings_changed_while_open_apply() {
+        let f = Fake::gated();
+        let shared = Arc::new(Mutex::new(cfg(8192, 8192, Duration::from_secs(3600))));
+        let src = shared.clone();
+        let source: ConfigSource = Box::new(move || Some(src.lock().unwrap().clone()));
+        let c = WriteCache::with_source(
+            shared.lock().unwrap().clone(),
+            Some(source),
+            f.send(),
+            false,
+            "img",
+            "rbd_data.1",
+            4 << 20,
+        );
+        assert!(c.is_active());
+        c.write(0, 0, Bytes::from(vec![1u8; 8192])).await.unwrap();
+        // Full at 8 KiB: the next writer waits ...
+        let c2 = c.clone();
+        let waiter =
+            tokio::spawn(async move { c2.write(1, 0, Bytes::from(vec![2u8; 4096])).await });
+        settle().await;
+        assert!(!waiter.is_finished());
+        // ... until a larger limit is read.
+        shared.lock().unwrap().max_dirty_bytes = 1 << 20;
+        c.reload();
+        tokio::time::timeout(Duration::from_secs(30), waiter)
+            .await
+            .expect("a raised limit lets the writer in")
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.config().max_dirty_bytes, 1 << 20);
+        // Write-back turned off: new writes are not cached any more; what
+        // is cached stays visible and is written back by a flush.
+        shared.lock().unwrap().writeback = false;
+        c.reload();
+        assert!(!c.is_active());
+        assert!(c.holds(0) && c.holds(1) && !c.holds(2));
+        f.open_gate(100);
+        c.flush_object(0).await.unwrap();
+        assert!(!c.holds(0));
+        c.flush_all().await.unwrap();
+        assert_eq!(f.object(1), vec![2u8; 4096]);
+        // And on again.
+        shared.lock().unwrap().writeback = true;
+        c.reload();
+        assert!(c.is_active());
+    }
+
+    #[tokio::test]
+    async fn reads_fail_once_a_write_back_failed() {
+        // The failed op's data left the cache without reaching the OSDs:
+        // a read must not return the OSDs' older data as current.
+        let f = Fake::gated();
+        let c = lazy(&f, false);
+        c.write(1, 0, Bytes::from_static(b"new!")).await.unwrap();
+        let c2 = c.clone();
+        let flush = tokio::spawn(async move { c2.flush_all().await });
+        settle().await;
+        // A read taken while the op is in flight sees the acknowledged data.
+        let seen = c.overlay(1, 0, 4).unwrap();
+        assert_eq!(seen, vec![(0, Bytes::from_static(b"new!"))]);
+        f.fail.store(true, Ordering::SeqCst);
+        f.open_gate(100);
+        assert!(flush.await.unwrap().is_err());
+        let e = c.overlay(1, 0, 4).unwrap_err().to_string();
+        assert!(e.contains("rbd_data.1.0000000000000001"), "{e}");
+        // Every read fails, also of objects whose write-back did not.
+        assert!(c.overlay(7, 0, 4).is_err());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! onto [`Image`]; does not own the loop device, the mapping records or the
 //! helper process (the CLI does).
 //!
-//! read/write go to the image; fsync and flush → [`Image::flush`];
+//! read/write go to the image; fsync → [`Image::flush`] (the user's
+//! flush), flush (a close of the file) → [`Image::write_back`];
 //! fallocate `PUNCH_HOLE|KEEP_SIZE` (what the loop driver sends for a
 //! discard) → [`Image::discard`]; `ZERO_RANGE` (its write-zeroes with
 //! NOUNMAP) → [`Image::write_zeroes_allocated`]. The file's size is the
@@ -251,12 +252,15 @@ impl Filesystem for ImageFs {
         });
     }
 
+    /// A close of the file (the loop device letting go): written back,
+    /// but not the user's flush.
     fn flush(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _lo: u64, reply: ReplyEmpty) {
-        self.sync_then(reply);
+        self.sync_then(reply, false);
     }
 
+    /// What the loop device sends for the guest's fsync / FLUSH.
     fn fsync(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _data: bool, reply: ReplyEmpty) {
-        self.sync_then(reply);
+        self.sync_then(reply, true);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -343,10 +347,15 @@ enum FallocKind {
 }
 
 impl ImageFs {
-    fn sync_then(&self, reply: ReplyEmpty) {
+    fn sync_then(&self, reply: ReplyEmpty, user: bool) {
         let image = self.image.clone();
         self.rt.spawn(async move {
-            match image.flush().await {
+            let r = if user {
+                image.flush().await
+            } else {
+                image.write_back().await
+            };
+            match r {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(&e)),
             }

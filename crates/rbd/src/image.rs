@@ -611,6 +611,16 @@ impl Rbd {
         } else {
             CacheConfig::writethrough()
         };
+        // A writable image follows changes of its settings while open.
+        let cache_source: Option<crate::cache::ConfigSource> = lock.is_some().then(|| {
+            let rados = self.rados.clone();
+            let image = name.to_string();
+            Box::new(move || {
+                CacheConfig::from_map(&rados.map(), &rados.name().to_string())
+                    .map_err(|e| tracing::debug!(image, "keeping the write cache settings: {e}"))
+                    .ok()
+            }) as crate::cache::ConfigSource
+        });
         let one_data_op = crate::combine::one_data_op(&data, &self.rados);
         let writer = Arc::new_cyclic(|me: &std::sync::Weak<Writer>| {
             let me = me.clone();
@@ -640,8 +650,9 @@ impl Rbd {
                 id: id.clone(),
                 image: name.to_string(),
                 size_bytes: AtomicU64::new(header.size_bytes),
-                cache: WriteCache::new(
+                cache: WriteCache::with_source(
                     cache_cfg,
+                    cache_source,
                     send,
                     one_data_op,
                     name,
@@ -840,7 +851,7 @@ impl Image {
         let mut set = JoinSet::new();
         for e in extents {
             // Taken now, before the OSD read is sent (see read_cached_extent).
-            let cached = self.writer.cache.overlay(e.objno, e.offset, e.len);
+            let cached = self.writer.cache.overlay(e.objno, e.offset, e.len)?;
             let read = (!crate::cache::covers(&cached, e.len)).then(|| {
                 Self::read_extent(
                     self.data.clone(),
@@ -875,7 +886,7 @@ impl Image {
     /// back after that is in them, data written back before is in the
     /// OSDs' answer.
     async fn read_cached_extent(&self, e: ObjectExtent) -> Result<Bytes, RbdError> {
-        let cached = self.writer.cache.overlay(e.objno, e.offset, e.len);
+        let cached = self.writer.cache.overlay(e.objno, e.offset, e.len)?;
         if cached.is_empty() {
             return Self::read_extent(
                 self.data.clone(),
@@ -1029,6 +1040,13 @@ impl Image {
         }
         cache.check()?;
         let extents = split(self.object_bytes, offset, data.len() as u64);
+        for e in &extents {
+            // Cached writes of the object land first (write-back was on
+            // and was turned off while the image is open).
+            if cache.holds(e.objno) {
+                cache.flush_object(e.objno).await?;
+            }
+        }
         if let [e] = extents[..] {
             // The common case (a request inside one object): no task.
             if e.len < COMBINE_BELOW_BYTES {
@@ -1150,11 +1168,23 @@ impl Image {
         Ok(())
     }
 
-    /// Makes every write acknowledged before this call durable on every
-    /// acting replica (writes back the write cache). Fails with the
-    /// cache's sticky error if a write-back failed since the image was
-    /// opened. A write-through-until-flush cache turns write-back on here.
+    /// The user's flush (NBD FLUSH, fsync): makes every write
+    /// acknowledged before this call durable on every acting replica
+    /// (writes back the write cache). Fails with the cache's sticky error
+    /// if a write-back failed since the image was opened. A
+    /// write-through-until-flush cache turns write-back on here.
     pub async fn flush(&self) -> Result<(), RbdError> {
+        if self.lock.is_none() {
+            return Ok(());
+        }
+        self.writer.cache.flush_user().await
+    }
+
+    /// The same durability as [`Image::flush`], for flushes the user did
+    /// not ask for (a clean NBD disconnect, closing a mapped file, before
+    /// close): it does not turn write-back on, so a client that never
+    /// flushes keeps a write-through disk across reconnects.
+    pub async fn write_back(&self) -> Result<(), RbdError> {
         if self.lock.is_none() {
             return Ok(());
         }
@@ -1181,7 +1211,7 @@ impl Image {
     }
 
     /// The write cache's settings for this handle.
-    pub fn cache_config(&self) -> &CacheConfig {
+    pub fn cache_config(&self) -> CacheConfig {
         self.writer.cache.config()
     }
 

@@ -31,7 +31,7 @@ async fn close_all(images: Vec<Arc<Image>>) -> Result<(), RbdError> {
     let mut first = None;
     for img in images {
         // Written back even if something still holds the image.
-        if let Err(e) = img.flush().await {
+        if let Err(e) = img.write_back().await {
             first.get_or_insert(e);
         }
         match Arc::try_unwrap(img) {

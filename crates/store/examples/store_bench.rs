@@ -1,8 +1,9 @@
 //! Runs the store benchmark without the CLI (quicker to build while tuning):
 //! `cargo run --release -p cairn-store --example store_bench -- DIR SIZE_BYTES THREADS SECONDS [read]`.
 //! Prints the JSON report `cairn store bench -f json` prints.
-//! To compare settings: `WAL_BYTES=N` (at mkfs), `CHECKPOINT_MS=N` and
-//! `WRITEBACK_MS=N` (0: no paced data write-back between checkpoints).
+//! To compare settings: `WAL_BYTES=N` (at mkfs), `CHECKPOINT_MS=N`,
+//! `WRITEBACK_MS=N` (0: no paced data write-back between checkpoints) and
+//! `EXTENT_CACHE_PCT=N` (`extent_cache_pct`).
 
 use cairn_store::bench::{run_with, BenchOpts};
 
@@ -35,6 +36,9 @@ fn main() {
         }
         if let Some(n) = env("CHECKPOINT_MS") {
             c.checkpoint_interval_ms = n;
+        }
+        if let Some(n) = env("EXTENT_CACHE_PCT") {
+            c.extent_cache_pct = n as u32;
         }
         if let Some(n) = env("WRITEBACK_MS") {
             c.writeback_pace_ms = n;

@@ -6,14 +6,19 @@
 //! commit pipeline around it lives in `store.rs`.
 
 use crate::error::{Result, StoreError};
+use crate::extcache::ExtentCache;
 use crate::ids::{CollectionId, ObjectId};
 use crate::meta::*;
-use crate::overlay::{no_stop, GroupChanges, KvRead, ReadView, Val, TABLES, TID_EXTENTS};
+use crate::overlay::{
+    merge, no_stop, GroupChanges, KvRead, ReadView, Src, Val, TABLES, TID_EXTENTS,
+};
 use crate::store::Inner;
 use crate::txn::{Op, Transaction};
 use crate::wal::SharedRedo;
 use redb::{ReadableTable, Table, WriteTransaction};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 type KvTable<'w> = Table<'w, &'static [u8], &'static [u8]>;
@@ -28,6 +33,8 @@ enum Back<'w> {
     Overlay {
         view: &'w ReadView,
         local: BTreeMap<Vec<u8>, Val>,
+        /// The committer's cache of whole extent maps (extents table only).
+        cache: Option<&'w RefCell<ExtentCache>>,
     },
 }
 
@@ -44,7 +51,7 @@ impl<'w> LoggedTable<'w> {
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         match &self.back {
             Back::Redb(t) => Ok(t.get(key)?.map(|v| v.value().to_vec())),
-            Back::Overlay { view, local } => match local.get(key) {
+            Back::Overlay { view, local, .. } => match local.get(key) {
                 Some(v) => Ok(v.as_ref().map(|v| v.to_vec())),
                 None => view.kv_get(self.id, key),
             },
@@ -54,7 +61,7 @@ impl<'w> LoggedTable<'w> {
     pub fn scan(&self, lo: &[u8], hi: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         match &self.back {
             Back::Redb(t) => scan_redb(t, lo, hi, limit),
-            Back::Overlay { view, local } => {
+            Back::Overlay { view, local, .. } => {
                 view.scan_under(local, self.id, lo, hi, limit, false, &no_stop)
             }
         }
@@ -83,7 +90,12 @@ impl<'w> LoggedTable<'w> {
                 }
                 Ok(out)
             }
-            Back::Overlay { view, local } => {
+            Back::Overlay { view, local, cache } => {
+                if let Some(c) = cache {
+                    if let Some(r) = cached_rev_until(view, local, c, lo, hi, stop)? {
+                        return Ok(r);
+                    }
+                }
                 view.scan_under(local, self.id, lo, hi, usize::MAX, true, stop)
             }
         }
@@ -132,6 +144,67 @@ impl<'w> LoggedTable<'w> {
         }
         Ok(())
     }
+}
+
+/// Key/value pairs in scan order.
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// [`LoggedTable::rev_until`] on the extents table through the committer's
+/// extent cache: the object's whole map is loaded from the view on first
+/// use, then the group's own changes are merged over the cached map. None
+/// when the range is not within one object or the object is not cacheable.
+fn cached_rev_until(
+    view: &ReadView,
+    local: &BTreeMap<Vec<u8>, Val>,
+    cache: &RefCell<ExtentCache>,
+    lo: &[u8],
+    hi: &[u8],
+    stop: &dyn Fn(&[u8]) -> bool,
+) -> Result<Option<Entries>> {
+    let (Some((id, b_lo)), Some((id_hi, b_hi))) = (ext_key_parse(lo), ext_key_parse(hi)) else {
+        return Ok(None);
+    };
+    if id != id_hi || b_lo >= b_hi {
+        return Ok(None);
+    }
+    let mut c = cache.borrow_mut();
+    if c.object(id).is_none() {
+        if !c.may_load(id) {
+            return Ok(None);
+        }
+        let max = c.max_object_extents();
+        let all = view.kv_scan(
+            TID_EXTENTS,
+            &ext_key(id, 0),
+            &ext_key(id, u64::MAX),
+            max + 1,
+        )?;
+        if all.len() > max {
+            c.set_too_large(id);
+            return Ok(None);
+        }
+        let mut ext = Vec::with_capacity(all.len());
+        for (k, v) in all {
+            let (_, lb) =
+                ext_key_parse(&k).ok_or_else(|| StoreError::Corrupt("bad extent key".into()))?;
+            ext.push((lb, v));
+        }
+        c.load(id, ext);
+    }
+    let Some(map) = c.object(id) else {
+        return Ok(None);
+    };
+    let l = local.range::<[u8], _>((Bound::Included(lo), Bound::Excluded(hi)));
+    let local_src: Src<'_> = Box::new(
+        l.rev()
+            .map(|(k, v)| Ok((k.clone(), v.as_ref().map(|v| v.to_vec())))),
+    );
+    let cached: Src<'_> = Box::new(
+        map.range(b_lo..b_hi)
+            .rev()
+            .map(move |(lb, v)| Ok((ext_key(id, *lb).to_vec(), Some(v.to_vec())))),
+    );
+    merge(vec![local_src, cached], true, usize::MAX, stop).map(Some)
 }
 
 /// On the overlay path a group whose redo log overflowed stops at once (it
@@ -194,13 +267,19 @@ impl<'w> Tables<'w> {
         }
         Ok(Tables::from_vec(t))
     }
-    /// Tables that collect changes in memory over `view` (see [`Tables::into_changes`]).
-    pub fn over(view: &'w ReadView, redo: &SharedRedo) -> Tables<'w> {
+    /// Tables that collect changes in memory over `view` (see
+    /// [`Tables::into_changes`]); extent lookups go through `cache`.
+    pub fn over(
+        view: &'w ReadView,
+        redo: &SharedRedo,
+        cache: Option<&'w RefCell<ExtentCache>>,
+    ) -> Tables<'w> {
         let t = (0..TABLES as u8)
             .map(|id| LoggedTable {
                 back: Back::Overlay {
                     view,
                     local: BTreeMap::new(),
+                    cache: cache.filter(|_| id == TID_EXTENTS),
                 },
                 id,
                 redo: redo.clone(),

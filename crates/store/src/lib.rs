@@ -14,6 +14,7 @@ mod apply;
 pub mod bench;
 pub mod device;
 mod error;
+mod extcache;
 mod fsck;
 mod ids;
 mod intake;

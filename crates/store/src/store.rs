@@ -7,6 +7,7 @@ use crate::alloc::Allocator;
 use crate::apply::{self, Batch, Prewrite, Tables, MAX_RUN_BYTES};
 use crate::device::{KvBackend, OsFile, StoreFile};
 use crate::error::{Result, StoreError};
+use crate::extcache::ExtentCache;
 use crate::ids::{CollectionId, ObjectId};
 pub use crate::intake::CommitHandle;
 use crate::intake::{Completion, Empty, GroupAck, Intake};
@@ -19,6 +20,7 @@ use crate::txn::Transaction;
 use crate::wal::{self, RedoLog, WalWriter, WAL_ALIGN};
 use crate::zeroer::{ZeroState, Zeroer, ZeroingStats};
 use redb::{Database, Durability, ReadTransaction, ReadableTable};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::RecvTimeoutError;
@@ -112,6 +114,10 @@ pub struct StoreConfig {
     /// without waiting for it, so a checkpoint's data sync is not one burst
     /// of I/O in front of the log's flushes. Durability does not depend on it.
     pub writeback_pace_ms: u64,
+    /// Percent of `cache_bytes` given to the committer's cache of whole
+    /// extent maps of recently written objects (the rest is redb's page
+    /// cache). 0: no such cache.
+    pub extent_cache_pct: u32,
 }
 
 impl StoreConfig {
@@ -135,6 +141,7 @@ impl StoreConfig {
             zero_unwritten: false,
             zero_idle_ms: 200,
             writeback_pace_ms: 10,
+            extent_cache_pct: 12,
         }
     }
     fn validate(&self) -> Result<()> {
@@ -180,6 +187,11 @@ impl StoreConfig {
         };
         n / WAL_ALIGN * WAL_ALIGN
     }
+    /// Bytes of `cache_bytes` for the committer's extent cache.
+    pub(crate) fn extent_cache_bytes(&self) -> u64 {
+        self.cache_bytes / 100 * u64::from(self.extent_cache_pct.min(50))
+    }
+
     fn meta_dir(&self) -> &Path {
         self.meta_path.as_deref().unwrap_or(&self.path)
     }
@@ -802,6 +814,7 @@ impl Store {
             pending_bytes: 0,
             to_prune: VecDeque::new(),
             view: None,
+            ext_cache: RefCell::new(ExtentCache::new(inner.cfg.extent_cache_bytes() as usize)),
         };
         let intake = Arc::new(Intake::new(inner.cfg.max_batch_txns));
         let (inner2, intake2) = (inner.clone(), intake.clone());
@@ -840,6 +853,7 @@ impl Store {
         }
         let bytes = txn.payload_bytes();
         self.inner.touch_activity();
+
         {
             let mut inflight = lock(&self.inner.inflight)?;
             while *inflight > 0 && *inflight + bytes > self.inner.cfg.max_inflight_bytes {
@@ -1261,7 +1275,7 @@ fn take_lock(dir: &Path) -> Result<std::fs::File> {
 
 fn open_db(cfg: &StoreConfig, meta: &Arc<dyn StoreFile>) -> Result<Database> {
     let mut b = Database::builder();
-    b.set_cache_size(cfg.cache_bytes as usize);
+    b.set_cache_size((cfg.cache_bytes - cfg.extent_cache_bytes()) as usize);
     Ok(b.create_with_backend(KvBackend(meta.clone()))?)
 }
 
@@ -1645,6 +1659,8 @@ struct LogState {
     /// The committer's read view (redb snapshot as of the last checkpoint
     /// + every group in the overlay), renewed after each checkpoint.
     view: Option<ReadView>,
+    /// Whole extent maps of recently written objects, as the view holds them.
+    ext_cache: RefCell<ExtentCache>,
 }
 
 impl LogState {
@@ -2332,7 +2348,7 @@ fn try_batch(
     let redo = RedoLog::new(log.max_record_bytes);
     let mut b = Batch {
         inner,
-        t: Tables::over(&view, &redo),
+        t: Tables::over(&view, &redo, Some(&log.ext_cache)),
         allocated: Vec::new(),
         freed: Vec::new(),
         discarded: Vec::new(),
@@ -2419,6 +2435,7 @@ fn try_batch(
     use std::sync::atomic::Ordering;
     let group = inner.groups.fetch_add(1, Ordering::SeqCst) + 1;
     inner.overlay.insert(group, &changes);
+    log.ext_cache.borrow_mut().apply(&changes);
     log.pending_bytes += changes
         .kv
         .iter()
@@ -2514,6 +2531,8 @@ fn try_direct(
     w.commit()?;
     inner.applied_group.store(group, Ordering::SeqCst);
     log.view = None;
+    // This group went to redb without the overlay: the cache may not know it.
+    log.ext_cache.borrow_mut().clear();
     log.wal.advance_head(tail);
     log.last_checkpoint = Instant::now();
     *lock(&inner.next_id)? = next_id;

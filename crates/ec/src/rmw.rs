@@ -51,6 +51,10 @@ pub struct WritePlan {
     reads: Vec<ChunkRead>,
 }
 
+/// Shard writes and, per write, its data's 4 KiB block crcs if known
+/// (see [`WritePlan::build_with_crcs`]).
+pub type ShardWritesWithCrcs = (Vec<ShardWrite>, Vec<Option<Vec<u32>>>);
+
 /// New bytes for one shard's chunk. Sent to the OSD at `acting[shard]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardWrite {
@@ -243,6 +247,21 @@ impl WritePlan {
     /// len`) and the old bytes read for [`WritePlan::reads`], in that order.
     /// Returns nothing for a zero-length extent write.
     pub fn build(&self, data: &Bytes, old_reads: &[Bytes]) -> Result<Vec<ShardWrite>> {
+        Ok(self.build_with_crcs(data, old_reads, None)?.0)
+    }
+
+    /// [`WritePlan::build`] that also returns, per shard write, the crc32c
+    /// of each 4 KiB block of its data when the encoder produced them (a
+    /// full-object write whose stripe unit is a multiple of 4 KiB; see
+    /// [`ErasureCode::encode_with_crcs`]), `None` otherwise. `data_crcs`:
+    /// the verified crcs of `data`'s own 4 KiB blocks, if known.
+    pub fn build_with_crcs(
+        &self,
+        data: &Bytes,
+        old_reads: &[Bytes],
+        data_crcs: Option<&[u32]>,
+    ) -> Result<ShardWritesWithCrcs> {
+        let none = |n: usize| vec![None; n];
         if data.len() as u64 != self.len {
             return Err(EcError::PlanMismatch {
                 reason: format!("plan is for {} bytes, {} given", self.len, data.len()),
@@ -254,27 +273,41 @@ impl WritePlan {
         let new_chunk_len = g.chunk_len(self.new_size);
         if self.stripes.is_empty() {
             if self.kind == WriteKind::Append || self.kind == WriteKind::Overwrite {
-                return Ok(Vec::new()); // zero-length write
+                return Ok((Vec::new(), Vec::new())); // zero-length write
             }
             // Only the chunk length changes (empty full write, or a
             // truncate that rewrites no stripe).
-            return Ok(self.shard_writes(
-                old_chunk_len.min(new_chunk_len),
-                vec![Bytes::new(); self.code.total()],
-                old_chunk_len,
-                new_chunk_len,
+            let total = self.code.total();
+            return Ok((
+                self.shard_writes(
+                    old_chunk_len.min(new_chunk_len),
+                    vec![Bytes::new(); total],
+                    old_chunk_len,
+                    new_chunk_len,
+                ),
+                none(total),
             ));
         }
-        let chunks = if self.kind == WriteKind::Full {
-            self.code.encode(data)?
+        let (chunks, crcs) = if self.kind == WriteKind::Full {
+            let (chunks, crcs) = self.code.encode_with_crcs(data, data_crcs)?;
+            let crcs = match crcs {
+                Some(c) => c.into_iter().map(Some).collect(),
+                None => none(chunks.len()),
+            };
+            (chunks, crcs)
         } else {
-            self.rewrite_stripes(data, old_reads)?
+            let chunks = self.rewrite_stripes(data, old_reads)?;
+            let n = chunks.len();
+            (chunks, none(n))
         };
         let start = g.chunk_range_of_stripes(&self.stripes).start;
         // Shard writes start on stripe-unit boundaries, so per-unit
         // checksums (`block_crc32c` with block = stripe_unit) line up.
         debug_assert!(start.is_multiple_of(g.stripe_unit_bytes()));
-        Ok(self.shard_writes(start, chunks, old_chunk_len, new_chunk_len))
+        Ok((
+            self.shard_writes(start, chunks, old_chunk_len, new_chunk_len),
+            crcs,
+        ))
     }
 
     /// New chunks for the stripes of an extent write or truncate: old bytes

@@ -385,6 +385,44 @@ impl FrameKey {
         mac_eq(&self.sign(header, payload), mac)
     }
 
+    /// [`FrameKey::verify`] in crc mode that also returns what it computed
+    /// on the way: the crc32c of each [`CRC_BLOCK_BYTES`] block of
+    /// `payload` from offset `first` on (the bytes before `first` and a
+    /// short last piece are folded in but get no entry). The frame's crc is
+    /// combined from those block crcs, so one pass over the bytes both
+    /// checks the frame and yields the checksums a store keeps per block.
+    /// `None` when the tag does not match (the frame is corrupted: nothing
+    /// computed may be used) or in secure mode (use `verify`).
+    ///
+    /// [`CRC_BLOCK_BYTES`]: cairn_types::crc::CRC_BLOCK_BYTES
+    pub fn verify_blocks(
+        &self,
+        header: &[u8],
+        payload: &[u8],
+        first: usize,
+        mac: &[u8],
+    ) -> Option<Vec<u32>> {
+        use cairn_types::crc::{block_appender, CRC_BLOCK_BYTES};
+        if self.mode != FrameMode::Crc {
+            return None;
+        }
+        let first = first.min(payload.len());
+        let (head, rest) = payload.split_at(first);
+        let mut crc = crc32c::crc32c_append(crc32c::crc32c(header), head);
+        let app = block_appender();
+        let mut blocks = rest.chunks_exact(CRC_BLOCK_BYTES);
+        let mut crcs = Vec::with_capacity(rest.len() / CRC_BLOCK_BYTES);
+        for b in &mut blocks {
+            let c = crc32c::crc32c(b);
+            crcs.push(c);
+            crc = app.append(crc, c);
+        }
+        crc = crc32c::crc32c_append(crc, blocks.remainder());
+        let mut want = [0u8; FRAME_MAC_LEN];
+        want[..4].copy_from_slice(&crc.to_le_bytes());
+        mac_eq(&want, mac).then_some(crcs)
+    }
+
     /// Payloads at least this big are signed and verified on the blocking
     /// pool, so that a long MAC does not stall the other tasks of a runtime
     /// worker. A crc32c runs an order of magnitude faster than the MAC, so

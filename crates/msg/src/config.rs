@@ -273,6 +273,11 @@ pub struct MsgConfig {
     pub modes: FrameModes,
     /// The frame modes a `Listener` allows from its peers.
     pub accept: AcceptModes,
+    /// On a connection in crc mode, a received message with a bulk data
+    /// segment is verified block by block and comes with the verified
+    /// crc32c of each 4 KiB block ([`crate::Message::blocks`]), for a
+    /// receiver that stores the data (OSDs). Same cost as a plain check.
+    pub recv_block_crcs: bool,
 }
 
 impl Default for MsgConfig {
@@ -290,6 +295,7 @@ impl Default for MsgConfig {
             // ms_*_mode settings (see `DEFAULT_CLIENT_MODES`).
             modes: FrameModes::only(FrameMode::Secure),
             accept: AcceptModes::all(FrameModes::only(FrameMode::Secure)),
+            recv_block_crcs: false,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! [`Connection::is_driven_here`].
 
 use crate::auth::{Credentials, KeyServer};
+use crate::blocks::BlockCrcs;
 use crate::config::MsgConfig;
 use crate::frame::{
     FrameHeader, FrameKind, FrameSigner, FrameVerifier, BULK_ALIGN, CLOSE_MAX_BYTES, FRAME_MAC_AT,
@@ -63,6 +64,10 @@ pub struct Message {
     /// Set on replies: the id of the request answered.
     pub reply_to: Option<u64>,
     pub payload: Bytes,
+    /// The verified crc32c of the 4 KiB blocks of the payload's bulk data
+    /// segment, when the connection computed them while checking the frame
+    /// (crc mode, `MsgConfig::recv_block_crcs`, a frame with `bulk_at`).
+    pub blocks: Option<Arc<BlockCrcs>>,
 }
 
 struct OutFrame {
@@ -326,11 +331,22 @@ impl Connection {
     /// go out back to back with one vectored write and one MAC, and the
     /// receiver sees one contiguous payload (no copy to join them here).
     pub async fn send_parts(&self, msg_type: u16, payload: Vec<Bytes>) -> Result<(), MsgError> {
+        self.send_parts_known(msg_type, payload, Vec::new()).await
+    }
+
+    /// [`Connection::send_parts`] with the crc32c of some segments known
+    /// (see [`KnownCrc`]).
+    pub async fn send_parts_known(
+        &self,
+        msg_type: u16,
+        payload: Vec<Bytes>,
+        known: Vec<KnownCrc>,
+    ) -> Result<(), MsgError> {
         let after = self.handle.shared.cfg.send_timeout;
         let h = self.header(msg_type, self.next_id(), None, &payload);
         self.handle
             .shared
-            .enqueue(h, payload, Vec::new(), Instant::now() + after, after)
+            .enqueue(h, payload, known, Instant::now() + after, after)
             .await
     }
 
@@ -624,7 +640,43 @@ async fn reader_loop(
             },
         )
         .await?;
-        let mac_ok = if f.payload.len() >= verifier.key().offload_bytes() {
+        // A bulk segment's blocks start at `bulk_at` (the receive buffer
+        // put that offset on a block boundary).
+        let blocks_at = match f.header.bulk_at {
+            Some(at)
+                if sh.cfg.recv_block_crcs
+                    && verifier.key().mode() == crate::config::FrameMode::Crc
+                    && f.payload.len() >= BULK_SEGMENT_BYTES =>
+            {
+                Some(usize::from(at))
+            }
+            _ => None,
+        };
+        let mut blocks = None;
+        let mac_ok = if let Some(first) = blocks_at {
+            let crcs = if f.payload.len() >= verifier.key().offload_bytes() {
+                let (key, raw, hdr_mac, payload) = (
+                    verifier.key().clone(),
+                    f.raw_header,
+                    f.header.mac,
+                    f.payload.clone(),
+                );
+                tokio::task::spawn_blocking(move || {
+                    key.verify_blocks(&raw[..SIGNED_HEADER_LEN], &payload, first, &hdr_mac)
+                })
+                .await
+                .map_err(|e| MsgError::protocol(&sh.label, format!("crc check task failed: {e}")))?
+            } else {
+                verifier.key().verify_blocks(
+                    &f.raw_header[..SIGNED_HEADER_LEN],
+                    &f.payload,
+                    first,
+                    &f.header.mac,
+                )
+            };
+            blocks = crcs.map(|c| Arc::new(BlockCrcs::new(f.payload.clone(), first, c)));
+            blocks.is_some()
+        } else if f.payload.len() >= verifier.key().offload_bytes() {
             let (key, raw, hdr_mac, payload) = (
                 verifier.key().clone(),
                 f.raw_header,
@@ -663,6 +715,7 @@ async fn reader_loop(
                     id: f.header.id,
                     reply_to: f.header.reply_to,
                     payload: f.payload,
+                    blocks,
                 };
                 deliver(sh, msg, in_tx, recv_window).await?;
             }

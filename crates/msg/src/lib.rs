@@ -8,6 +8,7 @@
 //! See `README.md` in this crate for the wire format and the handshake.
 
 pub mod auth;
+mod blocks;
 pub mod bufpool;
 pub mod config;
 mod conn;
@@ -19,6 +20,7 @@ pub mod keyring;
 mod peer;
 
 pub use auth::{issue_ticket, unseal_ticket, Credentials, KeyServer, Ticket, TicketContents};
+pub use blocks::BlockCrcs;
 pub use config::{
     AcceptModes, FrameMode, FrameModes, MsgConfig, DEFAULT_CLIENT_MODES, DEFAULT_CLUSTER_MODES,
     DEFAULT_SERVICE_MODES,

@@ -145,6 +145,75 @@ async fn crc_mode_still_authenticates_headers() {
     assert_integrity(&err, "header");
 }
 
+/// Bulk messages (a small head, a 256 KiB data segment, a short tail)
+/// through a proxy that flips one payload byte at `flip` in the second
+/// one, on crc-mode connections whose receiver computes block crcs.
+/// Returns the messages received and the error, if any.
+async fn run_bulk(flip: Option<usize>) -> (Vec<cairn_msg::Message>, Option<MsgError>) {
+    let key = Secret::generate();
+    let cfg = MsgConfig {
+        recv_block_crcs: true,
+        ..cfg_in(FrameMode::Crc)
+    };
+    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), cfg.clone())
+        .await
+        .unwrap();
+    let mangle = flip.map_or(Mangle::None, |at| Mangle::FlipAt(1, at));
+    let (paddr, _proxy) = proxy(l.local_addr(), mangle).await;
+    let creds = Credentials::Key {
+        name: admin(),
+        secret: key,
+    };
+    let client = connect(paddr, &creds, Some(&mon_a()), &cfg).await.unwrap();
+    let server = l.accept().await.unwrap();
+    for i in 0..3u16 {
+        let parts = vec![payload(10, 7), payload(256 << 10, i as u8), payload(3, 9)];
+        let _ = client.send_parts(i, parts).await;
+    }
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        match server.recv_timeout(Duration::from_secs(5)).await {
+            Ok(m) => got.push(m),
+            Err(e) => return (got, Some(e)),
+        }
+    }
+    (got, None)
+}
+
+#[tokio::test]
+async fn block_crcs_of_a_bulk_segment_are_verified_and_delivered() {
+    let (got, err) = run_bulk(None).await;
+    assert!(err.is_none(), "{err:?}");
+    for (i, m) in got.iter().enumerate() {
+        let data = m.payload.slice(10..10 + (256 << 10));
+        assert_eq!(data, payload(256 << 10, i as u8));
+        let blocks = m.blocks.as_ref().expect("block crcs delivered");
+        let want: Vec<u32> = data.chunks(4096).map(crc32c::crc32c).collect();
+        assert_eq!(blocks.of(&data), Some(&want[..]));
+        assert_eq!(blocks.crc_of(&data), Some(crc32c::crc32c(&data)));
+        // The data segment sits on a 4 KiB boundary of the receive buffer.
+        assert_eq!(data.as_ptr() as usize % 4096, 0);
+    }
+}
+
+#[tokio::test]
+async fn block_checked_frames_still_refuse_any_flipped_byte() {
+    // In the head, in the first, a middle and the last whole block, and
+    // in the short tail.
+    for at in [
+        3,
+        10,
+        10 + 4096 * 17 + 123,
+        10 + (256 << 10) - 1,
+        10 + (256 << 10) + 1,
+    ] {
+        let (got, err) = run_bulk(Some(at)).await;
+        assert_eq!(got.len(), 1, "flip at {at}");
+        let err = err.expect("the corrupted frame is refused");
+        assert_integrity(&err, "crc32c");
+    }
+}
+
 #[tokio::test]
 async fn keepalive_timeout_detects_a_silent_peer() {
     let key = Secret::generate();

@@ -22,6 +22,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Per shard write, the crc32c of each 4 KiB block of its data, if known.
+pub type ShardCrcs = Vec<Option<Arc<[u32]>>>;
+
 /// The encode totals are logged (info) every this many calls.
 const ENCODE_REPORT_EVERY_CALLS: u64 = 100;
 static ENCODE_CALLS: AtomicU64 = AtomicU64::new(0);
@@ -319,11 +322,15 @@ impl EcTarget {
     }
 
     /// Resolves a client write: the plan, and (for a data change) the
-    /// `k + m` shard writes, after reading the old stripes it needs.
+    /// `k + m` shard writes, after reading the old stripes it needs, with
+    /// the 4 KiB block crcs of each shard write's data when the encoder
+    /// made them. `blocks`: the verified block crcs of the request's
+    /// message, so data chunks are not checksummed again.
     pub async fn prepare_write(
         &self,
         req: &OpRequest,
-    ) -> Result<(EcWritePlan, Vec<ShardWrite>), OpError> {
+        blocks: Option<&cairn_msg::BlockCrcs>,
+    ) -> Result<(EcWritePlan, Vec<ShardWrite>, ShardCrcs), OpError> {
         ec_exec::refuse_snapshot_write(req)?;
         let plan = ec_exec::plan_ops(
             &self.shared.store,
@@ -334,7 +341,7 @@ impl EcTarget {
             req.snapc.as_ref(),
         )?;
         let Some((wp, data)) = plan.data_plan() else {
-            return Ok((plan, Vec::new()));
+            return Ok((plan, Vec::new(), Vec::new()));
         };
         let old = if wp.reads().is_empty() {
             Vec::new()
@@ -343,8 +350,8 @@ impl EcTarget {
             self.read_old(&req.oid, meta.version, wp.reads()).await?
         };
         let t0 = std::time::Instant::now();
-        let writes = wp
-            .build(data, &old)
+        let (writes, crcs) = wp
+            .build_with_crcs(data, &old, blocks.and_then(|b| b.of(data)))
             .map_err(|e| OpError::Invalid(format!("object {}: {e}", req.oid)))?;
         let calls = ENCODE_CALLS.fetch_add(1, Ordering::Relaxed) + 1;
         ENCODE_NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -358,7 +365,8 @@ impl EcTarget {
                 t.nanos as f64 / 1e9
             );
         }
-        Ok((plan, writes))
+        let crcs = crcs.into_iter().map(|c| c.map(Arc::from)).collect();
+        Ok((plan, writes, crcs))
     }
 
     /// The old data-chunk ranges a read-modify-write needs, decoding those

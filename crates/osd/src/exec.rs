@@ -752,12 +752,29 @@ pub fn apply_mutations(
     name: &ObjectName,
     muts: &[Mutation],
 ) {
+    apply_mutations_known(txn, coll, name, muts, &|_| None)
+}
+
+/// [`apply_mutations`] where `crcs_of(data)` gives the verified crcs of a
+/// written buffer's leading 4 KiB blocks when they are known (received
+/// data: see `cairn_msg::BlockCrcs`), which the store then keeps instead
+/// of computing them again.
+pub fn apply_mutations_known(
+    txn: &mut Transaction,
+    coll: CollectionId,
+    name: &ObjectName,
+    muts: &[Mutation],
+    crcs_of: &dyn Fn(&Bytes) -> Option<std::sync::Arc<[u32]>>,
+) {
     let o = store_oid(name);
     for m in muts {
         match m {
             Mutation::Touch => txn.touch(coll, o.clone()),
             Mutation::Remove => txn.remove(coll, o.clone()),
-            Mutation::Write { offset, data } => txn.write(coll, o.clone(), *offset, data.clone()),
+            Mutation::Write { offset, data } => match crcs_of(data) {
+                Some(crcs) => txn.write_verified(coll, o.clone(), *offset, data.clone(), crcs),
+                None => txn.write(coll, o.clone(), *offset, data.clone()),
+            },
             Mutation::Truncate { size } => txn.truncate(coll, o.clone(), *size),
             Mutation::Zero { offset, len } => txn.zero(coll, o.clone(), *offset, *len),
             Mutation::SetAttr { name, value } => {

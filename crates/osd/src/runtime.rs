@@ -15,8 +15,8 @@ use crate::pg::{PastInterval, Pg, PgAction, PgEvent, PgLimits, Placement, Role, 
 use bytes::Bytes;
 use cairn_map::{ClusterMap, PgRecoveryCounts, PoolKind};
 use cairn_msg::{
-    connect, AcceptModes, Connection, Credentials, FrameModes, KnownCrc, Listener, Message,
-    MsgConfig, MsgError, Secret, DEFAULT_CLUSTER_MODES, DEFAULT_SERVICE_MODES,
+    connect, AcceptModes, BlockCrcs, Connection, Credentials, FrameModes, KnownCrc, Listener,
+    Message, MsgConfig, MsgError, Secret, DEFAULT_CLUSTER_MODES, DEFAULT_SERVICE_MODES,
 };
 use cairn_ops::{
     decode, decode_shared, encode, encode_parts, msg_type, EcRead, EcRollback, EcRollbackReply,
@@ -243,6 +243,8 @@ pub(crate) enum PgMsg {
     RepOp {
         conn: Connection,
         rep: RepOp,
+        /// Verified block crcs of the message's data (see `BlockCrcs`).
+        blocks: Option<Arc<BlockCrcs>>,
     },
     RepAck(RepOpAck),
     Query {
@@ -478,6 +480,9 @@ impl Osd {
         // Peer OSDs are connected to, and accepted, in the cluster modes;
         // everyone else is accepted in the service modes.
         cfg.msg.modes = cfg.cluster_mode;
+        // Received writes come with the verified crcs of their 4 KiB
+        // blocks (crc mode), which the store keeps instead of computing.
+        cfg.msg.recv_block_crcs = true;
         cfg.msg.accept = AcceptModes {
             osd: cfg.cluster_mode,
             others: cfg.service_mode,
@@ -816,6 +821,7 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
                 .send(PgMsg::RepOp {
                     conn: conn.clone(),
                     rep,
+                    blocks: msg.blocks,
                 })
                 .await;
             return Ok(());
@@ -1007,6 +1013,54 @@ fn serve_read(
 /// combines the frame's crc from it instead of reading the data again
 /// (crc mode; the client still checks every byte against that crc, so a
 /// bit flipped after the store verified it is caught there).
+/// The verified crcs of `data`'s leading 4 KiB blocks, when `data` is
+/// a block-aligned slice of a message whose blocks the messenger checked.
+fn known_block_crcs(blocks: Option<&BlockCrcs>, data: &Bytes) -> Option<Arc<[u32]>> {
+    blocks?.of(data).map(Arc::from)
+}
+
+/// A source of the verified crcs of written buffers' leading 4 KiB blocks
+/// (see `exec::apply_mutations_known`).
+type KnownBlocks<'a> = &'a dyn Fn(&Bytes) -> Option<Arc<[u32]>>;
+
+/// One encoded sub-op (a `RepOp`) as the segments the messenger sends
+/// ([`encode_parts`]: the write's data shared, not copied), with the crcs
+/// of the data segments that are known from the verified receive, so its
+/// frame crc is combined from them instead of read from the bytes again.
+#[derive(Clone)]
+pub(crate) struct SubOpBytes {
+    pub parts: Vec<Bytes>,
+    pub known: Vec<KnownCrc>,
+}
+
+impl SubOpBytes {
+    /// `blocks`: the verified block crcs of written buffers, if known.
+    fn encode(rep: &RepOp, blocks: Option<KnownBlocks<'_>>) -> SubOpBytes {
+        let parts = encode_parts(rep);
+        let mut known = Vec::new();
+        if let Some(blocks) = blocks {
+            for m in &rep.mutations {
+                let Mutation::Write { data, .. } = m else {
+                    continue;
+                };
+                let seg = parts
+                    .iter()
+                    .position(|p| p.as_ptr() == data.as_ptr() && p.len() == data.len());
+                let (Some(segment), Some(crcs)) = (seg, blocks(data)) else {
+                    continue;
+                };
+                let whole = crcs.len() * cairn_types::crc::CRC_BLOCK_BYTES;
+                let Some(tail) = data.get(whole..) else {
+                    continue;
+                };
+                let crc = crc32c::crc32c_append(cairn_types::crc::crc32c_of_blocks(&crcs), tail);
+                known.push(KnownCrc { segment, crc });
+            }
+        }
+        SubOpBytes { parts, known }
+    }
+}
+
 fn reply_parts(reply: &OpReply, data_crc: Option<u32>) -> (Vec<Bytes>, Vec<KnownCrc>) {
     let parts = encode_parts(reply);
     let mut known = Vec::new();
@@ -1374,11 +1428,11 @@ struct PgActor {
     /// encoded RepOp (EC shards each get their own chunk).
     /// In-flight replication sub-ops by version, per replica, encoded as
     /// segments ([`encode_parts`]: the write's data is shared, not copied).
-    repops: BTreeMap<u64, BTreeMap<i32, Vec<Bytes>>>,
+    repops: BTreeMap<u64, BTreeMap<i32, SubOpBytes>>,
     /// Peer connection generation each replica was last sent to on.
     sent_gen: HashMap<i32, u64>,
     /// RepOps from a newer epoch than our map, held until the map arrives.
-    held: Vec<(Connection, RepOp)>,
+    held: Vec<(Connection, RepOp, Option<Arc<BlockCrcs>>)>,
     /// The activation job running for this interval, if any (aborted when
     /// the interval changes, so a stale job never pushes old state).
     peering: Option<(Epoch, AbortHandle)>,
@@ -1514,7 +1568,7 @@ impl PgActor {
                 let acts = self.pg.handle(PgEvent::ClientOp { token, req });
                 self.run_actions(acts).await;
             }
-            PgMsg::RepOp { conn, rep } => self.on_repop(conn, rep).await,
+            PgMsg::RepOp { conn, rep, blocks } => self.on_repop(conn, rep, blocks).await,
             PgMsg::ReadDone { token, failed } => {
                 if let Some(f) = failed {
                     let (mut reply, pending) = *f;
@@ -1900,8 +1954,8 @@ impl PgActor {
         self.note_scrub_order(&map);
         self.run_actions(acts).await;
         let held = std::mem::take(&mut self.held);
-        for (conn, rep) in held {
-            self.on_repop(conn, rep).await;
+        for (conn, rep, blocks) in held {
+            self.on_repop(conn, rep, blocks).await;
         }
     }
 
@@ -2024,19 +2078,23 @@ impl PgActor {
 
     async fn resend_all(&mut self, r: i32, gen: u64, conn: &Connection, below: u64) {
         self.sent_gen.insert(r, gen);
-        let msgs: Vec<Vec<Bytes>> = self
+        let msgs: Vec<SubOpBytes> = self
             .repops
             .range(..below)
             .filter_map(|(_, w)| w.get(&r).cloned())
             .collect();
         for b in msgs {
-            if conn.send_parts(msg_type::REPOP, b).await.is_err() {
+            if conn
+                .send_parts_known(msg_type::REPOP, b.parts, b.known)
+                .await
+                .is_err()
+            {
                 return;
             }
         }
     }
 
-    async fn send_repop(&mut self, r: i32, seq: u64, bytes: Vec<Bytes>) {
+    async fn send_repop(&mut self, r: i32, seq: u64, bytes: SubOpBytes) {
         let (gen, conn) = match self.shared.peer_now(r) {
             Ok(x) => x,
             Err(e) => {
@@ -2048,7 +2106,10 @@ impl PgActor {
         if self.sent_gen.get(&r) != Some(&gen) {
             self.resend_all(r, gen, &conn, seq).await;
         }
-        if let Err(e) = conn.send_parts(msg_type::REPOP, bytes).await {
+        if let Err(e) = conn
+            .send_parts_known(msg_type::REPOP, bytes.parts, bytes.known)
+            .await
+        {
             tracing::warn!("pg {}: sending {seq} to osd.{r}: {e}", self.pgid);
         }
     }
@@ -2091,7 +2152,7 @@ impl PgActor {
                     }
                 },
                 PgAction::Write {
-                    token: _,
+                    token,
                     req,
                     version,
                     trim_to,
@@ -2099,7 +2160,13 @@ impl PgActor {
                     log_only,
                 } => {
                     self.shared.cache.invalidate(self.pgid, &req.oid);
-                    let more = self.write(req, version, trim_to, replicas, log_only).await;
+                    let blocks = self
+                        .pending
+                        .get(&token)
+                        .and_then(|(_, msg, _)| msg.blocks.clone());
+                    let more = self
+                        .write(req, blocks, version, trim_to, replicas, log_only)
+                        .await;
                     queue.extend(more);
                 }
                 PgAction::Peer {
@@ -2250,9 +2317,12 @@ impl PgActor {
         });
     }
 
+    /// `blocks`: the verified block crcs of the request's data, if its
+    /// connection computed them (the store and the sub-ops reuse them).
     async fn write(
         &mut self,
         req: OpRequest,
+        blocks: Option<Arc<BlockCrcs>>,
         version: Version,
         trim_to: Version,
         replicas: Vec<i32>,
@@ -2263,6 +2333,8 @@ impl PgActor {
         let ec = self.ec_target();
         // Mutations per acting member (EC: each shard its own chunk).
         let mut shard_muts: BTreeMap<i32, Vec<Mutation>> = BTreeMap::new();
+        // EC: the chunks the encoder made, with their block crcs.
+        let mut chunk_crcs: Vec<(Bytes, Arc<[u32]>)> = Vec::new();
         // A member is marked full in the map: a write adding data is
         // refused at once, logged like any failed op (so a late copy of
         // the request gets the same answer and never applies later).
@@ -2274,26 +2346,34 @@ impl PgActor {
         let resolved = if let Some(e) = refused {
             Err(e)
         } else if let Some(t) = &ec {
-            t.prepare_write(&req).await.map(|(plan, writes)| {
-                // Acting shards, then backfill targets (the chunk of the
-                // position CRUSH gives them).
-                let placed = t.ec.shards.iter().enumerate().map(|(s, &o)| (s, o));
-                for (shard, osd) in placed.chain(t.ec.backfill_targets()) {
-                    if osd != crate::ec_pool::SHARD_HOLE {
-                        let m =
-                            ec_exec::shard_mutations(&plan, &writes, &t.ec.code, shard, version);
-                        shard_muts.insert(osd, m);
+            t.prepare_write(&req, blocks.as_deref())
+                .await
+                .map(|(plan, writes, crcs)| {
+                    chunk_crcs = writes
+                        .iter()
+                        .zip(crcs)
+                        .filter_map(|(w, c)| Some((w.data.clone(), c?)))
+                        .collect();
+                    // Acting shards, then backfill targets (the chunk of the
+                    // position CRUSH gives them).
+                    let placed = t.ec.shards.iter().enumerate().map(|(s, &o)| (s, o));
+                    for (shard, osd) in placed.chain(t.ec.backfill_targets()) {
+                        if osd != crate::ec_pool::SHARD_HOLE {
+                            let m = ec_exec::shard_mutations(
+                                &plan, &writes, &t.ec.code, shard, version,
+                            );
+                            shard_muts.insert(osd, m);
+                        }
                     }
-                }
-                exec::Resolved {
-                    prior: plan.prior,
-                    mutations: shard_muts.get(&self.me()).cloned().unwrap_or_default(),
-                    outputs: plan.outputs.clone(),
-                    log_op: ec_exec::log_op(&plan),
-                    // EC pools do not overlap writes of one object.
-                    after: exec::ObjectProjection::default(),
-                }
-            })
+                    exec::Resolved {
+                        prior: plan.prior,
+                        mutations: shard_muts.get(&self.me()).cloned().unwrap_or_default(),
+                        outputs: plan.outputs.clone(),
+                        log_op: ec_exec::log_op(&plan),
+                        // EC pools do not overlap writes of one object.
+                        after: exec::ObjectProjection::default(),
+                    }
+                })
         } else {
             self.resolve_replicated(&req, version)
         };
@@ -2359,7 +2439,17 @@ impl PgActor {
                 tracing::error!("pg {}: keeping rollback data for {version}: {e}", self.pgid);
             }
         }
-        exec::apply_mutations(&mut txn, coll, &req.oid, &muts);
+        // The verified crcs of the data written: the client's blocks as
+        // received (replicated) or the chunks' from the encoder (EC).
+        let known = |d: &Bytes| {
+            known_block_crcs(blocks.as_deref(), d).or_else(|| {
+                chunk_crcs
+                    .iter()
+                    .find(|(c, _)| c.as_ptr() == d.as_ptr() && c.len() == d.len())
+                    .map(|(_, k)| k.clone())
+            })
+        };
+        exec::apply_mutations_known(&mut txn, coll, &req.oid, &muts, &known);
         txn.log_append(coll, version.seq, encode(&entry));
         if self.pg.info.log_tail > old_tail {
             txn.log_trim(coll, self.pg.info.log_tail.seq);
@@ -2377,7 +2467,7 @@ impl PgActor {
             hash: req.oid.hash(),
             roll_forward_to,
         };
-        let per_replica: BTreeMap<i32, Vec<Bytes>> = if ec.is_some() {
+        let per_replica: BTreeMap<i32, SubOpBytes> = if ec.is_some() {
             replicas
                 .iter()
                 .map(|&r| {
@@ -2388,19 +2478,22 @@ impl PgActor {
                     } else {
                         muts
                     };
-                    (r, encode_parts(&rep))
+                    (r, SubOpBytes::encode(&rep, Some(&known)))
                 })
                 .collect()
         } else {
-            let bytes = encode_parts(&rep);
+            let bytes = SubOpBytes::encode(&rep, Some(&known));
             let entry_only = if log_only.is_empty() {
                 bytes.clone()
             } else {
                 // Backfill targets not yet at this object: the entry alone.
-                encode_parts(&RepOp {
-                    mutations: Vec::new(),
-                    ..rep.clone()
-                })
+                SubOpBytes::encode(
+                    &RepOp {
+                        mutations: Vec::new(),
+                        ..rep.clone()
+                    },
+                    None,
+                )
             };
             replicas
                 .iter()
@@ -2557,10 +2650,10 @@ impl PgActor {
         Ok(())
     }
 
-    async fn on_repop(&mut self, conn: Connection, rep: RepOp) {
+    async fn on_repop(&mut self, conn: Connection, rep: RepOp, blocks: Option<Arc<BlockCrcs>>) {
         if rep.epoch > self.pg.epoch() {
             if self.held.len() < MAX_HELD_REPOPS {
-                self.held.push((conn, rep));
+                self.held.push((conn, rep, blocks));
             }
             return;
         }
@@ -2642,7 +2735,13 @@ impl PgActor {
                 );
                 return;
             }
-            exec::apply_mutations(&mut txn, self.coll, &rep.entry.oid, &rep.mutations);
+            exec::apply_mutations_known(
+                &mut txn,
+                self.coll,
+                &rep.entry.oid,
+                &rep.mutations,
+                &|d| known_block_crcs(blocks.as_deref(), d),
+            );
             if self.copy_serves_reads() {
                 txn.keep_data_cached();
             }

@@ -15,6 +15,7 @@ use crate::overlay::{
 use crate::store::Inner;
 use crate::txn::{Op, Transaction};
 use crate::wal::SharedRedo;
+use cairn_types::crc::CRC_BLOCK_BYTES;
 use redb::{ReadableTable, Table, WriteTransaction};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -482,10 +483,11 @@ impl<'a, 'w> Batch<'a, 'w> {
                 obj,
                 offset,
                 data,
+                crcs,
             } => {
                 let mut on = self.onode_or_new(coll, obj)?;
                 let size0 = on.size;
-                self.write_data(coll, obj, &mut on, *offset, data)?;
+                self.write_data_known(coll, obj, &mut on, *offset, data, crcs.as_deref())?;
                 self.put_onode_if_resized(coll, obj, &on, size0)?;
             }
             Op::Zero {
@@ -791,6 +793,20 @@ impl<'a, 'w> Batch<'a, 'w> {
         offset: u64,
         data: &[u8],
     ) -> Result<()> {
+        self.write_data_known(c, o, on, offset, data, None)
+    }
+
+    /// [`Self::write_data`] with the verified crcs of `data`'s leading
+    /// 4 KiB blocks, if known (see `Transaction::write_verified`).
+    fn write_data_known(
+        &mut self,
+        c: &CollectionId,
+        o: &ObjectId,
+        on: &mut Onode,
+        offset: u64,
+        data: &[u8],
+        known: Option<&[u32]>,
+    ) -> Result<()> {
         let end = self.check_size(c, o, offset.checked_add(data.len() as u64))?;
         if data.is_empty() {
             return Ok(());
@@ -821,7 +837,8 @@ impl<'a, 'w> Batch<'a, 'w> {
             if lo >= offset && hi <= end {
                 // Fully covered: write straight from the caller's buffer.
                 let src = &data[(lo - offset) as usize..(hi - offset) as usize];
-                crcs = block_crcs(src, bs);
+                let at = (lo - offset) as usize / CRC_BLOCK_BYTES;
+                crcs = block_crcs_known(src, bs, known.and_then(|k| k.get(at..)));
                 self.write_phys(pstart, src)?;
             } else {
                 let mut buf = vec![0u8; (hi - lo) as usize];
@@ -1045,6 +1062,30 @@ impl<'a, 'w> Batch<'a, 'w> {
 pub(crate) fn block_crcs(buf: &[u8], bs: u64) -> Vec<u32> {
     debug_assert_eq!(buf.len() as u64 % bs, 0);
     buf.chunks(bs as usize).map(crc32c::crc32c).collect()
+}
+
+/// [`block_crcs`] of `buf`, taken from `known` (the verified crcs of
+/// `buf`'s [`CRC_BLOCK_BYTES`] blocks, from its start) when they cover it
+/// and `bs` is a multiple of that block; computed otherwise.
+pub(crate) fn block_crcs_known(buf: &[u8], bs: u64, known: Option<&[u32]>) -> Vec<u32> {
+    let n = buf.len() / CRC_BLOCK_BYTES;
+    let factor = bs as usize / CRC_BLOCK_BYTES;
+    match known {
+        Some(k)
+            if (bs as usize).is_multiple_of(CRC_BLOCK_BYTES)
+                && buf.len().is_multiple_of(CRC_BLOCK_BYTES)
+                && k.len() >= n =>
+        {
+            let crcs = cairn_types::crc::regroup_block_crcs(&k[..n], factor);
+            debug_assert_eq!(
+                crcs,
+                block_crcs(buf, bs),
+                "a write's known block crcs are not those of its data"
+            );
+            crcs
+        }
+        _ => block_crcs(buf, bs),
+    }
 }
 
 /// Checks every block of an extent read into `buf` (which starts at logical block `lb`).

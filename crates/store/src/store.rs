@@ -436,13 +436,14 @@ impl Inner {
         let mut res: Result<()> = Ok(());
         for op in &txn.ops {
             let pw = match op {
-                crate::txn::Op::Write { offset, data, .. }
-                    if offset % bs == 0
-                        && !data.is_empty()
-                        && (data.len() as u64).is_multiple_of(bs)
-                        && offset + data.len() as u64 <= self.cfg.max_object_size =>
+                crate::txn::Op::Write {
+                    offset, data, crcs, ..
+                } if offset % bs == 0
+                    && !data.is_empty()
+                    && (data.len() as u64).is_multiple_of(bs)
+                    && offset + data.len() as u64 <= self.cfg.max_object_size =>
                 {
-                    match self.prewrite_one(data, txn.keep_cached) {
+                    match self.prewrite_one(data, crcs.as_deref(), txn.keep_cached) {
                         Ok(pw) => Some(pw),
                         Err(e) => {
                             res = Err(e);
@@ -470,7 +471,14 @@ impl Inner {
 
     /// `cached`: a large write goes through the page cache (then synced
     /// like the O_DIRECT ones), so that reads soon after find it there.
-    fn prewrite_one(&self, data: &bytes::Bytes, cached: bool) -> Result<Prewrite> {
+    /// `known`: the verified crcs of `data`'s 4 KiB blocks, if the
+    /// submitter has them (see `Transaction::write_verified`).
+    fn prewrite_one(
+        &self,
+        data: &bytes::Bytes,
+        known: Option<&[u32]>,
+        cached: bool,
+    ) -> Result<Prewrite> {
         let bs = self.block_size;
         let deferred = (data.len() as u64) < self.cfg.deferred_write_below_bytes;
         let runs = self.allocate_blocks(data.len() as u64 / bs)?;
@@ -479,7 +487,7 @@ impl Inner {
             // with the rest of its group, before the group applies.
             return Ok(Prewrite {
                 runs,
-                crcs: apply::block_crcs(data, bs),
+                crcs: apply::block_crcs_known(data, bs, known),
                 image: Some(data.clone()),
             });
         }
@@ -524,7 +532,7 @@ impl Inner {
         }
         Ok(Prewrite {
             runs,
-            crcs: apply::block_crcs(data, bs),
+            crcs: apply::block_crcs_known(data, bs, known),
             image: None,
         })
     }

@@ -3,6 +3,7 @@
 
 use crate::ids::{CollectionId, ObjectId};
 use bytes::Bytes;
+use std::sync::Arc;
 
 /// One operation. Semantics (applied in order, all or nothing):
 /// writes, zero and truncate create a missing object; attr and omap ops,
@@ -21,6 +22,10 @@ pub enum Op {
         obj: ObjectId,
         offset: u64,
         data: Bytes,
+        /// Verified crc32c of `data`'s leading whole
+        /// [`CRC_BLOCK_BYTES`](cairn_types::crc::CRC_BLOCK_BYTES) blocks
+        /// (see [`Transaction::write_verified`]); `None`: computed here.
+        crcs: Option<Arc<[u32]>>,
     },
     /// Makes `[offset, offset+len)` read as zeros, freeing whole blocks; extends the size if needed.
     Zero {
@@ -177,6 +182,32 @@ impl Transaction {
             obj,
             offset,
             data: data.into(),
+            crcs: None,
+        })
+    }
+    /// [`Transaction::write`] of data whose block crcs are already known:
+    /// `crcs[i]` is the crc32c of bytes `[i·4096, (i+1)·4096)` of `data`
+    /// ([`CRC_BLOCK_BYTES`](cairn_types::crc::CRC_BLOCK_BYTES) blocks; a
+    /// short tail has none), computed over the very bytes received and
+    /// verified against the frame that carried them (a messenger's
+    /// block-checked receive). The store keeps them instead of reading
+    /// the data again for its per-block checksums where the write's blocks
+    /// line up with its own (a block-aligned `offset`), and computes them
+    /// elsewhere. Debug builds check them.
+    pub fn write_verified(
+        &mut self,
+        coll: CollectionId,
+        obj: ObjectId,
+        offset: u64,
+        data: Bytes,
+        crcs: Arc<[u32]>,
+    ) -> &mut Self {
+        self.push(Op::Write {
+            coll,
+            obj,
+            offset,
+            data,
+            crcs: Some(crcs),
         })
     }
     pub fn zero(&mut self, coll: CollectionId, obj: ObjectId, offset: u64, len: u64) -> &mut Self {

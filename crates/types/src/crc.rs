@@ -12,6 +12,12 @@
 //! second pass over the bytes (see `cairn-store`'s reads and
 //! `cairn-msg`'s known segment crcs).
 
+/// The block size of the crcs that travel with written data: a messenger
+/// that verifies a received frame returns the crc32c of each block of this
+/// size of its bulk segment, and the store takes them for a write instead
+/// of computing them again (its own block size is a multiple of it).
+pub const CRC_BLOCK_BYTES: usize = 4096;
+
 /// The crc32c polynomial, bit-reflected (bit 31 is x^0).
 const POLY: u32 = 0x82F6_3B78;
 
@@ -108,6 +114,28 @@ impl Crc32cAppender {
     }
 }
 
+/// The appender for pieces of [`CRC_BLOCK_BYTES`], built once.
+pub fn block_appender() -> &'static Crc32cAppender {
+    static APP: std::sync::OnceLock<Crc32cAppender> = std::sync::OnceLock::new();
+    APP.get_or_init(|| Crc32cAppender::new(CRC_BLOCK_BYTES as u64))
+}
+
+/// The crc32c of consecutive [`CRC_BLOCK_BYTES`] blocks from their crcs.
+pub fn crc32c_of_blocks(crcs: &[u32]) -> u32 {
+    let app = block_appender();
+    // crc32c of the empty string is 0.
+    crcs.iter().fold(0, |acc, &c| app.append(acc, c))
+}
+
+/// Groups consecutive [`CRC_BLOCK_BYTES`] block crcs into the crcs of
+/// blocks `factor` times as large (a store whose block is bigger).
+pub fn regroup_block_crcs(crcs: &[u32], factor: usize) -> Vec<u32> {
+    if factor <= 1 {
+        return crcs.to_vec();
+    }
+    crcs.chunks(factor).map(crc32c_of_blocks).collect()
+}
+
 impl std::fmt::Debug for Crc32cAppender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Crc32cAppender")
@@ -155,6 +183,19 @@ mod tests {
         }
         assert_eq!(acc, crc(&data));
         assert_eq!(app.piece_len(), 4096);
+    }
+
+    #[test]
+    fn blocks_combine_and_regroup() {
+        let data: Vec<u8> = (0..CRC_BLOCK_BYTES * 6)
+            .map(|i| (i * 31 + i / 7) as u8)
+            .collect();
+        let crcs: Vec<u32> = data.chunks(CRC_BLOCK_BYTES).map(crc).collect();
+        assert_eq!(crc32c_of_blocks(&crcs), crc(&data));
+        assert_eq!(crc32c_of_blocks(&[]), 0);
+        let big: Vec<u32> = data.chunks(CRC_BLOCK_BYTES * 2).map(crc).collect();
+        assert_eq!(regroup_block_crcs(&crcs, 2), big);
+        assert_eq!(regroup_block_crcs(&crcs, 1), crcs);
     }
 
     proptest! {

@@ -107,6 +107,8 @@ pub enum Mangle {
     Swap(usize),
     /// Flip one payload bit of the n-th message frame.
     Flip(usize),
+    /// Flip one bit of payload byte `.1` of the n-th message frame.
+    FlipAt(usize, usize),
     /// Forward the handshake, then swallow everything server->client.
     SilenceServer,
     /// Rewrite the payload length in the n-th message frame's header to
@@ -155,6 +157,9 @@ async fn pump(mut from: TcpStream, mut to: TcpStream, mangle: Mangle, c2s: bool)
                 Mangle::Flip(n) if n == i => {
                     let last = bytes.len() - 1;
                     bytes[last] ^= 0x10;
+                }
+                Mangle::FlipAt(n, at) if n == i => {
+                    bytes[HEADER_LEN + at] ^= 0x04;
                 }
                 Mangle::ForgeLength(n) if n == i => {
                     bytes[10..14].copy_from_slice(&FORGED_LEN.to_le_bytes());

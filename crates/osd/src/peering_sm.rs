@@ -39,11 +39,6 @@ pub const ALONE_OBJECT_BYTES: u64 = 512 << 10;
 pub fn copy_batch_full(held: usize, bytes: u64, big: bool, next: u64, limit: u64) -> bool {
     held > 0 && (bytes >= limit || big || next >= ALONE_OBJECT_BYTES)
 }
-/// A member with no copy of the PG is filled by log recovery inside
-/// activation only when the log names at most this many objects; beyond
-/// that it is backfilled in the background behind `pg_temp` (when the PG
-/// may remap), so the PG serves I/O while the copy is made.
-pub const LOG_FILL_MAX_OBJECTS: usize = 16;
 /// Objects per backfill listing page.
 pub const BACKFILL_LIST_PAGE: u32 = 512;
 /// Recovery pushes in flight to one member at once (the next batch is
@@ -998,18 +993,18 @@ impl Peering {
         if !self.p.may_remap || self.p.acting != self.p.up {
             return None;
         }
-        // A member with no copy is complete enough when the log covers
-        // the PG's whole history (a young PG) and names only a few
-        // objects: log recovery fills it inside activation. With more, the
-        // PG would stay inactive (no client I/O) for as long as copying
-        // them takes, so such a member is backfilled behind pg_temp like
-        // one the log does not cover. A member *with* a copy that is a log
+        // A member with no copy is complete only when there is nothing to
+        // copy (the log of a young PG names no object). Filling it inside
+        // activation would keep the PG inactive (client I/O queued) for as
+        // long as the copy takes, however few the objects (a young PG's
+        // 8 objects of 4 MiB kept it inactive for seconds), so it is
+        // backfilled behind pg_temp like a member the log does not cover:
+        // the complete copies serve meanwhile, at the cost of one map epoch
+        // before the PG is active. A member *with* a copy that is a log
         // away (a short restart) still recovers from the log.
         let complete = |o: i32| match self.plan_for(o) {
             RecoveryPlan::Backfill => false,
-            RecoveryPlan::Log { objects } if !self.notes.contains_key(&o) => {
-                objects.len() <= LOG_FILL_MAX_OBJECTS
-            }
+            RecoveryPlan::Log { objects } if !self.notes.contains_key(&o) => objects.is_empty(),
             _ => true,
         };
         if self.p.up.iter().all(|&o| complete(o)) {
@@ -1575,9 +1570,9 @@ mod tests {
     }
 
     /// A member with no copy of a young PG (the log covers its whole
-    /// history): filled by log recovery inside activation when the log
-    /// names few objects, backfilled behind pg_temp when it names many, so
-    /// the PG is not inactive while they are copied. `objects` log entries.
+    /// history): backfilled behind pg_temp as soon as the log names an
+    /// object, so the PG is not inactive while it is copied; activated at
+    /// once when there is nothing to copy. `objects` log entries.
     fn no_copy_member_outputs(objects: u64) -> Vec<PeeringOutput> {
         let log: Vec<LogEntry> = (1..=objects)
             .map(|s| entry(5, s, &format!("o{s}")))
@@ -1608,13 +1603,15 @@ mod tests {
     }
 
     #[test]
-    fn a_member_without_a_copy_is_backfilled_behind_pg_temp_when_the_log_names_many_objects() {
-        let out = no_copy_member_outputs(LOG_FILL_MAX_OBJECTS as u64 + 1);
-        assert!(
-            matches!(&out[..], [PeeringOutput::RequestPgTemp { osds }, ..] if osds == &vec![0, 1]),
-            "{out:?}"
-        );
-        let out = no_copy_member_outputs(LOG_FILL_MAX_OBJECTS as u64);
+    fn a_member_without_a_copy_is_backfilled_behind_pg_temp_when_the_log_names_an_object() {
+        for objects in [1, 8, 64] {
+            let out = no_copy_member_outputs(objects);
+            assert!(
+                matches!(&out[..], [PeeringOutput::RequestPgTemp { osds }, ..] if osds == &vec![0, 1]),
+                "{objects} objects: {out:?}"
+            );
+        }
+        let out = no_copy_member_outputs(0);
         assert!(
             !out.iter()
                 .any(|o| matches!(o, PeeringOutput::RequestPgTemp { .. })),

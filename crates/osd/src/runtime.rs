@@ -543,6 +543,7 @@ impl Osd {
         shared.tasks.spawn(accept_loop(s2, listener));
         let s3 = shared.clone();
         shared.tasks.spawn(map_loop(s3));
+        crate::backfill::recycle_read_buffers(&shared);
         let mut hb = None;
         if let Some(mon) = shared.mon.clone() {
             // Heartbeats and beacons need the monitors to report to.

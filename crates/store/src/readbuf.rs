@@ -3,15 +3,25 @@
 //! would cost a page fault and a kernel zeroing per page (and `vec![0; n]`
 //! a memset on top), so when the last `Bytes` of a buffer drops it goes
 //! back to a small pool and the next read overwrites it as it is. Owns the
-//! buffers and the bound on idle ones ([`IDLE_BYTES_MAX`]); not the reads.
+//! buffers, the bound on idle ones ([`IDLE_BYTES_MAX`] unless the store's
+//! owner sets another) and their expiry; not the reads.
 
 use crate::device::DIRECT_ALIGN;
 use std::alloc::Layout;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// Idle buffers kept for reuse, at most this many bytes per store.
+/// Idle buffers kept for reuse, at most this many bytes per store, unless
+/// the store's owner sets another bound ([`ReadBufPool::set_max_idle`]:
+/// an OSD sizes it to its recovery in-flight bound, so the buffers of the
+/// objects a recovery keeps in flight come back and are reused instead of
+/// freed and faulted in again).
 pub(crate) const IDLE_BYTES_MAX: usize = 16 << 20;
+/// Idle buffers not reused within this long are freed (a store that
+/// stopped reading big objects does not keep their memory).
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One allocation, aligned for O_DIRECT, initialised (zeroed) when made.
 struct Buf {
@@ -58,23 +68,46 @@ impl Drop for Buf {
     }
 }
 
+/// An idle buffer and when it was handed back.
+struct Idle {
+    buf: Buf,
+    since: Instant,
+}
+
 /// The idle buffers of one store.
-#[derive(Default)]
 pub(crate) struct ReadBufPool {
-    idle: Mutex<Vec<Buf>>,
+    idle: Mutex<Vec<Idle>>,
+    /// Most bytes of idle buffers kept.
+    max_idle: AtomicUsize,
+}
+
+impl Default for ReadBufPool {
+    fn default() -> ReadBufPool {
+        ReadBufPool {
+            idle: Mutex::new(Vec::new()),
+            max_idle: AtomicUsize::new(IDLE_BYTES_MAX),
+        }
+    }
 }
 
 impl ReadBufPool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A buffer of at least `len` bytes (an idle one no more than twice
     /// that size if there is one). Its bytes are whatever an earlier read
     /// left: the caller overwrites what it returns.
     pub(crate) fn take(self: &Arc<Self>, len: usize) -> PooledBuf {
         let need = len.max(1).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
         let reused = {
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            let mut idle = self.lock();
+            expire(&mut idle, Instant::now());
+            // The most recently handed back first: its pages are warmest.
             idle.iter()
-                .position(|b| b.cap >= need && b.cap <= 2 * need)
-                .map(|i| idle.swap_remove(i))
+                .rposition(|b| b.buf.cap >= need && b.buf.cap <= 2 * need)
+                // `remove` keeps the rest oldest first (for `expire`).
+                .map(|i| idle.remove(i).buf)
         };
         PooledBuf {
             buf: Some(reused.unwrap_or_else(|| Buf::new(need))),
@@ -83,19 +116,45 @@ impl ReadBufPool {
         }
     }
 
-    #[cfg(test)]
-    fn idle_bytes(&self) -> usize {
-        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.iter().map(|b| b.cap).sum()
+    pub(crate) fn idle_bytes(&self) -> usize {
+        self.lock().iter().map(|b| b.buf.cap).sum()
+    }
+
+    /// Keeps at most `bytes` of idle buffers from now on (frees the
+    /// oldest beyond it).
+    pub(crate) fn set_max_idle(&self, bytes: usize) {
+        self.max_idle.store(bytes, Ordering::Relaxed);
+        let mut idle = self.lock();
+        let mut held: usize = idle.iter().map(|b| b.buf.cap).sum();
+        while held > bytes && !idle.is_empty() {
+            held -= idle.remove(0).buf.cap;
+        }
+    }
+
+    /// Frees the buffers idle for longer than [`IDLE_TIMEOUT`] at `now`.
+    pub(crate) fn trim_idle_at(&self, now: Instant) {
+        expire(&mut self.lock(), now);
     }
 
     fn give_back(&self, b: Buf) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let held: usize = idle.iter().map(|b| b.cap).sum();
-        if held + b.cap <= IDLE_BYTES_MAX {
-            idle.push(b);
+        let now = Instant::now();
+        let mut idle = self.lock();
+        expire(&mut idle, now);
+        let held: usize = idle.iter().map(|b| b.buf.cap).sum();
+        if held + b.cap <= self.max_idle.load(Ordering::Relaxed) {
+            idle.push(Idle { buf: b, since: now });
         }
     }
+}
+
+/// Drops the buffers of `idle` handed back more than [`IDLE_TIMEOUT`]
+/// before `now` (they are kept oldest first).
+fn expire(idle: &mut Vec<Idle>, now: Instant) {
+    let stale = idle
+        .iter()
+        .take_while(|b| now.saturating_duration_since(b.since) > IDLE_TIMEOUT)
+        .count();
+    idle.drain(..stale);
 }
 
 /// A buffer on loan from the pool: `len` bytes in use, back to the pool
@@ -174,5 +233,26 @@ mod tests {
         drop(many);
         assert!(pool.idle_bytes() <= IDLE_BYTES_MAX);
         drop(c);
+    }
+
+    #[test]
+    fn the_idle_bound_can_be_raised_and_idle_buffers_expire() {
+        let pool = Arc::new(ReadBufPool::default());
+        pool.set_max_idle(64 << 20);
+        let many: Vec<_> = (0..12).map(|_| pool.take(4 << 20)).collect();
+        drop(many);
+        assert_eq!(pool.idle_bytes(), 48 << 20, "all twelve kept");
+        // Reused, not allocated again.
+        let again: Vec<_> = (0..12).map(|_| pool.take(4 << 20)).collect();
+        assert_eq!(pool.idle_bytes(), 0);
+        drop(again);
+        pool.set_max_idle(8 << 20);
+        assert_eq!(
+            pool.idle_bytes(),
+            8 << 20,
+            "lowering the bound frees the excess"
+        );
+        pool.trim_idle_at(Instant::now() + IDLE_TIMEOUT + Duration::from_millis(10));
+        assert_eq!(pool.idle_bytes(), 0, "expired");
     }
 }

@@ -1227,6 +1227,28 @@ impl Store {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Keeps at most `bytes` of big reads' buffers idle for reuse (16 MiB
+    /// unless set; idle ones are freed after 2 s unused). An OSD sets it to
+    /// its recovery in-flight bound, so the objects a recovery keeps in
+    /// flight reuse buffers instead of faulting in fresh ones.
+    pub fn set_read_buffers_idle_bytes(&self, bytes: u64) {
+        self.inner
+            .read_bufs
+            .set_max_idle(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+
+    /// Frees the big reads' buffers left idle beyond their expiry (an
+    /// owner calls it now and then, so a store that stopped reading does
+    /// not keep them).
+    pub fn trim_idle_read_buffers(&self) {
+        self.inner.read_bufs.trim_idle_at(std::time::Instant::now());
+    }
+
+    /// Bytes of big reads' buffers held idle for reuse now.
+    pub fn idle_read_buffer_bytes(&self) -> u64 {
+        self.inner.read_bufs.idle_bytes() as u64
+    }
+
     pub fn statfs(&self) -> Result<StatFs> {
         let free = self.inner.lock_alloc()?.free_blocks();
         let bs = self.inner.block_size;

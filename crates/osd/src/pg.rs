@@ -275,26 +275,11 @@ pub fn pipelinable(req: &OpRequest) -> bool {
     req.is_write()
         && req.snap == cairn_ops::SNAP_HEAD
         && req.ops.iter().all(|o| {
-            matches!(
-                o,
-                SubOp::WriteFull { .. }
-                    | SubOp::Write { .. }
-                    | SubOp::Append { .. }
-                    | SubOp::Truncate { .. }
-                    | SubOp::Zero { .. }
-                    | SubOp::Remove
-                    | SubOp::Create { .. }
-                    | SubOp::SetXattr { .. }
-                    | SubOp::RmXattr { .. }
-                    | SubOp::OmapSet { .. }
-                    | SubOp::OmapRm { .. }
-                    | SubOp::OmapClear
-                    | SubOp::OmapSetHeader { .. }
-                    | SubOp::AssertExists
-                    | SubOp::AssertVersion { .. }
-                    | SubOp::Stat
-                    | SubOp::SnapTrim
-            )
+            o.is_write()
+                || matches!(
+                    o,
+                    SubOp::AssertExists | SubOp::AssertVersion { .. } | SubOp::Stat
+                )
         })
 }
 

@@ -837,8 +837,14 @@ impl<'a, 'w> Batch<'a, 'w> {
             if lo >= offset && hi <= end {
                 // Fully covered: write straight from the caller's buffer.
                 let src = &data[(lo - offset) as usize..(hi - offset) as usize];
-                let at = (lo - offset) as usize / CRC_BLOCK_BYTES;
-                crcs = block_crcs_known(src, bs, known.and_then(|k| k.get(at..)));
+                // `known` covers `data`'s own 4 KiB blocks: usable only where
+                // this run starts on one of them (an unaligned write's runs
+                // do not).
+                let skip = (lo - offset) as usize;
+                let known_here = known
+                    .filter(|_| skip.is_multiple_of(CRC_BLOCK_BYTES))
+                    .and_then(|k| k.get(skip / CRC_BLOCK_BYTES..));
+                crcs = block_crcs_known(src, bs, known_here);
                 self.write_phys(pstart, src)?;
             } else {
                 let mut buf = vec![0u8; (hi - lo) as usize];

@@ -16,7 +16,7 @@ use crate::pg::{
     RecoveryPlan, PG_TEMP_WAIT,
 };
 use cairn_map::{activation_spans, PgActivation, PgRecoveryCounts};
-use cairn_ops::{ListCursor, LogEntry, ObjectName, ObjectState, PgInfo, PgPush, Version};
+use cairn_ops::{ListCursor, LogEntry, ObjectName, ObjectState, PgInfo, PgPush};
 use cairn_types::{Epoch, PgId};
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
@@ -1002,16 +1002,9 @@ impl Peering {
         // the complete copies serve meanwhile, at the cost of one map epoch
         // before the PG is active. A member *with* a copy that is a log
         // away (a short restart) still recovers from the log.
-        // An OSD new to the PG answers with an empty copy (its collection
-        // is made when the map places the PG there): it holds no entry.
-        let no_copy = |o: i32| {
-            self.notes
-                .get(&o)
-                .is_none_or(|(i, _)| i.last_update == Version::default())
-        };
         let complete = |o: i32| match self.plan_for(o) {
             RecoveryPlan::Backfill => false,
-            RecoveryPlan::Log { objects } if no_copy(o) => objects.is_empty(),
+            RecoveryPlan::Log { objects } if !self.notes.contains_key(&o) => objects.is_empty(),
             _ => true,
         };
         if self.p.up.iter().all(|&o| complete(o)) {
@@ -1618,25 +1611,6 @@ mod tests {
                 "{objects} objects: {out:?}"
             );
         }
-        // An OSD new to the PG answers with an empty copy (no entry).
-        let log: Vec<LogEntry> = (1..=4).map(|s| entry(5, s, &format!("o{s}"))).collect();
-        let i = PgInfo {
-            log_tail: Version::default(),
-            ..info(5, Version { epoch: 5, seq: 4 })
-        };
-        let mut p = params(i.clone(), log.clone(), vec![]);
-        p.may_remap = true;
-        p.probe = vec![0, 1, 2];
-        p.up_thru_recorded = true;
-        let mut sm = Peering::new(p);
-        sm.start();
-        sm.handle(PeeringInput::LocalCommitted);
-        sm.handle(notify(1, &i, &log));
-        let out = sm.handle(notify(2, &PgInfo::default(), &[]));
-        assert!(
-            matches!(&out[..], [PeeringOutput::RequestPgTemp { osds }, ..] if osds == &vec![0, 1]),
-            "empty copy: {out:?}"
-        );
         let out = no_copy_member_outputs(0);
         assert!(
             !out.iter()

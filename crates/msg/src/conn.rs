@@ -10,7 +10,7 @@
 //! runs nothing, so handles used from another runtime must check
 //! [`Connection::is_driven_here`].
 
-use crate::auth::{Credentials, KeyServer};
+use crate::auth::{Credentials, FrameKey, KeyServer};
 use crate::blocks::BlockCrcs;
 use crate::config::MsgConfig;
 use crate::frame::{
@@ -652,49 +652,32 @@ async fn reader_loop(
             }
             _ => None,
         };
-        let mut blocks = None;
-        let mac_ok = if let Some(first) = blocks_at {
-            let crcs = if f.payload.len() >= verifier.key().offload_bytes() {
-                let (key, raw, hdr_mac, payload) = (
-                    verifier.key().clone(),
-                    f.raw_header,
-                    f.header.mac,
-                    f.payload.clone(),
-                );
-                tokio::task::spawn_blocking(move || {
-                    key.verify_blocks(&raw[..SIGNED_HEADER_LEN], &payload, first, &hdr_mac)
-                })
-                .await
-                .map_err(|e| MsgError::protocol(&sh.label, format!("crc check task failed: {e}")))?
-            } else {
-                verifier.key().verify_blocks(
-                    &f.raw_header[..SIGNED_HEADER_LEN],
-                    &f.payload,
-                    first,
-                    &f.header.mac,
-                )
-            };
-            blocks = crcs.map(|c| Arc::new(BlockCrcs::new(f.payload.clone(), first, c)));
-            blocks.is_some()
-        } else if f.payload.len() >= verifier.key().offload_bytes() {
-            let (key, raw, hdr_mac, payload) = (
+        // Big payloads are checked off the async workers.
+        let checked = if f.payload.len() >= verifier.key().offload_bytes() {
+            let (key, raw, mac, payload) = (
                 verifier.key().clone(),
                 f.raw_header,
                 f.header.mac,
                 f.payload.clone(),
             );
             tokio::task::spawn_blocking(move || {
-                key.verify(&raw[..SIGNED_HEADER_LEN], &payload, &hdr_mac)
+                check_payload(&key, &raw[..SIGNED_HEADER_LEN], &payload, &mac, blocks_at)
             })
             .await
-            .map_err(|e| MsgError::protocol(&sh.label, format!("MAC check task failed: {e}")))?
+            .map_err(|e| MsgError::protocol(&sh.label, format!("frame check task failed: {e}")))?
         } else {
-            verifier.key().verify(
+            check_payload(
+                verifier.key(),
                 &f.raw_header[..SIGNED_HEADER_LEN],
                 &f.payload,
                 &f.header.mac,
+                blocks_at,
             )
         };
+        let mac_ok = checked.is_some();
+        let blocks = blocks_at
+            .zip(checked.flatten())
+            .map(|(first, crcs)| Arc::new(BlockCrcs::new(f.payload.clone(), first, crcs)));
         verifier
             .accept_payload(&f.header, mac_ok)
             .map_err(|e| frame_error(&sh.label, e))?;
@@ -720,6 +703,22 @@ async fn reader_loop(
                 deliver(sh, msg, in_tx, recv_window).await?;
             }
         }
+    }
+}
+
+/// Checks a received frame's payload against its MAC: `None` when it
+/// does not match; otherwise, with `blocks_at` (a block-checked bulk
+/// segment's start), the crcs of its 4 KiB blocks computed on the way.
+fn check_payload(
+    key: &FrameKey,
+    header: &[u8],
+    payload: &[u8],
+    mac: &[u8],
+    blocks_at: Option<usize>,
+) -> Option<Option<Vec<u32>>> {
+    match blocks_at {
+        Some(first) => key.verify_blocks(header, payload, first, mac).map(Some),
+        None => key.verify(header, payload, mac).then_some(None),
     }
 }
 

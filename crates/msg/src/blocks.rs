@@ -61,13 +61,16 @@ impl BlockCrcs {
     /// The crc32c of all of `data` from its blocks' crcs (and a pass over
     /// its short tail only), when [`BlockCrcs::of`] knows its blocks.
     pub fn crc_of(&self, data: &[u8]) -> Option<u32> {
-        let crcs = self.of(data)?;
-        let whole = crcs.len() * CRC_BLOCK_BYTES;
-        Some(crc32c::crc32c_append(
-            crc32c_of_blocks(crcs),
-            &data[whole..],
-        ))
+        crc_from_blocks(self.of(data)?, data)
     }
+}
+
+/// The crc32c of all of `data` from `crcs`, the crcs of its leading
+/// [`CRC_BLOCK_BYTES`] blocks (and a pass over the rest only); `None` when
+/// `crcs` name more blocks than `data` has.
+pub fn crc_from_blocks(crcs: &[u32], data: &[u8]) -> Option<u32> {
+    let tail = data.get(crcs.len() * CRC_BLOCK_BYTES..)?;
+    Some(crc32c::crc32c_append(crc32c_of_blocks(crcs), tail))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub mod keyring;
 mod peer;
 
 pub use auth::{issue_ticket, unseal_ticket, Credentials, KeyServer, Ticket, TicketContents};
-pub use blocks::BlockCrcs;
+pub use blocks::{crc_from_blocks, BlockCrcs};
 pub use config::{
     AcceptModes, FrameMode, FrameModes, MsgConfig, DEFAULT_CLIENT_MODES, DEFAULT_CLUSTER_MODES,
     DEFAULT_SERVICE_MODES,

@@ -1009,11 +1009,6 @@ fn serve_read(
     (reply, data_crc)
 }
 
-/// `reply` encoded as segments, and the crc32c of its data segment when
-/// `data_crc` (the crc of a lone data output) is known: the messenger then
-/// combines the frame's crc from it instead of reading the data again
-/// (crc mode; the client still checks every byte against that crc, so a
-/// bit flipped after the store verified it is caught there).
 /// The verified crcs of `data`'s leading 4 KiB blocks, when `data` is
 /// a block-aligned slice of a message whose blocks the messenger checked.
 fn known_block_crcs(blocks: Option<&BlockCrcs>, data: &Bytes) -> Option<Arc<[u32]>> {
@@ -1050,18 +1045,20 @@ impl SubOpBytes {
                 let (Some(segment), Some(crcs)) = (seg, blocks(data)) else {
                     continue;
                 };
-                let whole = crcs.len() * cairn_types::crc::CRC_BLOCK_BYTES;
-                let Some(tail) = data.get(whole..) else {
-                    continue;
-                };
-                let crc = crc32c::crc32c_append(cairn_types::crc::crc32c_of_blocks(&crcs), tail);
-                known.push(KnownCrc { segment, crc });
+                if let Some(crc) = cairn_msg::crc_from_blocks(&crcs, data) {
+                    known.push(KnownCrc { segment, crc });
+                }
             }
         }
         SubOpBytes { parts, known }
     }
 }
 
+/// `reply` encoded as segments, and the crc32c of its data segment when
+/// `data_crc` (the crc of a lone data output) is known: the messenger then
+/// combines the frame's crc from it instead of reading the data again
+/// (crc mode; the client still checks every byte against that crc, so a
+/// bit flipped after the store verified it is caught there).
 fn reply_parts(reply: &OpReply, data_crc: Option<u32>) -> (Vec<Bytes>, Vec<KnownCrc>) {
     let parts = encode_parts(reply);
     let mut known = Vec::new();

@@ -89,10 +89,7 @@ const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// A stored 0 or unreadable value (from a version that allowed 0 = wait
 /// for ever) counts as unset: every op stays bounded.
 pub fn op_timeout_for(map: &ClusterMap, who: &str, fallback: Duration) -> Duration {
-    let key = "rados_osd_op_timeout".to_string();
-    cairn_map::config::section_chain(who)
-        .into_iter()
-        .find_map(|section| map.config.get(&(section, key.clone())))
+    map.config_set_value(who, "rados_osd_op_timeout")
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|secs| *secs > 0)
         .map_or(fallback, Duration::from_secs)

@@ -297,12 +297,18 @@ impl ClusterMap {
     /// global), falling back to the option's default.
     pub fn config_value(&self, who: &str, key: &str) -> Option<String> {
         let key = normalize_key(key);
-        for section in crate::config::section_chain(who) {
-            if let Some(v) = self.config.get(&(section, key.clone())) {
-                return Some(v.clone());
-            }
-        }
-        known_option(&key).map(|o| o.default.to_string())
+        self.config_set_value(who, &key)
+            .cloned()
+            .or_else(|| known_option(&key).map(|o| o.default.to_string()))
+    }
+
+    /// Value of a config key set for `who` or a section above it, without
+    /// the option's default (None: nobody set it).
+    pub fn config_set_value(&self, who: &str, key: &str) -> Option<&String> {
+        let key = normalize_key(key);
+        crate::config::section_chain(who)
+            .into_iter()
+            .find_map(|section| self.config.get(&(section, key.clone())))
     }
 
     pub(crate) fn config_u64(&self, key: &str, fallback: u64) -> u64 {

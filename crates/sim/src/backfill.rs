@@ -299,15 +299,7 @@ impl World {
             _ => Vec::new(),
         };
         for o in strays {
-            self.send(
-                Ep::Osd(id),
-                Ep::Osd(o),
-                Msg::PgRemove(PgRemove {
-                    pgid,
-                    from: id,
-                    epoch,
-                }),
-            );
+            self.send_pg_remove(id, o, pgid, epoch);
         }
         self.backfill_step(id, pgid);
     }
@@ -351,15 +343,7 @@ impl World {
         self.trace(|| {
             format!("osd.{id} pg {pgid}: every up member serves in the pg_temp; clearing it")
         });
-        self.send(
-            Ep::Osd(id),
-            Ep::Mon,
-            Msg::MonCmd(MonCommand::PgTemp {
-                from: id,
-                pgid,
-                osds: Vec::new(),
-            }),
-        );
+        self.send_pg_temp(id, pgid, Vec::new());
     }
 
     pub(crate) fn backfill_step(&mut self, id: i32, pgid: PgId) {
@@ -438,15 +422,7 @@ impl World {
                     .map(|s| std::mem::take(&mut s.strays))
                     .unwrap_or_default();
                 for o in strays {
-                    self.send(
-                        Ep::Osd(id),
-                        Ep::Osd(o),
-                        Msg::PgRemove(PgRemove {
-                            pgid,
-                            from: id,
-                            epoch,
-                        }),
-                    );
+                    self.send_pg_remove(id, o, pgid, epoch);
                 }
             }
             self.backfill_finish(id, pgid, &mut run);
@@ -765,15 +741,7 @@ impl World {
             return;
         }
         self.trace(|| format!("osd.{id} pg {pgid}: backfill complete; clearing pg_temp"));
-        self.send(
-            Ep::Osd(id),
-            Ep::Mon,
-            Msg::MonCmd(MonCommand::PgTemp {
-                from: id,
-                pgid,
-                osds: Vec::new(),
-            }),
-        );
+        self.send_pg_temp(id, pgid, Vec::new());
     }
 
     pub(crate) fn on_backfill_ack(&mut self, id: i32, ack: PgBackfillAck) {
@@ -980,13 +948,31 @@ impl World {
         if !outside || !clean || n.from == id || self.ec_running(id, n.pgid) {
             return;
         }
+        self.send_pg_remove(id, n.from, n.pgid, epoch);
+    }
+
+    /// Primary `id` tells `stray` its copy of `pgid` is no longer needed.
+    fn send_pg_remove(&mut self, id: i32, stray: i32, pgid: PgId, epoch: Epoch) {
         self.send(
             Ep::Osd(id),
-            Ep::Osd(n.from),
+            Ep::Osd(stray),
             Msg::PgRemove(PgRemove {
-                pgid: n.pgid,
+                pgid,
                 from: id,
                 epoch,
+            }),
+        );
+    }
+
+    /// OSD `id` asks the monitor for `pgid`'s pg_temp `osds` (empty: clear it).
+    pub(crate) fn send_pg_temp(&mut self, id: i32, pgid: PgId, osds: Vec<i32>) {
+        self.send(
+            Ep::Osd(id),
+            Ep::Mon,
+            Msg::MonCmd(MonCommand::PgTemp {
+                from: id,
+                pgid,
+                osds,
             }),
         );
     }

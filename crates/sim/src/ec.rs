@@ -1361,15 +1361,7 @@ impl World {
                 )
             });
             self.stats_pg_temp_request();
-            self.send(
-                Ep::Osd(id),
-                Ep::Mon,
-                Msg::MonCmd(MonCommand::PgTemp {
-                    from: id,
-                    pgid,
-                    osds: want.clone(),
-                }),
-            );
+            self.send_pg_temp(id, pgid, want.clone());
             return Err(format!(
                 "{PG_TEMP_WAIT} {want:?} (up {up:?} needs backfill)"
             ));

@@ -1615,15 +1615,7 @@ impl World {
                 PeeringOutput::RequestPgTemp { osds } => {
                     self.trace(|| format!("osd.{id} pg {pgid}: asks for pg_temp {osds:?}"));
                     self.stats_pg_temp_request();
-                    self.send(
-                        Ep::Osd(id),
-                        Ep::Mon,
-                        Msg::MonCmd(MonCommand::PgTemp {
-                            from: id,
-                            pgid,
-                            osds,
-                        }),
-                    );
+                    self.send_pg_temp(id, pgid, osds);
                     None
                 }
                 PeeringOutput::Activated { backfill, strays } => {

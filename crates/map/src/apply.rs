@@ -385,8 +385,8 @@ impl ClusterMap {
             ConfigRm { who, key } => self.config_rm(who, key),
             OsdDown { ids } => self.osd_down(ids, false),
             OsdFailed { id } => self.osd_down(&[*id], true),
-            OsdOut { ids } => self.osd_out(ids),
-            OsdIn { ids } => self.osd_in(ids),
+            OsdOut { ids } => self.osd_set_in(ids, false),
+            OsdIn { ids } => self.osd_set_in(ids, true),
             OsdAutoOut { id } => self.osd_auto_out(*id),
             OsdPurge { id, sure } => self.osd_purge(*id, *sure),
             OsdLost { id, sure } => self.osd_lost(*id, *sure),
@@ -1655,37 +1655,22 @@ impl ClusterMap {
         Ok(done(msgs.join("; ")))
     }
 
-    fn osd_out(&mut self, ids: &[i32]) -> Result<Reply, CommandError> {
+    /// `osd out` (`is_in` false) and `osd in` (true): an operator's
+    /// choice, so it also clears the automatic-out mark.
+    fn osd_set_in(&mut self, ids: &[i32], is_in: bool) -> Result<Reply, CommandError> {
         for id in ids {
             self.osd(*id)?;
         }
+        let word = if is_in { "in" } else { "out" };
         let mut msgs = Vec::new();
         for id in ids {
             let o = self.osd_mut(*id)?;
-            if o.is_in {
-                o.is_in = false;
-                o.auto_out = false;
-                msgs.push(format!("marked out osd.{id}"));
+            if o.is_in == is_in {
+                msgs.push(format!("osd.{id} is already {word}"));
             } else {
-                msgs.push(format!("osd.{id} is already out"));
-            }
-        }
-        Ok(done(msgs.join("; ")))
-    }
-
-    fn osd_in(&mut self, ids: &[i32]) -> Result<Reply, CommandError> {
-        for id in ids {
-            self.osd(*id)?;
-        }
-        let mut msgs = Vec::new();
-        for id in ids {
-            let o = self.osd_mut(*id)?;
-            if o.is_in {
-                msgs.push(format!("osd.{id} is already in"));
-            } else {
-                o.is_in = true;
+                o.is_in = is_in;
                 o.auto_out = false;
-                msgs.push(format!("marked in osd.{id}"));
+                msgs.push(format!("marked {word} osd.{id}"));
             }
         }
         Ok(done(msgs.join("; ")))

@@ -75,15 +75,8 @@ async fn oversize_frame_is_refused_without_allocating_it() {
 #[tokio::test]
 async fn forged_length_is_refused_before_allocation() {
     let _serial = SERIAL.lock().await;
-    let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
+    let (l, creds) = admin_listener(fast_cfg()).await;
     let (paddr, _proxy) = proxy(l.local_addr(), Mangle::ForgeLength(1)).await;
-    let creds = Credentials::Key {
-        name: admin(),
-        secret: key,
-    };
     let client = connect(paddr, &creds, Some(&mon_a()), &fast_cfg())
         .await
         .unwrap();

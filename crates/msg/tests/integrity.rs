@@ -76,15 +76,8 @@ fn assert_integrity(err: &MsgError, needle: &str) {
 
 #[tokio::test]
 async fn clean_proxy_passes_everything() {
-    let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
+    let (l, creds) = admin_listener(fast_cfg()).await;
     let (paddr, _proxy) = proxy(l.local_addr(), Mangle::None).await;
-    let creds = Credentials::Key {
-        name: admin(),
-        secret: key,
-    };
     let client = connect(paddr, &creds, None, &fast_cfg()).await.unwrap();
     let server = l.accept().await.unwrap();
     for i in 0..6u16 {
@@ -294,10 +287,7 @@ async fn replayed_handshake_is_refused() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
-    let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
+    let (l, creds) = admin_listener(fast_cfg()).await;
     let target = l.local_addr();
     // Recording proxy: forwards both ways, keeps the client's unsigned frames.
     let rec = TcpListener::bind(any_port()).await.unwrap();
@@ -333,10 +323,6 @@ async fn replayed_handshake_is_refused() {
         let _ = tokio::io::copy(&mut cr, &mut sw).await;
         recorded
     });
-    let creds = Credentials::Key {
-        name: admin(),
-        secret: key,
-    };
     let client = connect(rec_addr, &creds, None, &fast_cfg()).await.unwrap();
     let _first = l.accept().await.unwrap();
     client.close();

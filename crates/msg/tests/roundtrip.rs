@@ -8,16 +8,9 @@ use common::*;
 use std::time::{Duration, Instant};
 
 async fn setup() -> (cairn_msg::Connection, tokio::task::JoinHandle<()>) {
-    let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
+    let (l, creds) = admin_listener(fast_cfg()).await;
     let addr = l.local_addr();
     let server = echo_server(l);
-    let creds = Credentials::Key {
-        name: admin(),
-        secret: key,
-    };
     let conn = connect(addr, &creds, Some(&mon_a()), &fast_cfg())
         .await
         .unwrap();
@@ -55,14 +48,7 @@ async fn small_and_64mib_round_trips() {
 
 #[tokio::test]
 async fn one_way_messages_arrive_in_order() {
-    let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
-    let creds = Credentials::Key {
-        name: admin(),
-        secret: key,
-    };
+    let (l, creds) = admin_listener(fast_cfg()).await;
     let client = connect(l.local_addr(), &creds, None, &fast_cfg())
         .await
         .unwrap();
@@ -115,14 +101,7 @@ async fn many_concurrent_calls_on_one_connection() {
 
 #[tokio::test]
 async fn close_fails_pending_and_future_calls_and_tells_the_peer() {
-    let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
-    let creds = Credentials::Key {
-        name: admin(),
-        secret: key,
-    };
+    let (l, creds) = admin_listener(fast_cfg()).await;
     let client = connect(l.local_addr(), &creds, None, &fast_cfg())
         .await
         .unwrap();
@@ -150,14 +129,7 @@ async fn close_fails_pending_and_future_calls_and_tells_the_peer() {
 
 #[tokio::test]
 async fn call_timeout_names_peer_and_what() {
-    let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
-    let creds = Credentials::Key {
-        name: admin(),
-        secret: key,
-    };
+    let (l, creds) = admin_listener(fast_cfg()).await;
     let client = connect(l.local_addr(), &creds, None, &fast_cfg())
         .await
         .unwrap();
@@ -209,14 +181,7 @@ async fn many_clients_on_one_listener() {
 
 #[tokio::test]
 async fn dropping_the_last_handle_closes_and_tells_the_peer() {
-    let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
-    let creds = Credentials::Key {
-        name: admin(),
-        secret: key,
-    };
+    let (l, creds) = admin_listener(fast_cfg()).await;
     let client = connect(l.local_addr(), &creds, None, &fast_cfg())
         .await
         .unwrap();
@@ -347,14 +312,7 @@ fn connections_follow_the_runtime_that_runs_their_io() {
 /// unaffected.
 #[tokio::test]
 async fn bulk_segments_arrive_aligned() {
-    let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), fast_cfg())
-        .await
-        .unwrap();
-    let creds = Credentials::Key {
-        name: admin(),
-        secret: key,
-    };
+    let (l, creds) = admin_listener(fast_cfg()).await;
     let client = connect(l.local_addr(), &creds, None, &fast_cfg())
         .await
         .unwrap();

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use cairn_msg::frame::{FrameHeader, FrameKind, HEADER_LEN};
-use cairn_msg::{Connection, KeyServer, Listener, MsgConfig, Secret};
+use cairn_msg::{Connection, Credentials, KeyServer, Listener, MsgConfig, Secret};
 use cairn_types::EntityName;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -68,6 +68,20 @@ pub fn keepalive_cfg() -> MsgConfig {
 
 pub fn any_port() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
+}
+
+/// A listener on loopback speaking as `mon.a` that knows one key, client
+/// `admin`'s (fresh each call), and the credentials to connect with it.
+pub async fn admin_listener(cfg: MsgConfig) -> (Listener, Credentials) {
+    let key = Secret::generate();
+    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), cfg)
+        .await
+        .unwrap();
+    let creds = Credentials::Key {
+        name: admin(),
+        secret: key,
+    };
+    (l, creds)
 }
 
 /// Serves every accepted connection: replies to each request with the same

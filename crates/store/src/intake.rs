@@ -11,7 +11,7 @@
 use crate::error::{Result, StoreError};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -70,6 +70,8 @@ struct CompState {
 pub(crate) struct Completion {
     state: Mutex<CompState>,
     group: Arc<GroupAck>,
+    /// A result was set (stays true after the waiter took it).
+    finished: AtomicBool,
 }
 
 impl Completion {
@@ -78,6 +80,7 @@ impl Completion {
         Completion {
             state: Mutex::default(),
             group,
+            finished: AtomicBool::new(false),
         }
     }
     /// A completion with a wake-up word of its own.
@@ -88,6 +91,7 @@ impl Completion {
     /// by the group's [`GroupAck::wake_all`], which the caller runs once
     /// every result of the group is set.
     pub fn set(&self, r: Result<()>) {
+        self.finished.store(true, Ordering::Release);
         let waker = match self.state.lock() {
             Ok(mut st) => {
                 st.result = Some(r);
@@ -103,6 +107,17 @@ impl Completion {
     pub fn complete(&self, r: Result<()>) {
         self.set(r);
         self.group.wake_all();
+    }
+    /// Whether a result was ever set.
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+    /// Fails the waiter with `err` and wakes it, unless a result was set
+    /// already (for a transaction a stopping thread drops unacknowledged).
+    pub fn fail_unfinished(&self, err: StoreError) {
+        if !self.finished.swap(true, Ordering::AcqRel) {
+            self.complete(Err(err));
+        }
     }
     pub fn group(&self) -> &Arc<GroupAck> {
         &self.group

@@ -46,6 +46,9 @@ const AUTO_WAL_MAX_BYTES: u64 = 256 << 20;
 const MAX_WAL_RECORD_BYTES: u64 = 16 << 20;
 /// How often the committer looks whether a background checkpoint's syncs are done.
 const FLUSH_POLL: Duration = Duration::from_millis(2);
+/// How often a wait on another store thread looks whether the store was
+/// poisoned meanwhile (that thread may have died and will never answer).
+const POISON_POLL: Duration = Duration::from_millis(100);
 /// Small writes (below `deferred_write_below_bytes`) fill free runs of at
 /// least this many bytes sequentially (see `alloc`), so that a checkpoint
 /// writes them back in large I/Os.
@@ -318,6 +321,9 @@ pub(crate) struct Inner {
     /// Milliseconds after `opened` of the last submit or data read (the
     /// zeroing thread runs only once this is `zero_idle_ms` old).
     last_activity_ms: std::sync::atomic::AtomicU64,
+    /// Tests: the store thread (`"committer"`, `"WAL"`) to panic at its next group.
+    #[cfg(test)]
+    panic_in: Mutex<Option<&'static str>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
@@ -378,21 +384,23 @@ impl Inner {
             }
             d = self
                 .durable_cv
-                .wait_timeout(d, Duration::from_millis(100))
+                .wait_timeout(d, POISON_POLL)
                 .map_err(|_| StoreError::Poisoned("durable lock poisoned".into()))?
                 .0;
         }
         Ok(())
     }
 
-    /// Blocks until the WAL writer has finished every group handed to it.
+    /// Blocks until the WAL writer has finished every group handed to it,
+    /// or the store is poisoned (a WAL thread that panicked never finishes
+    /// the groups it held; the caller looks at the poison next).
     fn drain_wal_jobs(&self) {
         let Ok(mut n) = self.wal_jobs.lock() else {
             return;
         };
-        while *n > 0 {
-            match self.wal_jobs_cv.wait(n) {
-                Ok(g) => n = g,
+        while *n > 0 && !self.is_poisoned() {
+            match self.wal_jobs_cv.wait_timeout(n, POISON_POLL) {
+                Ok((g, _)) => n = g,
                 Err(_) => return,
             }
         }
@@ -544,6 +552,14 @@ struct Pending {
     pre: Vec<Option<Prewrite>>,
     bytes: u64,
     done: Arc<Completion>,
+}
+
+/// A transaction dropped without a result (a store thread stopped or
+/// panicked while holding it) fails instead of leaving its waiter hung.
+impl Drop for Pending {
+    fn drop(&mut self) {
+        drop_unfinished(&self.done);
+    }
 }
 
 impl Pending {
@@ -808,6 +824,8 @@ impl Store {
             wal_jobs_cv: Condvar::new(),
             opened: Instant::now(),
             last_activity_ms: Default::default(),
+            #[cfg(test)]
+            panic_in: Mutex::new(None),
         });
         punch_runs(&inner, &mut stale);
         let max_record_bytes = (wal_cap / 4).min(MAX_WAL_RECORD_BYTES);
@@ -838,7 +856,10 @@ impl Store {
                     }
                 }
                 let _close = CloseOnExit(&intake2);
-                committer_loop(&inner2, log, &intake2)
+                let run = || committer_loop(&inner2, log, &intake2);
+                if let Some(msg) = run_guarded(&inner2, "committer", run) {
+                    fail_intake(&inner2, &intake2, &msg);
+                }
             })
             .map_err(|e| StoreError::io("spawn committer thread", e))?;
         let zero_state = Arc::new(ZeroState::default());
@@ -1638,9 +1659,17 @@ fn flusher_loop(
         };
         match m {
             Ok(m) => {
-                let r = flush_mark(inner, &m)
-                    .map(|_| m)
-                    .map_err(|e| format!("checkpoint failed: {e}"));
+                let flushed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    flush_mark(inner, &m)
+                }));
+                let r = match flushed {
+                    Ok(Ok(())) => Ok(m),
+                    Ok(Err(e)) => Err(format!("checkpoint failed: {e}")),
+                    Err(p) => Err(format!(
+                        "store checkpoint thread panicked: {}; the store is poisoned until reopened",
+                        panic_text(&*p)
+                    )),
+                };
                 if let Ok(mut d) = done.lock() {
                     *d = Some(r);
                 }
@@ -1793,6 +1822,111 @@ fn poison(inner: &Inner, msg: &str) {
     inner.durable_cv.notify_all();
 }
 
+thread_local! {
+    /// Completions of transactions a guarded store thread dropped
+    /// unacknowledged while it panicked: failed, with the panic's message,
+    /// once the unwinding reaches [`run_guarded`]. None outside a guarded thread.
+    static ORPHANS: RefCell<Option<Vec<Arc<Completion>>>> = const { RefCell::new(None) };
+}
+
+/// Completions a store thread holds (checkpoint requests); failed if
+/// dropped without a result, as [`Pending`]s are.
+struct Waiters(Vec<Arc<Completion>>);
+
+impl Drop for Waiters {
+    fn drop(&mut self) {
+        for c in &self.0 {
+            drop_unfinished(c);
+        }
+    }
+}
+
+/// A completion is dropped by the store without a result: during a panic
+/// of a guarded thread it waits for the panic's message ([`run_guarded`]),
+/// otherwise it fails now.
+fn drop_unfinished(c: &Arc<Completion>) {
+    if c.is_finished() {
+        return;
+    }
+    if std::thread::panicking() {
+        let kept = ORPHANS
+            .try_with(|o| match o.try_borrow_mut().as_deref_mut() {
+                Ok(Some(v)) => {
+                    v.push(c.clone());
+                    true
+                }
+                _ => false,
+            })
+            .unwrap_or(false);
+        if kept {
+            return;
+        }
+    }
+    let thread = std::thread::current();
+    c.fail_unfinished(StoreError::Poisoned(format!(
+        "store thread {} stopped before this transaction was acknowledged; reopen the store",
+        thread.name().unwrap_or("(unnamed)")
+    )));
+}
+
+/// The message a panic carried.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// Runs the body of store thread `role`. If it panics, the store is
+/// poisoned with the panic's message, every transaction the thread
+/// dropped unacknowledged fails with it, and the message is returned (for
+/// the caller to fail what else waits on that thread).
+fn run_guarded(inner: &Inner, role: &str, body: impl FnOnce()) -> Option<String> {
+    ORPHANS.with(|o| *o.borrow_mut() = Some(Vec::new()));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+    let orphans = ORPHANS.with(|o| o.borrow_mut().take()).unwrap_or_default();
+    let msg = r.err().map(|p| {
+        format!(
+            "store {role} thread panicked: {}; the store is poisoned until reopened",
+            panic_text(&*p)
+        )
+    });
+    let fail = msg.as_deref().unwrap_or("store thread stopped");
+    if let Some(m) = &msg {
+        poison(inner, m);
+    }
+    for c in orphans {
+        c.fail_unfinished(StoreError::Poisoned(fail.to_string()));
+    }
+    msg
+}
+
+/// The committer panicked: fails every transaction and checkpoint request
+/// still queued for it (new ones fail on the poison).
+fn fail_intake(inner: &Inner, intake: &Intake<Pending>, msg: &str) {
+    intake.close();
+    while let Ok(t) = intake.take(Duration::ZERO) {
+        let results = t.txns.iter().map(|_| None).collect();
+        finish_group(inner, t.txns, results, Some(msg));
+        for c in t.checkpoints {
+            c.complete(Err(StoreError::Poisoned(msg.to_string())));
+        }
+    }
+}
+
+/// Tests: panics here if the test asked thread `role` to.
+#[cfg(test)]
+fn test_panic_point(inner: &Inner, role: &str) {
+    let hit = inner
+        .panic_in
+        .lock()
+        .map(|mut p| p.take_if(|r| *r == role).is_some())
+        .unwrap_or(false);
+    if hit {
+        panic!("test panic in the {role} thread");
+    }
+}
+
 /// A full checkpoint now, in the committer (explicit `checkpoint()`, close,
 /// before a direct group): finishes a background one, waits for every
 /// group handed to the WAL writer, then flushes everything; the WAL is
@@ -1871,12 +2005,15 @@ fn committer_loop(inner: &Inner, mut log: LogState, intake: &Intake<Pending>) {
             Err(Empty::TimedOut) => continue,
             Err(Empty::Closed) => break,
         };
+        let checkpoints = Waiters(taken.checkpoints);
         if !taken.txns.is_empty() {
+            #[cfg(test)]
+            test_panic_point(inner, "committer");
             commit_batch(inner, &mut log, taken.txns);
         }
-        if !taken.checkpoints.is_empty() {
+        if !checkpoints.0.is_empty() {
             let r = checkpoint(inner, &mut log);
-            for c in taken.checkpoints {
+            for c in &checkpoints.0 {
                 c.complete(r.clone().map_err(StoreError::Poisoned));
             }
         }
@@ -2105,8 +2242,12 @@ impl WalPipeline {
             let (inner2, wal2, q2) = (inner.clone(), wal.clone(), q.clone());
             match std::thread::Builder::new()
                 .name(format!("store-wal-sync{i}"))
-                .spawn(move || wal_sync_loop(&inner2, &*wal2, &q2))
-            {
+                .spawn(move || {
+                    let run = || wal_sync_loop(&inner2, &*wal2, &q2);
+                    if let Some(msg) = run_guarded(&inner2, "WAL", run) {
+                        fail_wal_queue(&inner2, &q2, &msg);
+                    }
+                }) {
                 Ok(h) => syncers.push(h),
                 Err(e) if syncers.is_empty() => {
                     return Err(StoreError::io("spawn WAL sync thread", e));
@@ -2123,18 +2264,26 @@ impl WalPipeline {
         if let Ok(mut n) = inner.wal_jobs.lock() {
             *n += 1;
         }
-        let Ok(mut st) = self.q.state.lock() else {
-            let msg = "WAL sync queue lock poisoned";
+        let fail = |job: WalJob, msg: &str| {
             poison(inner, msg);
             finish_group(inner, job.batch, job.results, Some(msg));
             job_done(inner, 1);
-            return;
         };
-        while st.queue.len() >= WAL_WRITTEN_UNSYNCED_MAX {
-            st = match self.q.cv.wait(st) {
-                Ok(g) => g,
-                Err(_) => return,
+        let lock_lost = "WAL sync queue lock poisoned";
+        let Ok(mut st) = self.q.state.lock() else {
+            return fail(job, lock_lost);
+        };
+        // Bounded: WAL threads that died (panicked) never make room.
+        while st.queue.len() >= WAL_WRITTEN_UNSYNCED_MAX && !inner.is_poisoned() {
+            st = match self.q.cv.wait_timeout(st, POISON_POLL) {
+                Ok((g, _)) => g,
+                Err(_) => return fail(job, lock_lost),
             };
+        }
+        // A poisoned store may have no WAL thread left to finish the group.
+        if let Some(msg) = poisoned_msg(inner) {
+            drop(st);
+            return fail(job, &msg);
         }
         st.last_ticket += 1;
         let ticket = st.last_ticket;
@@ -2161,6 +2310,18 @@ impl Drop for WalPipeline {
         for h in self.syncers.drain(..) {
             let _ = h.join();
         }
+    }
+}
+
+/// A WAL thread panicked: fails every group queued for the WAL threads
+/// (later ones fail in [`WalPipeline::send`], on the poison).
+fn fail_wal_queue(inner: &Inner, q: &SyncQueue, msg: &str) {
+    let mut st = q.state.lock().unwrap_or_else(|e| e.into_inner());
+    let jobs: Vec<WalJob> = st.queue.drain(..).map(|b| b.job).collect();
+    drop(st);
+    q.cv.notify_all();
+    if !jobs.is_empty() {
+        ack_jobs(inner, jobs, &Err(msg.to_string()));
     }
 }
 
@@ -2232,6 +2393,8 @@ fn wal_sync_loop(inner: &Inner, wal: &dyn StoreFile, q: &SyncQueue) {
                 .filter(|b| b.ticket > from && b.ticket <= target)
                 .any(|b| b.has_record);
             drop(st);
+            #[cfg(test)]
+            test_panic_point(inner, "WAL");
             let r = match poisoned_msg(inner) {
                 Some(p) => Err(p),
                 None if needs_sync => wal
@@ -2647,6 +2810,101 @@ fn punch_runs(inner: &Inner, runs: &mut [(u64, u64)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::{CollectionId, ObjectId};
+    use crate::sim::{FaultPlan, SimFile};
+
+    fn sim_store() -> Store {
+        let plan = FaultPlan::new();
+        let files = StoreFiles {
+            data: SimFile::new(plan.clone()),
+            meta: SimFile::new(plan.clone()),
+            wal: SimFile::new(plan),
+        };
+        let mut c = StoreConfig::new("/nonexistent-sim-store");
+        c.data_bytes = 16 << 20;
+        c.cache_bytes = 4 << 20;
+        c.wal_bytes = 1 << 20;
+        c.checkpoint_interval_ms = 3_600_000;
+        let s = Store::create_on(c, files).expect("mkfs on sim");
+        let mut t = Transaction::new();
+        t.create_collection(CollectionId::pg(1, 0));
+        s.commit(t).expect("mkcoll");
+        s
+    }
+
+    fn write_txn(i: usize) -> Transaction {
+        let mut t = Transaction::new();
+        let name = format!("o{i}");
+        t.write(
+            CollectionId::pg(1, 0),
+            ObjectId::new(i as u32, &name),
+            0,
+            vec![i as u8; 4096],
+        );
+        t
+    }
+
+    /// Makes store thread `role` panic at its next group while 16 writers
+    /// commit: every writer returns (none hangs) with the panic named, and
+    /// later commits and checkpoints fail the same way.
+    fn panicking_thread_fails_every_waiter(role: &'static str) {
+        let s = Arc::new(sim_store());
+        *s.inner.panic_in.lock().unwrap() = Some(role);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for i in 0..16 {
+            let (s, tx) = (s.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let r = s.commit(write_txn(i));
+                let _ = tx.send(r);
+            });
+        }
+        let mut failed = 0;
+        for _ in 0..16 {
+            let r = rx
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| {
+                    panic!("a commit waiter hung after the {role} thread panicked")
+                });
+            if let Err(e) = r {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains(&format!("store {role} thread panicked"))
+                        && msg.contains(&format!("test panic in the {role} thread")),
+                    "{msg}"
+                );
+                failed += 1;
+            }
+        }
+        // The committer panics holding the first group, so it fails; a WAL
+        // thread's groups may still be acknowledged by another WAL thread
+        // whose sync covered them.
+        assert!(
+            failed > 0 || role != "committer",
+            "the {role} thread's panic failed no commit"
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !s.inner.is_poisoned() {
+            assert!(
+                Instant::now() < deadline,
+                "the {role} thread's panic never poisoned the store"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let e = s.commit(write_txn(99)).expect_err("commit after the panic");
+        assert!(e.to_string().contains("thread panicked"), "{e}");
+        let e = s.checkpoint().expect_err("checkpoint after the panic");
+        assert!(e.to_string().contains("thread panicked"), "{e}");
+    }
+
+    #[test]
+    fn committer_panic_fails_every_waiter() {
+        panicking_thread_fails_every_waiter("committer");
+    }
+
+    #[test]
+    fn wal_thread_panic_fails_every_waiter() {
+        panicking_thread_fails_every_waiter("WAL");
+    }
 
     #[test]
     fn wal_sized_from_the_data_device_unless_set() {

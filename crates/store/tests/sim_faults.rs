@@ -67,6 +67,18 @@ impl SimDisk {
     }
 }
 
+/// The base seed of a seeded test: `CAIRN_STORE_SIM_SEED` when set (to
+/// replay a failure exactly), else random. Printed, so a failing run's
+/// captured output names it.
+fn base_seed(test: &str) -> u64 {
+    let base = std::env::var("CAIRN_STORE_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("{test}: base seed {base} (set CAIRN_STORE_SIM_SEED={base} to replay)");
+    base
+}
+
 fn injected(e: &StoreError) -> bool {
     matches!(
         e,
@@ -74,6 +86,27 @@ fn injected(e: &StoreError) -> bool {
             | StoreError::StoreFull { .. }
             | StoreError::Poisoned(_)
             | StoreError::Kv(_)
+    )
+}
+
+/// The cut metadata file's length and redb header fields (god byte, page
+/// size, region layout), for a reopen that panicked inside redb.
+fn describe_meta(meta: &SimFile) -> String {
+    use cairn_store::device::StoreFile;
+    let mut h = [0u8; 32];
+    if let Err(e) = meta.read_at(&mut h, 0) {
+        return format!("header unreadable: {e}");
+    }
+    let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap());
+    format!(
+        "{:?} bytes, god byte {:#x}, page {} B, region header pages {}, region max data pages {}, full regions {}, trailing region pages {}",
+        meta.len(),
+        h[9],
+        u32_at(12),
+        u32_at(16),
+        u32_at(20),
+        u32_at(24),
+        u32_at(28)
     )
 }
 
@@ -88,8 +121,16 @@ fn reopen_and_verify(
     acked: u64,
     maybe: u64,
 ) -> (Store, Model) {
-    let s = Store::open_on(cfg, disk.files())
-        .unwrap_or_else(|e| panic!("{what} seed {seed}: reopen failed: {e}"));
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Store::open_on(cfg.clone(), disk.files())
+    }));
+    let s = match opened {
+        Ok(r) => r.unwrap_or_else(|e| panic!("{what} seed {seed}: reopen failed: {e}")),
+        Err(_) => panic!(
+            "{what} seed {seed}: reopen panicked; metadata file as cut: {}",
+            describe_meta(&disk.meta)
+        ),
+    };
     let last = last_applied(&s, 0);
     assert!(
         last >= acked && last <= acked + maybe,
@@ -185,11 +226,7 @@ fn scenario(seed: u64) {
 fn faults_and_power_cuts_reopen_consistent() {
     let soak = std::env::var("CAIRN_SOAK").is_ok_and(|v| v == "1");
     let n = if soak { 2000 } else { 40 };
-    let base: u64 = std::env::var("CAIRN_STORE_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("sim fault base seed {base} (set CAIRN_STORE_SIM_SEED to replay)");
+    let base = base_seed("faults_and_power_cuts_reopen_consistent");
     for i in 0..n {
         println!("scenario seed {}", base.wrapping_add(i));
         scenario(base.wrapping_add(i));
@@ -229,8 +266,7 @@ fn eio_on_data_write_fails_only_that_batch() {
 /// replay must bring every one of them back.
 #[test]
 fn power_cut_between_wal_sync_and_checkpoint_loses_nothing() {
-    let base: u64 = rand::random();
-    println!("base seed {base}");
+    let base = base_seed("power_cut_between_wal_sync_and_checkpoint_loses_nothing");
     for i in 0..6u64 {
         let seed = base.wrapping_add(i);
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -254,8 +290,7 @@ fn power_cut_between_wal_sync_and_checkpoint_loses_nothing() {
 /// record. The transaction is either wholly there or wholly absent.
 #[test]
 fn torn_or_failed_wal_record_is_all_or_nothing() {
-    let base: u64 = rand::random();
-    println!("base seed {base}");
+    let base = base_seed("torn_or_failed_wal_record_is_all_or_nothing");
     for k in 0..8u64 {
         for cut_seed in 0..3u64 {
             let seed = base.wrapping_add(k * 16 + cut_seed);
@@ -280,8 +315,7 @@ fn torn_or_failed_wal_record_is_all_or_nothing() {
 /// power cut: everything acknowledged before is still there after reopen.
 #[test]
 fn crash_during_checkpoint_loses_nothing() {
-    let base: u64 = rand::random();
-    println!("base seed {base}");
+    let base = base_seed("crash_during_checkpoint_loses_nothing");
     for k in 0..10u64 {
         let seed = base.wrapping_add(k);
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -388,11 +422,8 @@ fn concurrent_writers_then_power_cut_lose_nothing_acknowledged() {
     const WRITERS: usize = 6;
     let soak = std::env::var("CAIRN_SOAK").is_ok_and(|v| v == "1");
     let rounds = if soak { 300 } else { 12 };
-    let base: u64 = std::env::var("CAIRN_STORE_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("concurrent power-cut base seed {base} (set CAIRN_STORE_SIM_SEED to replay the choices; thread timing varies)");
+    // The seed replays the choices; thread timing still varies.
+    let base = base_seed("concurrent_writers_then_power_cut_lose_nothing_acknowledged");
     for round in 0..rounds {
         let seed = base.wrapping_add(round);
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

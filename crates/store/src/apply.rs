@@ -1212,9 +1212,13 @@ pub(crate) fn read_range_bytes(
 /// Fills `out` (`out.len()` bytes from `off`, whatever it held before) with
 /// the object's data, verifying every block's checksum; holes read as
 /// zeros. Whole blocks are read in place (with O_DIRECT when big and
-/// aligned); a partial first or last block is read aside. Returns the
-/// crc32c of `out`, combined from the verified block crcs (no second pass
-/// over whole blocks; partial blocks and holes are crc'd as they are).
+/// aligned), and extents that follow each other both in the object and on
+/// the disk are read with one call (a 4 MiB object is written as 16
+/// extents of at most [`MAX_RUN_BYTES`], usually adjacent: one 4 MiB
+/// request instead of 16 sequential 256 KiB ones); a partial first or last
+/// block is read aside. Returns the crc32c of `out`, combined from the
+/// verified block crcs (no second pass over whole blocks; partial blocks
+/// and holes are crc'd as they are).
 fn read_range_into(
     inner: &Inner,
     kv: &dyn KvRead,
@@ -1240,6 +1244,9 @@ fn read_range_into(
         out[from..to].fill(0);
         combine_bytes(crc, &out[from..to])
     };
+    // Whole-block pieces waiting to be read with one call: (first logical
+    // block, the piece's extent part), contiguous in the object and on disk.
+    let mut run: Vec<(u64, ExtentRec)> = Vec::new();
     for (lb, e) in extents_overlapping(kv, on.id, b0, b1, MAX_RUN_BYTES / bs)? {
         let r0 = lb.max(b0);
         let r1 = (lb + e.blocks()).min(b1);
@@ -1250,23 +1257,18 @@ fn read_range_into(
         };
         let s = off.max(r0 * bs);
         let en = end.min(r1 * bs);
+        let whole = s == r0 * bs && en == r1 * bs;
+        let joins = run
+            .last()
+            .is_some_and(|(l0, p)| l0 + p.blocks() == r0 && p.pblock + p.blocks() == pstart);
+        if !(whole && joins) {
+            crc = read_run(inner, c, o, off, out, &mut run, crc)?;
+        }
         // A hole before this extent.
         crc = hole(out, crc, filled, (s - off) as usize);
         filled = (en - off) as usize;
-        if s == r0 * bs && en == r1 * bs {
-            let dst = &mut out[(s - off) as usize..(en - off) as usize];
-            let io = if dst.len() as u64 >= DIRECT_READ_MIN_BYTES {
-                read_big(inner, dst, pstart * bs)
-            } else {
-                inner.data.read_at(dst, pstart * bs)
-            };
-            io.map_err(|er| StoreError::io("data file read", er))?;
-            verify_blocks(inner, c, o, r0, &sub, dst)?;
-            // Verified: the stored crcs are the crcs of these bytes.
-            crc = sub
-                .crcs
-                .iter()
-                .fold(crc, |acc, &b| inner.block_crc.append(acc, b));
+        if whole {
+            run.push((r0, sub));
             continue;
         }
         let mut buf = vec![0u8; ((r1 - r0) * bs) as usize];
@@ -1279,8 +1281,48 @@ fn read_range_into(
         out[(s - off) as usize..(en - off) as usize].copy_from_slice(part);
         crc = combine_bytes(crc, part);
     }
+    crc = read_run(inner, c, o, off, out, &mut run, crc)?;
     // A hole at the end.
     Ok(hole(out, crc, filled, out.len()))
+}
+
+/// Reads the whole-block pieces of `run` (adjacent in the object and on
+/// disk; `out` starts at object offset `off`) into `out` with one call,
+/// verifies each piece's blocks and returns `crc` (the crc32c of `out` up
+/// to the run) extended over them. Empties `run`.
+fn read_run(
+    inner: &Inner,
+    c: &CollectionId,
+    o: &ObjectId,
+    off: u64,
+    out: &mut [u8],
+    run: &mut Vec<(u64, ExtentRec)>,
+    mut crc: u32,
+) -> Result<u32> {
+    let (Some((first, p0)), Some((last, pn))) = (run.first(), run.last()) else {
+        return Ok(crc);
+    };
+    let bs = inner.block_size;
+    let at = (first * bs - off) as usize;
+    let to = ((last + pn.blocks()) * bs - off) as usize;
+    let dst = &mut out[at..to];
+    let io = if dst.len() as u64 >= DIRECT_READ_MIN_BYTES {
+        read_big(inner, dst, p0.pblock * bs)
+    } else {
+        inner.data.read_at(dst, p0.pblock * bs)
+    };
+    io.map_err(|er| StoreError::io("data file read", er))?;
+    for (lb, sub) in run.drain(..) {
+        let from = (lb * bs - off) as usize;
+        let piece = &out[from..from + (sub.blocks() * bs) as usize];
+        verify_blocks(inner, c, o, lb, &sub, piece)?;
+        // Verified: the stored crcs are the crcs of these bytes.
+        crc = sub
+            .crcs
+            .iter()
+            .fold(crc, |acc, &b| inner.block_crc.append(acc, b));
+    }
+    Ok(crc)
 }
 
 /// The crc32c of `A ‖ bytes` from `crc` = crc32c(A).

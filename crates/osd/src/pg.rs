@@ -26,6 +26,11 @@ pub struct PgLimits {
     /// `osd_max_pg_log_entries`: entries kept at most (degraded PGs keep up
     /// to this many so a returning member recovers from the log).
     pub max_log_entries: usize,
+    /// `osd_pg_log_trim_min`: the log is trimmed in steps of this many
+    /// entries, once it holds that many more than it keeps, not by one
+    /// entry on every write. It holds at most `keep + log_trim_min_entries
+    /// - 1` entries (plus writes in flight).
+    pub log_trim_min_entries: usize,
     /// Past intervals remembered at most.
     pub max_past_intervals: usize,
     /// Client ops queued while the PG peers, at most (more are told to retry).
@@ -40,6 +45,7 @@ impl Default for PgLimits {
         PgLimits {
             min_log_entries: 250,
             max_log_entries: 3000,
+            log_trim_min_entries: 64,
             max_past_intervals: 500,
             max_waiting_ops: 4096,
             max_object_writes_in_flight: 16,
@@ -429,6 +435,21 @@ impl Pg {
 
     pub fn log_len(&self) -> usize {
         self.log.len()
+    }
+
+    /// The store trim that matches what the in-memory log dropped since it
+    /// had `front` as its oldest entry and `tail` as its tail: the index
+    /// range `[from, upto]` for `Transaction::log_trim_from`, or None when
+    /// nothing was trimmed. The store holds the same entries as the
+    /// in-memory log (it is loaded from it and every append and trim goes
+    /// to both), so nothing below the old front is left to delete.
+    pub fn trimmed_since(&self, front: Option<Version>, tail: Version) -> Option<(u64, u64)> {
+        (self.info.log_tail > tail).then(|| (front.map_or(0, |v| v.seq), self.info.log_tail.seq))
+    }
+
+    /// The version of the log's oldest entry.
+    pub fn log_front(&self) -> Option<Version> {
+        self.log.front().map(|e| e.version)
     }
 
     pub fn placement(&self) -> Option<&Placement> {
@@ -1066,7 +1087,10 @@ impl Pg {
     }
 
     /// The version up to which the log may be trimmed once `adding` more
-    /// entries are appended: keep `min` entries when clean, `max` otherwise.
+    /// entries are appended: keep `min` entries when clean, `max` otherwise,
+    /// trimming whole steps of `log_trim_min_entries` counted from the
+    /// log's current front. Writes started before a trim lands so agree on
+    /// the point, and only the first of them moves the tail.
     fn trim_point(&self, adding: usize) -> Version {
         let keep = if self.state.clean {
             self.limits.min_log_entries
@@ -1074,11 +1098,12 @@ impl Pg {
             self.limits.max_log_entries
         }
         .max(1);
+        let step = self.limits.log_trim_min_entries.max(1);
         let total = self.log.len() + adding;
-        if total <= keep {
+        let drop = total.saturating_sub(keep) / step * step;
+        if drop == 0 {
             return self.info.log_tail;
         }
-        let drop = total - keep;
         self.log
             .get(drop.saturating_sub(1).min(self.log.len().saturating_sub(1)))
             .map(|e| e.version)
@@ -1132,6 +1157,8 @@ impl Pg {
         self.log.push_back(entry);
     }
 
+    /// Drops the entries up to `to` (the log's front moves, and
+    /// `log_tail` with it).
     fn trim_log(&mut self, to: Version) {
         while self.log.front().is_some_and(|e| e.version <= to) {
             if let Some(e) = self.log.pop_front() {
@@ -2161,6 +2188,7 @@ mod tests {
             PgLimits {
                 min_log_entries: 5,
                 max_log_entries: 10,
+                log_trim_min_entries: 1,
                 ..Default::default()
             },
             PgInfo::default(),
@@ -2187,6 +2215,114 @@ mod tests {
         assert_eq!(pg.log_len(), 5);
         assert_eq!(pg.info.last_update.seq, 40);
         assert_eq!(pg.info.log_tail.seq, 35);
+    }
+
+    fn batched_primary(step: usize) -> Pg {
+        let mut pg = Pg::new(
+            pgid(),
+            0,
+            PgLimits {
+                min_log_entries: 5,
+                max_log_entries: 10,
+                log_trim_min_entries: step,
+                ..Default::default()
+            },
+            PgInfo::default(),
+            vec![],
+            vec![],
+        );
+        pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
+        let info = pg.info.clone();
+        pg.handle(PgEvent::PeeringDone {
+            interval_since: Epoch(5),
+            result: Ok((info, vec![])),
+        });
+        pg
+    }
+
+    #[test]
+    fn log_trims_in_steps() {
+        let mut pg = batched_primary(4);
+        let mut trims = Vec::new();
+        for i in 0..40 {
+            let (front, tail) = (pg.log_front(), pg.info.log_tail);
+            let acts = pg.handle(PgEvent::ClientOp {
+                token: i,
+                req: write_req(i, &format!("o{i}")),
+            });
+            for s in submit(&mut pg, &acts) {
+                commit_all(&mut pg, s);
+            }
+            pg.check_invariants();
+            // Keep 5, trim 4 at a time: never more than 5 + 4 - 1.
+            assert!(pg.log_len() <= 8, "log of {} entries", pg.log_len());
+            if let Some(t) = pg.trimmed_since(front, tail) {
+                trims.push(t);
+            }
+            assert_eq!(
+                pg.log_front().map(|v| v.seq),
+                Some(pg.info.log_tail.seq + 1)
+            );
+        }
+        // The first trim at the 9th write, then one every 4th; each store
+        // trim starts where the previous one ended.
+        assert_eq!(
+            trims,
+            [
+                (1, 4),
+                (5, 8),
+                (9, 12),
+                (13, 16),
+                (17, 20),
+                (21, 24),
+                (25, 28),
+                (29, 32)
+            ]
+        );
+        assert_eq!(pg.log_len(), 8);
+        assert_eq!(pg.info.log_tail.seq, 32);
+    }
+
+    #[test]
+    fn writes_in_flight_agree_on_the_trim_point() {
+        let mut pg = batched_primary(4);
+        for i in 0..8 {
+            let acts = pg.handle(PgEvent::ClientOp {
+                token: i,
+                req: write_req(i, &format!("o{i}")),
+            });
+            for s in submit(&mut pg, &acts) {
+                commit_all(&mut pg, s);
+            }
+        }
+        assert_eq!(pg.log_len(), 8);
+        // Six writes start before any is submitted: the 1st to 4th would
+        // make 9 to 12 entries (one step over 5), the 5th and 6th 13 and
+        // 14 (two steps).
+        let mut acts = Vec::new();
+        for i in 8..14 {
+            acts.extend(pg.handle(PgEvent::ClientOp {
+                token: i,
+                req: write_req(i, &format!("o{i}")),
+            }));
+        }
+        let points: Vec<u64> = acts
+            .iter()
+            .filter_map(|a| match a {
+                PgAction::Write { trim_to, .. } => Some(trim_to.seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(points, [4, 4, 4, 4, 8, 8]);
+        let mut moves = 0;
+        for a in &acts {
+            let (front, tail) = (pg.log_front(), pg.info.log_tail);
+            submit(&mut pg, std::slice::from_ref(a));
+            moves += usize::from(pg.trimmed_since(front, tail).is_some());
+        }
+        assert_eq!(moves, 2);
+        assert_eq!(pg.info.log_tail.seq, 8);
+        assert_eq!(pg.log_len(), 6);
     }
 
     fn entry(epoch: u64, seq: u64, obj: &str) -> LogEntry {

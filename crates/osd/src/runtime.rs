@@ -2408,7 +2408,7 @@ impl PgActor {
             oid: req.oid.clone(),
             op,
         };
-        let old_tail = self.pg.info.log_tail;
+        let (old_front, old_tail) = (self.pg.log_front(), self.pg.info.log_tail);
         let trimmed: Vec<LogEntry> = if ec.is_some() {
             self.pg
                 .log()
@@ -2449,8 +2449,8 @@ impl PgActor {
         };
         exec::apply_mutations_known(&mut txn, coll, &req.oid, &muts, &known);
         txn.log_append(coll, version.seq, encode(&entry));
-        if self.pg.info.log_tail > old_tail {
-            txn.log_trim(coll, self.pg.info.log_tail.seq);
+        if let Some((from, upto)) = self.pg.trimmed_since(old_front, old_tail) {
+            txn.log_trim_from(coll, from, upto);
         }
         txn.meta_set(coll, META_INFO, encode(&self.pg.info));
         let interval_since = self.pg.info.same_interval_since;
@@ -2723,6 +2723,7 @@ impl PgActor {
                     return;
                 }
             }
+            let (old_front, old_tail) = (self.pg.log_front(), self.pg.info.log_tail);
             if !self.pg.apply_replicated(&rep.entry, rep.trim_to) {
                 tracing::warn!(
                     "pg {}: gap: got {} from osd.{} but last_update is {}; waiting for peering",
@@ -2744,8 +2745,8 @@ impl PgActor {
                 txn.keep_data_cached();
             }
             txn.log_append(self.coll, rep.entry.version.seq, encode(&rep.entry));
-            if self.pg.info.log_tail.seq > 0 {
-                txn.log_trim(self.coll, self.pg.info.log_tail.seq);
+            if let Some((from, upto)) = self.pg.trimmed_since(old_front, old_tail) {
+                txn.log_trim_from(self.coll, from, upto);
             }
         }
         // A resend of an entry we already have is acknowledged once every

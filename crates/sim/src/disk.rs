@@ -39,8 +39,14 @@ pub enum TxOp {
     /// Replace an object's whole state (None: remove it).
     Put(PgId, ObjectName, Option<ObjectState>),
     LogAppend(PgId, LogEntry),
-    /// Drop log entries with seq <= this.
-    LogTrim(PgId, u64),
+    /// Drop log entries with seq in `[from, upto]` (the store's
+    /// `log_trim_from`): the OSD says no entry below `from` is left, and
+    /// the model checks it.
+    LogTrim {
+        pg: PgId,
+        from: u64,
+        upto: u64,
+    },
     LogReplace(PgId, Vec<LogEntry>),
     Info(PgId, PgInfo),
     Past(PgId, Vec<PastInterval>),
@@ -70,8 +76,13 @@ impl DiskState {
                     .log
                     .insert(e.version.seq, e.clone());
             }
-            TxOp::LogTrim(pg, upto) => {
+            TxOp::LogTrim { pg, from, upto } => {
                 let c = self.colls.entry(*pg).or_default();
+                assert!(
+                    c.log.range(..*from).next().is_none(),
+                    "pg {pg}: log trim from {from} leaves older entries {:?}",
+                    c.log.range(..*from).map(|(s, _)| s).collect::<Vec<_>>()
+                );
                 c.log = c.log.split_off(&(upto + 1));
             }
             TxOp::LogReplace(pg, log) => {

@@ -609,7 +609,7 @@ impl World {
         let Some(s) = self.pg_mut(id, pgid) else {
             return Vec::new();
         };
-        let old_tail = s.pg.info.log_tail;
+        let (old_front, old_tail) = (s.pg.log_front(), s.pg.info.log_tail);
         let more = s.pg.handle(PgEvent::Submitted {
             seq: version.seq,
             entry: entry.clone(),
@@ -617,6 +617,7 @@ impl World {
         });
         let roll_forward_to = s.pg.complete_through();
         let interval_since = s.pg.info.same_interval_since;
+        let trimmed = s.pg.trimmed_since(old_front, old_tail);
         let info = s.pg.info.clone();
         let coll = self.coll(id, pgid);
         let mut ops = drop_stashes_ops(pgid, coll, roll_forward_to.seq.max(trim_to.seq));
@@ -630,8 +631,12 @@ impl World {
             ));
         }
         ops.push(TxOp::LogAppend(pgid, entry.clone()));
-        if info.log_tail > old_tail {
-            ops.push(TxOp::LogTrim(pgid, info.log_tail.seq));
+        if let Some((from, upto)) = trimmed {
+            ops.push(TxOp::LogTrim {
+                pg: pgid,
+                from,
+                upto,
+            });
         }
         ops.push(TxOp::Info(pgid, info));
         let reps: BTreeMap<i32, crate::osd::RepOpMsg> = replicas

@@ -207,6 +207,9 @@ impl World {
         PgLimits {
             min_log_entries: self.cfg.min_log_entries,
             max_log_entries: self.cfg.max_log_entries,
+            // Trim steps of 1 (every write) to 8 entries, varied by seed
+            // without another draw from its generator.
+            log_trim_min_entries: 1 + self.cfg.min_log_entries % 8,
             ..Default::default()
         }
     }
@@ -1246,7 +1249,7 @@ impl World {
         let Some(s) = self.proc_mut(id).and_then(|p| p.pgs.get_mut(&pgid)) else {
             return Vec::new();
         };
-        let old_tail = s.pg.info.log_tail;
+        let (old_front, old_tail) = (s.pg.log_front(), s.pg.info.log_tail);
         let more = s.pg.handle(PgEvent::Submitted {
             seq: version.seq,
             entry: entry.clone(),
@@ -1258,8 +1261,12 @@ impl World {
             ops.push(TxOp::Put(pgid, req.oid.clone(), state.clone()));
         }
         ops.push(TxOp::LogAppend(pgid, entry.clone()));
-        if s.pg.info.log_tail > old_tail {
-            ops.push(TxOp::LogTrim(pgid, s.pg.info.log_tail.seq));
+        if let Some((from, upto)) = s.pg.trimmed_since(old_front, old_tail) {
+            ops.push(TxOp::LogTrim {
+                pg: pgid,
+                from,
+                upto,
+            });
         }
         ops.push(TxOp::Info(pgid, s.pg.info.clone()));
         let rep = RepOpMsg {
@@ -1429,6 +1436,7 @@ impl World {
                     return;
                 }
             }
+            let (old_front, old_tail) = (s.pg.log_front(), s.pg.info.log_tail);
             if !s.pg.apply_replicated(&rep.entry, rep.trim_to) {
                 let last = s.pg.info.last_update;
                 self.trace(|| {
@@ -1445,8 +1453,12 @@ impl World {
                 ops.push(TxOp::Put(pgid, rep.entry.oid.clone(), rep.state.clone()));
             }
             ops.push(TxOp::LogAppend(pgid, rep.entry.clone()));
-            if s.pg.info.log_tail.seq > 0 {
-                ops.push(TxOp::LogTrim(pgid, s.pg.info.log_tail.seq));
+            if let Some((from, upto)) = s.pg.trimmed_since(old_front, old_tail) {
+                ops.push(TxOp::LogTrim {
+                    pg: pgid,
+                    from,
+                    upto,
+                });
             }
         }
         ops.push(TxOp::Info(pgid, s.pg.info.clone()));

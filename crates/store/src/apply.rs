@@ -579,9 +579,9 @@ impl<'a, 'w> Batch<'a, 'w> {
                     entry.as_ref(),
                 )?;
             }
-            Op::LogTrim { coll, upto } => {
+            Op::LogTrim { coll, from, upto } => {
                 self.coll_req(coll)?;
-                let lo = coll_key(coll, &0u64.to_be_bytes());
+                let lo = coll_key(coll, &from.to_be_bytes());
                 let hi = match upto.checked_add(1) {
                     Some(n) => coll_key(coll, &n.to_be_bytes()),
                     None => coll_key(coll, &[0xFF; 9]),
@@ -1372,7 +1372,7 @@ pub(crate) fn delete_range(t: &mut LoggedTable<'_>, lo: &[u8], hi: &[u8]) -> Res
         from = last.clone();
         from.push(0);
         for (k, _) in &keys {
-            t.remove(k)?;
+            t.remove_existing(k)?;
         }
     }
 }

@@ -91,9 +91,13 @@ pub enum Op {
         index: u64,
         entry: Bytes,
     },
-    /// Removes every log entry with index `<= upto`.
+    /// Removes every log entry with index in `[from, upto]`. The caller
+    /// knows no entry below `from` is left (its log's oldest entry), so the
+    /// delete starts there instead of walking from 0 past every entry
+    /// removed earlier (deletions stay in the overlay until a checkpoint).
     LogTrim {
         coll: CollectionId,
+        from: u64,
         upto: u64,
     },
     MetaSet {
@@ -310,8 +314,15 @@ impl Transaction {
             entry: entry.into(),
         })
     }
+    /// Removes every log entry with index `<= upto`.
     pub fn log_trim(&mut self, coll: CollectionId, upto: u64) -> &mut Self {
-        self.push(Op::LogTrim { coll, upto })
+        self.log_trim_from(coll, 0, upto)
+    }
+    /// Removes the log entries with index in `[from, upto]`, for a caller
+    /// that knows none is left below `from`: the cost follows what is
+    /// removed, not the log's history.
+    pub fn log_trim_from(&mut self, coll: CollectionId, from: u64, upto: u64) -> &mut Self {
+        self.push(Op::LogTrim { coll, from, upto })
     }
     pub fn meta_set(
         &mut self,

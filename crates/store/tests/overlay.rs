@@ -155,3 +155,50 @@ fn readers_stay_consistent_while_checkpoints_prune_the_overlay() {
     assert!(i > 10 && reads > 10, "{i} writes, {reads} reads");
     assert!(s.fsck().unwrap().is_clean());
 }
+
+/// `log_trim_from` removes exactly `[from, upto]`, over entries in redb
+/// (after a checkpoint) and in the overlay alike, and a later trim starting
+/// where the last one ended finds nothing in between to walk past.
+#[test]
+fn log_trim_from_removes_its_range_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::create(cfg(dir.path(), 3_600_000)).unwrap();
+    let c = coll(0);
+    let mut t = Transaction::new();
+    t.create_collection(c);
+    for i in 1..=10u64 {
+        t.log_append(c, i, Bytes::from(format!("e{i}")));
+    }
+    s.commit(t).unwrap();
+    s.checkpoint().unwrap();
+    let mut t = Transaction::new();
+    for i in 11..=20u64 {
+        t.log_append(c, i, Bytes::from(format!("e{i}")));
+    }
+    t.log_trim_from(c, 5, 7);
+    s.commit(t).unwrap();
+    let idx = |s: &Store| -> Vec<u64> {
+        let v = s.log_range(&c, 0, 100).unwrap();
+        v.into_iter().map(|(i, _)| i).collect()
+    };
+    let mut want: Vec<u64> = (1..=4).chain(8..=20).collect();
+    assert_eq!(idx(&s), want);
+    // Across the checkpointed and the overlay entries, then one range that
+    // is empty and one that starts above its end.
+    let mut t = Transaction::new();
+    t.log_trim_from(c, 8, 14)
+        .log_trim_from(c, 5, 7)
+        .log_trim_from(c, 16, 15);
+    s.commit(t).unwrap();
+    want.retain(|i| !(8..=14).contains(i));
+    assert_eq!(idx(&s), want);
+    s.checkpoint().unwrap();
+    assert_eq!(idx(&s), want);
+    let mut t = Transaction::new();
+    t.log_trim(c, 16);
+    s.commit(t).unwrap();
+    assert_eq!(idx(&s), (17..=20).collect::<Vec<u64>>());
+    drop(s);
+    let s = Store::open(cfg(dir.path(), 3_600_000)).unwrap();
+    assert_eq!(idx(&s), (17..=20).collect::<Vec<u64>>());
+}

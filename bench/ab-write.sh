@@ -7,8 +7,10 @@
 # Run it alternately with the old and the new binary.
 # Env: POOL (default rbd; ec21 for the EC 2+1 pool), PHASES (default
 # "w4m w4k"), PERF_DIR (if set: `perf record -F 499 -g` of the daemon for
-# PERF_SECS, default 8, from 3 s into the w4m phase, to
-# PERF_DIR/LABEL-POOL-w4m.data; needs perf), CLUSTER_MODE (if set: `config
+# PERF_SECS, default 8, from 3 s into the PERF_PHASE phase (default w4m),
+# to PERF_DIR/LABEL-POOL-PHASE.data, and of the client to
+# PERF_DIR/LABEL-POOL-PHASE-client.data; PERF_ARGS, default -g, e.g.
+# "--call-graph dwarf,16384"; needs perf), CLUSTER_MODE (if set: `config
 # set global ms_cluster_mode CLUSTER_MODE` and a restart of the dev cluster
 # before the phases, to compare crc and secure with one binary), CONFIG
 # ("key=value ..." for global, the same way), SETTLE_SECS (idle seconds
@@ -32,17 +34,26 @@ phase() { # name rados-bench-args...
   local n=$1; shift
   local l0 c0 c1 l1 hwm
   l0=$(cut -d' ' -f1 /proc/loadavg); c0=$(ab_cpu)
-  local perf_pid=""
-  if [[ -n ${PERF_DIR:-} && $n == w4m ]]; then
-    mkdir -p "$PERF_DIR"
-    (sleep 3; exec perf record -q -F 499 -g -p "$PID" -o "$PERF_DIR/$L-$POOL-$n.data" -- sleep "${PERF_SECS:-8}") \
-      >/dev/null 2>&1 &
-    perf_pid=$!
-  fi
   /usr/bin/time -f "%U %S" -o "$T/ct_$n" timeout $((S + 120)) "$C" rados -p "$POOL" bench "$S" write "$@" \
-    --no-cleanup --run-name "$n" --format json >"$T/out_$n.json" 2>"$T/err_$n"
+    --no-cleanup --run-name "$n" --format json >"$T/out_$n.json" 2>"$T/err_$n" &
+  local bench_pid=$! perf_pids=""
+  if [[ -n ${PERF_DIR:-} && $n == "${PERF_PHASE:-w4m}" ]]; then
+    mkdir -p "$PERF_DIR"
+    sleep 3
+    # The client: the bench under `time` and `timeout`.
+    local cpid
+    cpid=$(pgrep -P "$(pgrep -P "$bench_pid" | head -1)" | head -1)
+    perf record -q -F 499 ${PERF_ARGS:--g} -p "$PID" -o "$PERF_DIR/$L-$POOL-$n.data" -- sleep "${PERF_SECS:-8}" >/dev/null 2>&1 &
+    perf_pids=$!
+    if [[ -n $cpid ]]; then
+      perf record -q -F 499 ${PERF_ARGS:--g} -p "$cpid" -o "$PERF_DIR/$L-$POOL-$n-client.data" -- sleep "${PERF_SECS:-8}" \
+        >/dev/null 2>&1 &
+      perf_pids="$perf_pids $!"
+    fi
+  fi
+  wait "$bench_pid"
   c1=$(ab_cpu); l1=$(cut -d' ' -f1 /proc/loadavg)
-  [[ -n $perf_pid ]] && wait "$perf_pid"
+  [[ -n $perf_pids ]] && wait $perf_pids
   hwm=$(awk '/^VmHWM:/{print $2}' "/proc/$PID/status")
   echo "$L $POOL $n load=$l0..$l1 daemon_cpu_s=$(echo "$c1 - $c0" | bc) client_cpu_s=$(awk '{print $1+$2}' "$T/ct_$n") daemon_hwm_kb=$hwm $(tr -d '\n' <"$T/out_$n.json")"
   "$C" rados -p "$POOL" cleanup --run-name "$n" >/dev/null 2>&1 || true

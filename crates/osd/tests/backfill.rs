@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Objects written before the placement change: enough per PG (pg_num 4)
-/// that the PG logs (250 entries when clean) no longer cover them, so new
-/// members need a backfill rather than log recovery.
+/// that the PG logs (250 entries when clean, at most 313 as they trim in
+/// steps of 64) no longer cover them, so new members need a backfill
+/// rather than log recovery.
 const PRELOAD_OBJECTS: u64 = 1400;
 const OBJ_BYTES: usize = 4096;
 

@@ -20,8 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Objects written before the placement change: more than a clean PG log
-/// (250 entries) per PG (pg_num 4), so new members need a backfill.
-const PRELOAD_OBJECTS: u64 = 1200;
+/// holds (250 entries, trimmed in steps of 64: at most 313) per PG (pg_num
+/// 4), so new members need a backfill.
+const PRELOAD_OBJECTS: u64 = 1600;
 const OBJ_BYTES: usize = 6000;
 const EC_POOL_ID: u64 = 2;
 

@@ -342,7 +342,7 @@ async fn backfill_waits_while_its_target_is_backfillfull() {
     let config = vec![("osd_beacon_report_interval", "1")];
     let mut c = Cluster::start_with(4, 1, 4, 256 << 20, config, true).await;
     let io = c.client().ioctx("rbd").expect("pool");
-    // More objects per PG than the clean log keeps (250): new members
+    // More objects per PG than the clean log keeps (250, at most 313): new members
     // need a backfill, not log recovery.
     preload(&io, 1400, 4096).await;
     c.wait_clean(Duration::from_secs(30)).await;

@@ -368,6 +368,19 @@ impl Connection {
         payload: Vec<Bytes>,
         timeout: Duration,
     ) -> Result<Message, MsgError> {
+        self.call_parts_known(msg_type, payload, Vec::new(), timeout)
+            .await
+    }
+
+    /// [`Connection::call_parts`] with the crc32c of some segments known
+    /// (see [`KnownCrc`]).
+    pub async fn call_parts_known(
+        &self,
+        msg_type: u16,
+        payload: Vec<Bytes>,
+        known: Vec<KnownCrc>,
+        timeout: Duration,
+    ) -> Result<Message, MsgError> {
         let sh = &self.handle.shared;
         let deadline = Instant::now() + timeout;
         let id = self.next_id();
@@ -386,8 +399,7 @@ impl Connection {
         }
         let h = self.header(msg_type, id, None, &payload);
         let result = async {
-            sh.enqueue(h, payload, Vec::new(), deadline, timeout)
-                .await?;
+            sh.enqueue(h, payload, known, deadline, timeout).await?;
             match timeout_at(deadline, rx).await {
                 Err(_) => Err(MsgError::timeout(
                     &sh.label,

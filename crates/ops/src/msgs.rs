@@ -336,7 +336,7 @@ impl PgPull {
 }
 
 /// Everything one object holds. `None` in a pull/push = the object does not exist.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Eq, Serialize, Deserialize)]
 pub struct ObjectState {
     #[serde(
         serialize_with = "crate::shared::ser_bytes",
@@ -349,6 +349,22 @@ pub struct ObjectState {
     /// `clones` are empty): they travel with their head in recovery and
     /// backfill.
     pub clones: Vec<(u64, ObjectState)>,
+    /// The crc32c of `data` when the sender knows it without reading the
+    /// bytes again (combined from the block crcs a store read verified):
+    /// a copy message's frame crc is then combined from it. Not on the
+    /// wire (a receiver has the frame's verified block crcs instead), and
+    /// not part of the state's equality.
+    #[serde(skip)]
+    pub data_crc: Option<u32>,
+}
+
+impl PartialEq for ObjectState {
+    fn eq(&self, other: &ObjectState) -> bool {
+        self.data == other.data
+            && self.attrs == other.attrs
+            && self.omap == other.omap
+            && self.clones == other.clones
+    }
 }
 
 impl ObjectState {

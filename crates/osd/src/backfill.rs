@@ -47,11 +47,12 @@ use crate::backfill_target::{AckOutcome, PgTempClear, SentBatch, TargetProgress}
 use crate::ec_peering::rebuild_chunk;
 use crate::ec_pool::{EcPg, SHARD_HOLE};
 use crate::exec;
-use crate::peering::{install_objects, list_all, replace_log, stored_bytes};
+use crate::peering::{install_objects, known_object_crcs, list_all, replace_log, stored_bytes};
 use crate::peering_sm::{copy_batch_full, BackfillStart, ALONE_OBJECT_BYTES};
 use crate::pg::{cursor_key, obj_key, Pg};
 use crate::runtime::{blocking_store_call, Shared, META_INFO};
 use cairn_map::{ClusterMap, OsdFlag};
+use cairn_msg::BlockCrcs;
 use cairn_ops::{
     encode, encode_parts, msg_type, BackfillMark, ListCursor, LogEntry, ObjectName, ObjectState,
     PgBackfill, PgInfo, PgRemove,
@@ -1216,10 +1217,13 @@ fn read_states(
 
 /// Sends a backfill message one-way on the peer connection sub-ops use.
 /// The objects' data goes out as the store buffers it was read into
-/// (`encode_parts`: no copy into one message buffer).
+/// (`encode_parts`: no copy into one message buffer), under the crcs
+/// their store reads verified (no second pass for the frame's crc).
 async fn send(shared: &Arc<Shared>, osd: i32, msg: &PgBackfill) -> Result<(), String> {
     let (_, conn) = shared.peer(osd).await?;
-    conn.send_parts(msg_type::PG_BACKFILL, encode_parts(msg))
+    let parts = encode_parts(msg);
+    let known = known_object_crcs(&parts, &msg.objects);
+    conn.send_parts_known(msg_type::PG_BACKFILL, parts, known)
         .await
         .map_err(|e| e.to_string())
 }
@@ -1229,12 +1233,15 @@ async fn send(shared: &Arc<Shared>, osd: i32, msg: &PgBackfill) -> Result<(), St
 pub(crate) type TargetTxn = (Transaction, Option<(PgInfo, Vec<LogEntry>)>, PgInfo);
 
 /// Target side: the store transaction for one backfill message (and the
-/// info and log the PG adopts), given the target's current info.
+/// info and log the PG adopts), given the target's current info;
+/// `blocks`: the message's verified block crcs, kept by the store for the
+/// objects' data.
 pub(crate) fn target_txn(
     store: &Store,
     coll: CollectionId,
     current: &PgInfo,
     msg: &PgBackfill,
+    blocks: Option<&Arc<BlockCrcs>>,
 ) -> Result<TargetTxn, String> {
     let mut txn = Transaction::new();
     if msg.start.is_some() && msg.through.is_none() {
@@ -1243,7 +1250,8 @@ pub(crate) fn target_txn(
             txn.remove(coll, exec::store_oid(&n));
         }
     }
-    install_objects(store, coll, &mut txn, &msg.objects)?;
+    let blocks: Vec<Arc<BlockCrcs>> = blocks.into_iter().cloned().collect();
+    install_objects(store, coll, &mut txn, &msg.objects, &blocks)?;
     let mark = (!msg.complete).then(|| BackfillMark {
         through: msg.through.clone(),
     });
@@ -1325,6 +1333,7 @@ mod tests {
             attrs: vec![],
             omap: vec![],
             clones: vec![],
+            data_crc: None,
         }
     }
 

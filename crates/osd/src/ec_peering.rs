@@ -1107,6 +1107,7 @@ pub fn rebuild_from_chunks(
         attrs,
         omap: Vec::new(),
         clones: Vec::new(),
+        data_crc: None,
     }))
 }
 

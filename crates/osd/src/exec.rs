@@ -959,22 +959,23 @@ pub fn get_object_state(
     Ok(Some(head))
 }
 
-/// One store object's data, attributes and omap (no clones).
+/// One store object's data, attributes and omap (no clones), with the
+/// crc32c of its data from the block crcs the read verified.
 fn read_store_object(
     store: &Store,
     coll: CollectionId,
     o: &ObjectId,
 ) -> Result<Option<ObjectState>, StoreError> {
-    let st = match store.stat(&coll, o) {
-        Ok(st) => st,
+    // One metadata lookup for size, xattrs and data. A big object lands
+    // with O_DIRECT in an aligned buffer that travels on as is (recovery,
+    // backfill and scrub send it without a copy).
+    let read = match store.read_with_attrs(&coll, o, 0, 0) {
+        Ok(r) => r,
         Err(StoreError::NoSuchObject { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
-    // A big object lands with O_DIRECT in an aligned buffer that travels
-    // on as is (recovery, backfill and scrub send it without a copy).
-    let data = store.read_bytes(&coll, o, 0, st.size)?;
-    let attrs = store
-        .getattrs(&coll, o)?
+    let attrs = read
+        .attrs
         .into_iter()
         .map(|(k, v)| (k, Bytes::from(v)))
         .collect();
@@ -992,10 +993,11 @@ fn read_store_object(
         }
     }
     Ok(Some(ObjectState {
-        data,
+        data: read.data,
         attrs,
         omap,
         clones: Vec::new(),
+        data_crc: Some(read.data_crc),
     }))
 }
 
@@ -1010,6 +1012,22 @@ pub fn put_object_state(
     exists_now: bool,
     state: Option<&ObjectState>,
 ) {
+    put_object_state_known(txn, coll, name, exists_now, state, &|_| None)
+}
+
+/// [`put_object_state`] where `crcs_of(data)` gives the verified crcs of
+/// a data buffer's leading 4 KiB blocks when they are known (a copy
+/// message's data, checked by the messenger as it arrived): the store
+/// keeps them instead of computing them again (see
+/// [`apply_mutations_known`]).
+pub fn put_object_state_known(
+    txn: &mut Transaction,
+    coll: CollectionId,
+    name: &ObjectName,
+    exists_now: bool,
+    state: Option<&ObjectState>,
+    crcs_of: &dyn Fn(&Bytes) -> Option<std::sync::Arc<[u32]>>,
+) {
     let o = store_oid(name);
     if exists_now {
         txn.remove(coll, o.clone());
@@ -1020,15 +1038,24 @@ pub fn put_object_state(
         // Touch then remove: replaces a stale clone of the same id, if any.
         txn.touch(coll, c.clone());
         txn.remove(coll, c.clone());
-        write_store_object(txn, coll, c, clone);
+        write_store_object(txn, coll, c, clone, crcs_of);
     }
-    write_store_object(txn, coll, o, st);
+    write_store_object(txn, coll, o, st, crcs_of);
 }
 
-fn write_store_object(txn: &mut Transaction, coll: CollectionId, o: ObjectId, st: &ObjectState) {
+fn write_store_object(
+    txn: &mut Transaction,
+    coll: CollectionId,
+    o: ObjectId,
+    st: &ObjectState,
+    crcs_of: &dyn Fn(&Bytes) -> Option<std::sync::Arc<[u32]>>,
+) {
     txn.touch(coll, o.clone());
     if !st.data.is_empty() {
-        txn.write(coll, o.clone(), 0, st.data.clone());
+        match crcs_of(&st.data) {
+            Some(crcs) => txn.write_verified(coll, o.clone(), 0, st.data.clone(), crcs),
+            None => txn.write(coll, o.clone(), 0, st.data.clone()),
+        };
     }
     if !st.attrs.is_empty() {
         txn.push(cairn_store::Op::SetAttrs {
@@ -1067,6 +1094,7 @@ mod tests {
                 attrs: vec![("_v".into(), encode_version(Version { epoch: 1, seq: 1 }))],
                 omap: vec![],
                 clones: vec![],
+                data_crc: None,
             }),
         );
         store.commit(t).unwrap();
@@ -1075,11 +1103,49 @@ mod tests {
             attrs: vec![("_v".into(), encode_version(Version { epoch: 2, seq: 5 }))],
             omap: vec![(Bytes::from_static(b"k"), Bytes::from_static(b"v"))],
             clones: vec![],
+            data_crc: None,
         };
         let mut t = Transaction::new();
         put_object_state(&mut t, coll, &name, true, Some(&new));
         store.commit(t).unwrap();
         assert_eq!(get_object_state(&store, coll, &name).unwrap(), Some(new));
+    }
+
+    #[test]
+    fn a_read_state_carries_its_data_crc_and_known_block_crcs_install_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = cairn_store::StoreConfig::new(dir.path());
+        cfg.data_bytes = 64 << 20;
+        cfg.meta_reserve_bytes = 1 << 20;
+        let store = Store::create(cfg).unwrap();
+        let coll = CollectionId::pg(1, 0);
+        let name = ObjectName::new("", "o");
+        // Big enough for the store's O_DIRECT read path, with a short tail.
+        let data: Vec<u8> = (0..(1u32 << 20) + 100)
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
+        let st = ObjectState {
+            data: Bytes::from(data.clone()),
+            attrs: vec![("_v".into(), encode_version(Version { epoch: 1, seq: 1 }))],
+            omap: vec![],
+            clones: vec![],
+            data_crc: None,
+        };
+        // Installed under the crcs a receiver's messenger would give.
+        let blocks: std::sync::Arc<[u32]> = data
+            .chunks_exact(cairn_types::crc::CRC_BLOCK_BYTES)
+            .map(crc32c::crc32c)
+            .collect();
+        let mut t = Transaction::new();
+        t.create_collection(coll);
+        let known = |d: &Bytes| (d.len() == data.len()).then(|| blocks.clone());
+        put_object_state_known(&mut t, coll, &name, false, Some(&st), &known);
+        store.commit(t).unwrap();
+        let read = get_object_state(&store, coll, &name).unwrap().unwrap();
+        assert_eq!(read, st);
+        assert_eq!(read.data_crc, Some(crc32c::crc32c(&data)));
+        let missing = ObjectName::new("", "none");
+        assert_eq!(get_object_state(&store, coll, &missing).unwrap(), None);
     }
 }
 

@@ -9,10 +9,11 @@ use crate::backfill::{recovery_slot, CopyTicket, RecoverySlot};
 use crate::exec;
 use crate::peering_sm::{
     copy_batch_full, pull_reply_bytes, ObjectCopy, Peering, PeeringInput, PeeringOutput,
-    PeeringParams, ALONE_OBJECT_BYTES, BACKFILL_LIST_PAGE,
+    PeeringParams, ALONE_OBJECT_BYTES, BACKFILL_LIST_PAGE, RECOVERY_PULL_WINDOW,
 };
 use crate::pg::PastInterval;
 use crate::runtime::{blocking_store_call, Shared, META_INFO};
+use cairn_msg::{BlockCrcs, KnownCrc};
 use cairn_ops::{
     decode, decode_shared, encode, encode_parts, msg_type, ListCursor, LogEntry, ObjectName,
     ObjectState, PgInfo, PgNotify, PgPull, PgPush, PgPushReply, PgQuery, PullReply, PullWhat,
@@ -126,20 +127,49 @@ pub(crate) fn copy_size(objects: &[ObjectCopy]) -> (u64, u64) {
     (bytes, objects.len() as u64)
 }
 
-/// Installs objects in one transaction (replacing whole state).
+/// Installs objects in one transaction (replacing whole state). `blocks`:
+/// the verified block crcs of the message that carried them (see
+/// [`BlockCrcs`]), which the store keeps instead of computing its own for
+/// the objects' data.
 pub(crate) fn install_objects(
     store: &Store,
     coll: CollectionId,
     txn: &mut Transaction,
     objects: &[(u32, ObjectName, Option<ObjectState>)],
+    blocks: &[Arc<BlockCrcs>],
 ) -> Result<(), String> {
+    let crcs_of = |d: &bytes::Bytes| blocks.iter().find_map(|b| b.of(d)).map(Arc::from);
     for (_, name, st) in objects {
         let exists = store
             .exists(&coll, &exec::store_oid(name))
             .map_err(|e| e.to_string())?;
-        exec::put_object_state(txn, coll, name, exists, st.as_ref());
+        exec::put_object_state_known(txn, coll, name, exists, st.as_ref(), &crcs_of);
     }
     Ok(())
+}
+
+/// The crcs of the object data segments of `parts` (a copy message
+/// encoded with [`encode_parts`]) that the objects' store reads gave
+/// ([`ObjectState::data_crc`]): the messenger combines the frame's crc
+/// from them instead of reading the data again.
+pub(crate) fn known_object_crcs(parts: &[bytes::Bytes], objects: &[ObjectCopy]) -> Vec<KnownCrc> {
+    let states = objects
+        .iter()
+        .filter_map(|(_, _, st)| st.as_ref())
+        .flat_map(|st| std::iter::once(st).chain(st.clones.iter().map(|(_, c)| c)));
+    let mut known = Vec::new();
+    for st in states {
+        let (Some(crc), d) = (st.data_crc, &st.data) else {
+            continue;
+        };
+        let seg = parts
+            .iter()
+            .position(|p| !d.is_empty() && p.as_ptr() == d.as_ptr() && p.len() == d.len());
+        if let Some(segment) = seg {
+            known.push(KnownCrc { segment, crc });
+        }
+    }
+    known
 }
 
 /// Replaces the log and info of `coll` in `txn`.
@@ -156,14 +186,17 @@ pub(crate) fn replace_log(
     txn.meta_set(coll, META_INFO, encode(info));
 }
 
-/// Member side of a push: the store transaction that installs it.
+/// Member side of a push: the store transaction that installs it
+/// (`blocks`: the push message's verified block crcs).
 pub(crate) fn push_txn(
     store: &Store,
     coll: CollectionId,
     push: &PgPush,
+    blocks: Option<&Arc<BlockCrcs>>,
 ) -> Result<Transaction, String> {
     let mut txn = Transaction::new();
-    install_objects(store, coll, &mut txn, &push.objects)?;
+    let blocks: Vec<Arc<BlockCrcs>> = blocks.into_iter().cloned().collect();
+    install_objects(store, coll, &mut txn, &push.objects, &blocks)?;
     if let Some(keep) = &push.keep_only {
         let keep: HashSet<&ObjectName> = keep.iter().map(|(_, n)| n).collect();
         for (_, n) in list_all(store, coll)? {
@@ -211,25 +244,30 @@ async fn call_peer<T: serde::de::DeserializeOwned>(
     payload: bytes::Bytes,
     what: &'static str,
 ) -> Result<T, String> {
-    call_peer_parts(shared, osd, ty, vec![payload], what).await
+    call_peer_parts(shared, osd, ty, vec![payload], Vec::new(), what)
+        .await
+        .map(|(t, _)| t)
 }
 
 /// [`call_peer`] with the request as segments (`encode_parts`: object data
-/// is not copied into one buffer); object data in the reply shares the
-/// received buffer (`decode_shared`).
+/// is not copied into one buffer; `known`: crcs of some of them); object
+/// data in the reply shares the received buffer (`decode_shared`), whose
+/// verified block crcs come with it when the messenger has them.
 async fn call_peer_parts<T: serde::de::DeserializeOwned>(
     shared: &Arc<Shared>,
     osd: i32,
     ty: u16,
     payload: Vec<bytes::Bytes>,
+    known: Vec<KnownCrc>,
     what: &'static str,
-) -> Result<T, String> {
+) -> Result<(T, Option<Arc<BlockCrcs>>), String> {
     let (_, conn) = shared.peer(osd).await?;
     let m = conn
-        .call_parts(ty, payload, shared.cfg.peer_timeout)
+        .call_parts_known(ty, payload, known, shared.cfg.peer_timeout)
         .await
         .map_err(|e| e.to_string())?;
-    decode_shared(what, &m.payload).map_err(|e| e.to_string())
+    let t = decode_shared(what, &m.payload).map_err(|e| e.to_string())?;
+    Ok((t, m.blocks))
 }
 
 /// Sends `q` to `osd` and decodes its answer from either notify layout
@@ -315,9 +353,12 @@ impl PeeringJob {
     /// Runs `sm` to its end (see `run`).
     async fn drive(&self, sm: &mut Peering) -> Result<(PgInfo, Vec<LogEntry>), String> {
         let mut todo: VecDeque<PeeringOutput> = sm.start().into();
-        let mut calls: JoinSet<(PeeringInput, Option<MeteredCopy>)> = JoinSet::new();
+        let mut calls: RemoteCalls = JoinSet::new();
         // A pull counts as copied once its objects are installed here.
         let mut pulled: Option<(CopyTicket, u64, u64)> = None;
+        // The verified block crcs of pull replies not installed yet (the
+        // objects' data shares their payloads), for the install.
+        let mut pull_blocks: VecDeque<Arc<BlockCrcs>> = VecDeque::new();
         // The recovery slot taken before the last local read for pushes:
         // the pushes made of what it read hold it until acknowledged, so
         // objects read and not yet pushed count against the OSD's
@@ -368,9 +409,10 @@ impl PeeringJob {
                             _ => None,
                         };
                         let (shared, pgid, epoch) = (self.shared.clone(), self.pgid, self.epoch);
-                        calls.spawn(
-                            async move { (remote(shared, pgid, epoch, out, slot).await, copy) },
-                        );
+                        calls.spawn(async move {
+                            let (input, blocks) = remote(shared, pgid, epoch, out, slot).await;
+                            (input, copy, blocks)
+                        });
                     }
                     local => {
                         if let PeeringOutput::ReadLocal { names } = &local {
@@ -381,7 +423,13 @@ impl PeeringJob {
                             let bytes = self.read_estimate(names);
                             read_slot = Some(Arc::new(recovery_slot(&self.shared, bytes).await));
                         }
-                        let input = self.local(local).await;
+                        let blocks = match &local {
+                            PeeringOutput::InstallLocal { objects, .. } => {
+                                take_blocks_of(&mut pull_blocks, objects)
+                            }
+                            _ => Vec::new(),
+                        };
+                        let input = self.local(local, &blocks).await;
                         if let Some((ticket, bytes, objects)) = pulled.take() {
                             match input {
                                 PeeringInput::LocalCommitted => ticket.finish(bytes, objects),
@@ -398,7 +446,16 @@ impl PeeringJob {
                     sm.waiting_for()
                 ));
             };
-            let (input, ticket) = joined.map_err(|e| format!("activation call failed: {e}"))?;
+            let (input, ticket, blocks) =
+                joined.map_err(|e| format!("activation call failed: {e}"))?;
+            if let (PeeringInput::Pulled { .. }, Some(b)) = (&input, blocks) {
+                pull_blocks.push_back(b);
+                // Replies whose objects carry no whole block are never
+                // taken by an install: the oldest go.
+                while pull_blocks.len() > 2 * RECOVERY_PULL_WINDOW {
+                    pull_blocks.pop_front();
+                }
+            }
             if let Some((ticket, bytes, n)) = ticket {
                 match &input {
                     PeeringInput::Pulled { objects, .. } => {
@@ -425,8 +482,10 @@ impl PeeringJob {
         })
     }
 
-    /// Performs one local output of the machine against the store.
-    async fn local(&self, out: PeeringOutput) -> PeeringInput {
+    /// Performs one local output of the machine against the store
+    /// (`blocks`: the verified block crcs of the pull replies whose
+    /// objects it installs).
+    async fn local(&self, out: PeeringOutput, blocks: &[Arc<BlockCrcs>]) -> PeeringInput {
         let store = &self.shared.store;
         let committed = |r: Result<(), String>| match r {
             Ok(()) => PeeringInput::LocalCommitted,
@@ -455,7 +514,7 @@ impl PeeringJob {
             }),
             PeeringOutput::InstallLocal { objects, remove } => {
                 let mut txn = Transaction::new();
-                if let Err(e) = install_objects(store, self.coll, &mut txn, &objects) {
+                if let Err(e) = install_objects(store, self.coll, &mut txn, &objects, blocks) {
                     return PeeringInput::LocalFailed(e);
                 }
                 for n in &remove {
@@ -535,11 +594,89 @@ async fn ask_up_thru(
     }
 }
 
+/// Activation's remote calls in flight: each gives the machine's input,
+/// the copy it meters, and a pull reply's verified block crcs.
+type RemoteCalls = JoinSet<(PeeringInput, Option<MeteredCopy>, Option<Arc<BlockCrcs>>)>;
+
+/// Takes from `pending` the block crcs of the pull replies whose data
+/// `objects` share.
+fn take_blocks_of(
+    pending: &mut VecDeque<Arc<BlockCrcs>>,
+    objects: &[ObjectCopy],
+) -> Vec<Arc<BlockCrcs>> {
+    let datas: Vec<&bytes::Bytes> = objects
+        .iter()
+        .filter_map(|(_, _, st)| st.as_ref())
+        .flat_map(|st| std::iter::once(&st.data).chain(st.clones.iter().map(|(_, c)| &c.data)))
+        .collect();
+    let (used, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(pending)
+        .into_iter()
+        .partition(|b| datas.iter().any(|d| b.of(d).is_some()));
+    *pending = kept;
+    used.into()
+}
+
 /// Performs one remote output of the machine (for `pgid`, in map
-/// `epoch`); the answer as its input.
+/// `epoch`); the answer as its input, with a pull reply's verified block
+/// crcs when the messenger has them.
 /// A push that carries `slot` (taken before its objects were read) uses
 /// it instead of taking one.
 async fn remote(
+    shared: Arc<Shared>,
+    pgid: PgId,
+    epoch: Epoch,
+    out: PeeringOutput,
+    slot: Option<Arc<RecoverySlot>>,
+) -> (PeeringInput, Option<Arc<BlockCrcs>>) {
+    match out {
+        PeeringOutput::PullObjects { from, names } => {
+            pull_objects(&shared, pgid, epoch, from, names).await
+        }
+        out => (remote_call(shared, pgid, epoch, out, slot).await, None),
+    }
+}
+
+/// A pull of `names` from `from`, in a recovery slot.
+async fn pull_objects(
+    shared: &Arc<Shared>,
+    pgid: PgId,
+    epoch: Epoch,
+    from: i32,
+    names: Vec<(u32, ObjectName)>,
+) -> (PeeringInput, Option<Arc<BlockCrcs>>) {
+    let failed = |why: String| PeeringInput::PeerFailed { osd: from, why };
+    let _slot = recovery_slot(shared, pull_reply_bytes(shared.cfg.recovery_batch_bytes)).await;
+    let p = PgPull {
+        pgid,
+        from: shared.cfg.id,
+        epoch,
+        what: PullWhat::Objects(names),
+        shard: None,
+    };
+    let r = call_peer_parts::<PullReply>(
+        shared,
+        from,
+        msg_type::PG_PULL,
+        vec![encode(&p)],
+        Vec::new(),
+        "pull reply",
+    )
+    .await;
+    match r {
+        Ok((PullReply::Objects(objects), blocks)) => {
+            (PeeringInput::Pulled { from, objects }, blocks)
+        }
+        Ok((PullReply::Refused(e), _)) => (failed(format!("osd.{from} refused a pull: {e}")), None),
+        Ok((PullReply::List { .. }, _)) => (
+            failed(format!("osd.{from} answered a pull with a list")),
+            None,
+        ),
+        Err(e) => (failed(e), None),
+    }
+}
+
+/// [`remote`] of every output but a pull of objects.
+async fn remote_call(
     shared: Arc<Shared>,
     pgid: PgId,
     epoch: Epoch,
@@ -600,29 +737,6 @@ async fn remote(
                 Err(e) => failed(from, e),
             }
         }
-        PeeringOutput::PullObjects { from, names } => {
-            let _slot =
-                recovery_slot(&shared, pull_reply_bytes(shared.cfg.recovery_batch_bytes)).await;
-            let p = PgPull {
-                pgid,
-                from: me,
-                epoch,
-                what: PullWhat::Objects(names),
-                shard: None,
-            };
-            match call_peer::<PullReply>(&shared, from, msg_type::PG_PULL, encode(&p), "pull reply")
-                .await
-            {
-                Ok(PullReply::Objects(objects)) => PeeringInput::Pulled { from, objects },
-                Ok(PullReply::Refused(e)) => {
-                    failed(from, format!("osd.{from} refused a pull: {e}"))
-                }
-                Ok(PullReply::List { .. }) => {
-                    failed(from, format!("osd.{from} answered a pull with a list"))
-                }
-                Err(e) => failed(from, e),
-            }
-        }
         PeeringOutput::Push { to, push } => {
             // Pushes that copy objects hold a recovery slot (the
             // throttle): the one their read took, else their own; the
@@ -634,16 +748,19 @@ async fn remote(
                     recovery_slot(&shared, copy_size(&push.objects).0).await,
                 )),
             };
+            let parts = encode_parts(&push);
+            let known = known_object_crcs(&parts, &push.objects);
             match call_peer_parts::<PgPushReply>(
                 &shared,
                 to,
                 msg_type::PG_PUSH,
-                encode_parts(&push),
+                parts,
+                known,
                 "push reply",
             )
             .await
             {
-                Ok(r) => PeeringInput::PushAcked {
+                Ok((r, _)) => PeeringInput::PushAcked {
                     to,
                     result: r.result,
                 },
@@ -663,4 +780,54 @@ pub(crate) async fn commit(store: &Store, txn: Transaction) -> Result<(), String
         .map_err(|e| e.to_string())?
         .await
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn state(data: Bytes, crc: Option<u32>) -> ObjectState {
+        ObjectState {
+            data,
+            attrs: Vec::new(),
+            omap: Vec::new(),
+            clones: Vec::new(),
+            data_crc: crc,
+        }
+    }
+
+    #[test]
+    fn a_copy_message_knows_the_crcs_of_its_objects_data_segments() {
+        let a = Bytes::from(vec![1u8; 1 << 20]);
+        let b = Bytes::from(vec![2u8; 1 << 20]);
+        let c = Bytes::from(vec![3u8; 1 << 20]);
+        let mut head = state(b.clone(), Some(crc32c::crc32c(&b)));
+        head.clones
+            .push((4, state(c.clone(), Some(crc32c::crc32c(&c)))));
+        let push = PgPush {
+            pgid: PgId {
+                pool: cairn_types::PoolId(1),
+                seed: 0,
+            },
+            from: 0,
+            epoch: Epoch(3),
+            objects: vec![
+                // Read without a known crc: left to the messenger.
+                (1, ObjectName::new("", "a"), Some(state(a.clone(), None))),
+                (2, ObjectName::new("", "b"), Some(head)),
+                (3, ObjectName::new("", "gone"), None),
+            ],
+            keep_only: None,
+            finish: None,
+        };
+        let parts = encode_parts(&push);
+        let known = known_object_crcs(&parts, &push.objects);
+        assert_eq!(known.len(), 2);
+        for k in &known {
+            let seg = &parts[k.segment];
+            assert!(seg.as_ptr() == b.as_ptr() || seg.as_ptr() == c.as_ptr());
+            assert_eq!(k.crc, crc32c::crc32c(seg));
+        }
+    }
 }

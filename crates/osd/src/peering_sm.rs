@@ -1342,6 +1342,7 @@ mod tests {
             attrs: vec![],
             omap: vec![],
             clones: vec![],
+            data_crc: None,
         };
         // a and b are big, c, d and e small (the push bound is 256 KiB).
         let size = |n: &ObjectName| match n.name.as_str() {
@@ -1424,6 +1425,7 @@ mod tests {
             attrs: vec![],
             omap: vec![],
             clones: vec![],
+            data_crc: None,
         };
         let got = vec![(names[0].0, names[0].1.clone(), Some(st))];
         let out = sm.handle(PeeringInput::Pulled {

@@ -298,6 +298,8 @@ pub(crate) enum PgMsg {
     Backfill {
         conn: Connection,
         bf: PgBackfill,
+        /// Verified block crcs of the batch's data (see `BlockCrcs`).
+        blocks: Option<Arc<BlockCrcs>>,
     },
     /// Primary side: a target's answer to a batch.
     BackfillAck(PgBackfillAck),
@@ -904,6 +906,7 @@ async fn dispatch(shared: &Arc<Shared>, conn: &Connection, msg: Message) -> Resu
                 .send(PgMsg::Backfill {
                     conn: conn.clone(),
                     bf,
+                    blocks: msg.blocks,
                 })
                 .await;
             return Ok(());
@@ -1714,7 +1717,7 @@ impl PgActor {
             PgMsg::EcRollback { conn, msg, rb } => self.on_ec_rollback(conn, msg, rb).await,
             PgMsg::Scrub(c) => self.on_scrub_ctl(c).await,
             PgMsg::ScrubDone(o) => self.on_scrub_done(*o),
-            PgMsg::Backfill { conn, bf } => self.on_backfill(conn, bf).await,
+            PgMsg::Backfill { conn, bf, blocks } => self.on_backfill(conn, bf, blocks).await,
             PgMsg::BackfillAck(ack) => {
                 let Some(run) = self.backfill.as_mut() else {
                     return;
@@ -1831,8 +1834,13 @@ impl PgActor {
                     }),
                     Err(e) => PullReply::Refused(e),
                 };
+                let parts = encode_parts(&r);
+                let known = match &r {
+                    PullReply::Objects(objects) => peering::known_object_crcs(&parts, objects),
+                    _ => Vec::new(),
+                };
                 let _ = conn
-                    .reply_parts(&msg, msg_type::PG_PULL_REPLY, encode_parts(&r))
+                    .reply_parts_known(&msg, msg_type::PG_PULL_REPLY, parts, known)
                     .await;
             }
             PgMsg::Push { conn, msg, push } => {
@@ -1843,7 +1851,7 @@ impl PgActor {
                         push.from, push.epoch.0, self.pg.info.same_interval_since.0
                     ))
                 } else {
-                    peering::push_txn(&self.shared.store, self.coll, &push)
+                    peering::push_txn(&self.shared.store, self.coll, &push, msg.blocks.as_ref())
                 };
                 let (pgid, me) = (self.pgid, self.me());
                 let reply = move |result| PgPushReply {
@@ -3178,7 +3186,13 @@ impl PgActor {
     }
 
     /// Backfill target side: installs a batch and acknowledges it once durable.
-    async fn on_backfill(&mut self, conn: Connection, bf: PgBackfill) {
+    /// `blocks`: the batch message's verified block crcs (see `BlockCrcs`).
+    async fn on_backfill(
+        &mut self,
+        conn: Connection,
+        bf: PgBackfill,
+        blocks: Option<Arc<BlockCrcs>>,
+    ) {
         if bf.epoch > self.pg.epoch() {
             let mut rx = self.shared.map_rx.clone();
             let wait = rx.wait_for(|m| m.epoch >= bf.epoch);
@@ -3221,7 +3235,13 @@ impl PgActor {
         if bf.interval_since > self.pg.info.same_interval_since {
             self.pg.info.same_interval_since = bf.interval_since;
         }
-        let built = crate::backfill::target_txn(&self.shared.store, self.coll, &self.pg.info, &bf);
+        let built = crate::backfill::target_txn(
+            &self.shared.store,
+            self.coll,
+            &self.pg.info,
+            &bf,
+            blocks.as_ref(),
+        );
         let (txn, adopt, info) = match built {
             Ok(x) => x,
             Err(e) => {

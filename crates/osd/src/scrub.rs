@@ -1454,6 +1454,7 @@ mod tests {
                     )],
                     omap: vec![],
                     clones: vec![],
+                    data_crc: None,
                 }),
             );
         }

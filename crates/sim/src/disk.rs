@@ -238,6 +238,7 @@ mod tests {
                 attrs: vec![],
                 omap: vec![],
                 clones: vec![],
+                data_crc: None,
             })
         };
         let name = ObjectName::new("", "a");
@@ -262,6 +263,7 @@ mod tests {
                 attrs: vec![],
                 omap: vec![],
                 clones: vec![],
+                data_crc: None,
             })
         };
         let (a, b) = (ObjectName::new("", "a"), ObjectName::new("", "b"));

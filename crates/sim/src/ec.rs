@@ -102,6 +102,7 @@ pub fn apply_mutations(old: Option<ObjectState>, muts: &[Mutation]) -> Option<Ob
             attrs: vec![],
             omap: vec![],
             clones: vec![],
+            data_crc: None,
         });
         match m {
             Mutation::Remove => cur = None,
@@ -142,6 +143,7 @@ fn stash_op(pgid: PgId, entry: &LogEntry, old: Option<&ObjectState>) -> TxOp {
         attrs: vec![],
         omap: vec![],
         clones: vec![],
+        data_crc: None,
     });
     let existed = if old.is_some() { "1" } else { "0" };
     st.attrs.push((
@@ -330,6 +332,7 @@ impl World {
             attrs: vec![],
             omap: vec![],
             clones: vec![],
+            data_crc: None,
         };
         self.submit_pub(id, vec![TxOp::Put(pgid, shard_mark(), Some(st))]);
     }
@@ -403,6 +406,7 @@ impl World {
                 attrs: vec![],
                 omap: vec![],
                 clones: vec![],
+                data_crc: None,
             }),
         ));
         self.submit_pub(id, ops);

@@ -1228,6 +1228,7 @@ impl World {
                     attrs: vec![],
                     omap: vec![],
                     clones: vec![],
+                    data_crc: None,
                 }),
                 LogOp::Modify,
                 Ok(vec![SubOpOutput::None]),

@@ -10,6 +10,22 @@
 
 use std::collections::BTreeMap;
 
+/// `runs` (start block, blocks), in order, with each run that starts
+/// where the previous one ends joined to it: an allocation is handed out in
+/// runs of at most `MAX_RUN_BYTES`, usually adjacent, and writing those as
+/// one request keeps one large I/O in the disk's queue instead of several
+/// sequential small ones.
+pub(crate) fn join_adjacent(runs: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+    for &(start, len) in runs {
+        match out.last_mut() {
+            Some((s, l)) if *s + *l == start => *l += len,
+            _ => out.push((start, len)),
+        }
+    }
+    out
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Allocator {
     /// start block -> length in blocks, non-overlapping, coalesced.
@@ -258,5 +274,19 @@ mod tests {
         assert!(a.allocate(11, 4).is_none());
         assert_eq!(a.allocate(10, 4).map(|v| v.len()), Some(3));
         assert!(a.allocate(1, 4).is_none());
+    }
+}
+
+#[cfg(test)]
+mod join_tests {
+    use super::join_adjacent;
+
+    #[test]
+    fn adjacent_runs_join_and_gaps_stay() {
+        assert_eq!(join_adjacent(&[]), vec![]);
+        assert_eq!(
+            join_adjacent(&[(0, 64), (64, 64), (128, 8), (200, 4), (204, 4), (100, 1)]),
+            vec![(0, 136), (200, 8), (100, 1)]
+        );
     }
 }

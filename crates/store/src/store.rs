@@ -505,7 +505,7 @@ impl Inner {
         }
         let mut done = 0usize;
         let mut written = Ok(());
-        for &(pstart, plen) in &runs {
+        for (pstart, plen) in crate::alloc::join_adjacent(&runs) {
             let part = &data[done..done + (plen * bs) as usize];
             let r = if cached {
                 self.data.write_at(part, pstart * bs)

@@ -1342,11 +1342,7 @@ mod tests {
     /// batch, and the batches cover every object once, in store order.
     #[test]
     fn a_big_object_travels_alone_in_its_backfill_batch() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = cairn_store::StoreConfig::new(dir.path());
-        cfg.data_bytes = 64 << 20;
-        cfg.meta_reserve_bytes = 1 << 20;
-        let store = Store::create(cfg).unwrap();
+        let (_dir, store) = crate::small_test_store();
         let coll = CollectionId::pg(1, 0);
         let mut t = Transaction::new();
         t.create_collection(coll);

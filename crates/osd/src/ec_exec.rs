@@ -985,11 +985,7 @@ mod tests {
     type ObjState = (Vec<u8>, Vec<(String, Vec<u8>)>);
 
     fn store() -> (tempfile::TempDir, Store, CollectionId) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = cairn_store::StoreConfig::new(dir.path());
-        cfg.data_bytes = 64 << 20;
-        cfg.meta_reserve_bytes = 1 << 20;
-        let store = Store::create(cfg).unwrap();
+        let (dir, store) = crate::small_test_store();
         let coll = CollectionId::new(1, 0, 2);
         let mut t = Transaction::new();
         t.create_collection(coll);

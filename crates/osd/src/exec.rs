@@ -1075,11 +1075,7 @@ mod tests {
 
     #[test]
     fn put_object_state_replaces_an_existing_object() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = cairn_store::StoreConfig::new(dir.path());
-        cfg.data_bytes = 64 << 20;
-        cfg.meta_reserve_bytes = 1 << 20;
-        let store = Store::create(cfg).unwrap();
+        let (_dir, store) = crate::small_test_store();
         let coll = CollectionId::pg(1, 0);
         let name = ObjectName::new("", "o");
         let mut t = Transaction::new();
@@ -1113,11 +1109,7 @@ mod tests {
 
     #[test]
     fn a_read_state_carries_its_data_crc_and_known_block_crcs_install_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = cairn_store::StoreConfig::new(dir.path());
-        cfg.data_bytes = 64 << 20;
-        cfg.meta_reserve_bytes = 1 << 20;
-        let store = Store::create(cfg).unwrap();
+        let (_dir, store) = crate::small_test_store();
         let coll = CollectionId::pg(1, 0);
         let name = ObjectName::new("", "o");
         // Big enough for the store's O_DIRECT read path, with a short tail.
@@ -1163,11 +1155,7 @@ mod snap_tests {
 
     impl Obj {
         fn new() -> Obj {
-            let dir = tempfile::tempdir().unwrap();
-            let mut cfg = cairn_store::StoreConfig::new(dir.path());
-            cfg.data_bytes = 64 << 20;
-            cfg.meta_reserve_bytes = 1 << 20;
-            let store = Store::create(cfg).unwrap();
+            let (dir, store) = crate::small_test_store();
             let coll = CollectionId::pg(1, 0);
             let mut t = Transaction::new();
             t.create_collection(coll);

@@ -58,3 +58,15 @@ pub use cache::CacheStats;
 pub use ec_io::{ec_encode_totals, EcEncodeTotals};
 pub use pg::{PgLimits, PgState, Role};
 pub use runtime::{MapSource, MonRequests, Osd, OsdConfig, OsdError, PgStat};
+
+/// A store of 64 MiB in a fresh temporary directory, for unit tests (the
+/// directory goes when the returned guard is dropped).
+#[cfg(test)]
+pub(crate) fn small_test_store() -> (tempfile::TempDir, cairn_store::Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = cairn_store::StoreConfig::new(dir.path());
+    cfg.data_bytes = 64 << 20;
+    cfg.meta_reserve_bytes = 1 << 20;
+    let store = cairn_store::Store::create(cfg).unwrap();
+    (dir, store)
+}

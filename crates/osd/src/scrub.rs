@@ -1429,11 +1429,7 @@ mod tests {
 
     #[test]
     fn member_maps_cover_exactly_their_range_and_find_corruption() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = cairn_store::StoreConfig::new(dir.path());
-        cfg.data_bytes = 64 << 20;
-        cfg.meta_reserve_bytes = 1 << 20;
-        let store = Store::create(cfg).unwrap();
+        let (_dir, store) = crate::small_test_store();
         let coll = CollectionId::pg(1, 0);
         let mut t = Transaction::new();
         t.create_collection(coll);

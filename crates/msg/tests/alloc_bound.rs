@@ -6,7 +6,7 @@
 //! big buffers do not count in the other's measurement.
 
 mod common;
-use cairn_msg::{connect, Credentials, Listener, MsgConfig, MsgError, Secret};
+use cairn_msg::{connect, MsgConfig, MsgError};
 use common::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,14 +41,7 @@ async fn oversize_frame_is_refused_without_allocating_it() {
         max_message_bytes: 1 << 20,
         ..fast_cfg()
     };
-    let key = Secret::generate();
-    let l = Listener::bind(any_port(), mon_a(), Keys::with(&admin(), &key), server_cfg)
-        .await
-        .unwrap();
-    let creds = Credentials::Key {
-        name: admin(),
-        secret: key,
-    };
+    let (l, creds) = admin_listener(server_cfg).await;
     let client = connect(l.local_addr(), &creds, None, &fast_cfg())
         .await
         .unwrap();

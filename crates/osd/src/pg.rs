@@ -2182,25 +2182,7 @@ mod tests {
 
     #[test]
     fn log_is_bounded() {
-        let mut pg = Pg::new(
-            pgid(),
-            0,
-            PgLimits {
-                min_log_entries: 5,
-                max_log_entries: 10,
-                log_trim_min_entries: 1,
-                ..Default::default()
-            },
-            PgInfo::default(),
-            vec![],
-            vec![],
-        );
-        pg.handle(PgEvent::Map(placement(5, &[0, 1, 2])));
-        let info = pg.info.clone();
-        pg.handle(PgEvent::PeeringDone {
-            interval_since: Epoch(5),
-            result: Ok((info, vec![])),
-        });
+        let mut pg = batched_primary(1);
         for i in 0..40 {
             let acts = pg.handle(PgEvent::ClientOp {
                 token: i,

@@ -15,7 +15,9 @@
 #    pg_temp left, the bytes the OSDs copied (their `recovery copy:` log
 #    lines: first copy sent to last copy durable, all OSDs together), as
 #    MB/s and as a ratio of fio's bandwidth, and the daemon's CPU seconds
-#    per GB moved. RECOVERY_PERF=record also records the daemon from the
+#    per GB moved, and fio's copy rate on the same disk (4 MiB reads and
+#    writes mixed 50/50: the ceiling for a copy whose source and target
+#    share one disk). RECOVERY_PERF=record also records the daemon from the
 #    out to clean (`perf record --call-graph dwarf`), RECOVERY_PERF=trace
 #    sums its system calls (`perf trace -s`); either writes
 #    RECOVERY_DIR/perf.txt (RECOVERY_PERF_KEEP=1 keeps perf.data).
@@ -56,6 +58,17 @@ fio_write_bw() {
   rm -f "$f"
 }
 
+# fio's copy rate on one disk, bytes/s each way: 4 MiB O_DIRECT reads and
+# writes mixed 50/50 (iodepth 8, 1 GiB, final fsync) — what a copy whose
+# source and target share the disk can reach, as in a one-machine cluster.
+fio_copy_bw() {
+  local f="$1/fio-recovery-copy.dat"
+  fio --name=raw-copy --rw=rw --rwmixread=50 --bs=4M --size=1G --direct=1 --ioengine=libaio \
+    --iodepth=8 --end_fsync=1 --output-format=json --filename="$f" |
+    python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(min(j["read"]["bw_bytes"], j["write"]["bw_bytes"]))'
+  rm -f "$f"
+}
+
 # CPU seconds (user + system) used so far by process $1.
 cpu_secs() {
   awk '{ print ($14 + $15) / 100 }' "/proc/$1/stat" 2>/dev/null || echo 0
@@ -89,9 +102,11 @@ dev_run() {
     "$cairn" rados -p ec21 bench 10 write -b 4194304 -t 8 --no-cleanup >/dev/null
   fi
   wait_clean "$cairn" 300 || { echo "not active+clean after writing" >&2; exit 1; }
-  local raw
+  local raw copy
   raw=$(fio_write_bw "$base")
   echo "fio (4 MiB direct writes, iodepth 8, 1 GiB, $base): $(awk -v b="$raw" 'BEGIN { printf "%.1f", b / 1e6 }') MB/s; load $(load)"
+  copy=$(fio_copy_bw "$base")
+  echo "fio copy on this disk (4 MiB direct reads + writes 50/50, iodepth 8): $(awk -v b="$copy" 'BEGIN { printf "%.1f", b / 1e6 }') MB/s each way; load $(load)"
   local victim=$((osds - 1)) pid
   pid=$(cat "$dir/cairn.pid")
   local log="$dir/daemon.log" lines cpu0 t0 t_active="" t_clean=""
@@ -146,7 +161,7 @@ dev_run() {
   tail -n +"$((lines + 1))" "$log" | grep 'recovery copy:' |
     python3 -c '
 import re, sys
-t0, ta, tc, raw, cpu = (float(x) for x in sys.argv[1:6])
+t0, ta, tc, raw, cpu, copy = (float(x) for x in sys.argv[1:7])
 first, last, total, objs = None, None, 0, 0
 for line in sys.stdin:
     m = re.search(r"moved (\d+) bytes \((\d+) objects\) in [0-9.]+ s, from (\d+) to (\d+) ms", line)
@@ -161,10 +176,11 @@ if not total:
 secs = (last - first) / 1000.0
 print(f"out -> every PG active {ta - t0:.2f} s; -> active+clean, no pg_temp {tc - t0:.2f} s")
 print(f"copied {total / 1e6:.1f} MB ({objs} objects) in {secs:.2f} s from the first copy sent to the last durable "
-      f"= {total / 1e6 / secs:.1f} MB/s = {total / secs / raw:.2f}x fio")
+      f"= {total / 1e6 / secs:.1f} MB/s = {total / secs / raw:.2f}x fio "
+      f"({total / secs / copy:.2f}x the fio copy rate on this disk)")
 print(f"out -> clean: {total / 1e6 / (tc - t0):.1f} MB/s = {total / (tc - t0) / raw:.2f}x fio")
 print(f"daemon CPU, out -> clean: {cpu:.2f} s = {cpu / (total / 1e9):.2f} CPU-s per GB moved")
-' "$t0" "$t_active" "$t_clean" "$raw" "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
+' "$t0" "$t_active" "$t_clean" "$raw" "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" "$copy"
   echo "load: $(load)"
 }
 

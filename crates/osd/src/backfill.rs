@@ -607,12 +607,6 @@ impl BackfillRun {
         }
     }
 
-    /// Object copies still to make (misplaced while pg_temp serves).
-    pub(crate) fn remaining_copies(&self) -> u64 {
-        let st = self.stat();
-        st.total_objects.saturating_sub(st.copied_objects)
-    }
-
     pub(crate) fn is_finished(&self) -> bool {
         self.targets.values().all(|t| t.done)
     }

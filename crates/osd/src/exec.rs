@@ -226,6 +226,36 @@ impl ObjectProjection {
     }
 }
 
+/// Store objects and bytes of one object in its PG's collection: the
+/// head's store object (a whiteout counts, with 0 bytes) and its clones,
+/// as the beacon counts a collection. What a write changes of it keeps a
+/// PG's object and byte counts without listing the collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Footprint {
+    pub objects: i64,
+    pub bytes: i64,
+}
+
+impl Footprint {
+    /// `self` plus the change from `before` to `after`.
+    pub fn moved(self, before: Footprint, after: Footprint) -> Footprint {
+        Footprint {
+            objects: self.objects + after.objects - before.objects,
+            bytes: self.bytes + after.bytes - before.bytes,
+        }
+    }
+}
+
+impl ObjectProjection {
+    pub fn footprint(&self) -> Footprint {
+        let clone_bytes: u64 = self.snapset.clones.iter().map(|c| c.size).sum();
+        Footprint {
+            objects: i64::from(self.raw_exists) + self.snapset.clones.len() as i64,
+            bytes: i64::try_from(self.size.saturating_add(clone_bytes)).unwrap_or(i64::MAX),
+        }
+    }
+}
+
 /// What a request sees of its object before it runs.
 struct View<'a> {
     store: &'a Store,
@@ -1175,6 +1205,8 @@ mod snap_tests {
                 epoch: 1,
                 seq: self.seq,
             };
+            let before = ObjectProjection::load(&self.store, self.coll, &self.name)?;
+            let count_before = self.count();
             let r = resolve_write(
                 &self.store,
                 self.coll,
@@ -1187,6 +1219,12 @@ mod snap_tests {
             let mut t = Transaction::new();
             apply_mutations(&mut t, self.coll, &self.name, &r.mutations);
             self.store.commit(t).unwrap();
+            // The beacon's count of the collection follows the footprint.
+            assert_eq!(
+                count_before.moved(before.footprint(), r.after.footprint()),
+                self.count(),
+                "after {ops:?}"
+            );
             // The state a pipelined write would start from is what the
             // store shows once this one is durable.
             assert_eq!(
@@ -1194,6 +1232,15 @@ mod snap_tests {
                 r.after
             );
             Ok(r.log_op)
+        }
+
+        /// The collection's objects and bytes as the beacon counts them.
+        fn count(&self) -> Footprint {
+            let (objects, bytes) = crate::beacon::count_collection(&self.store, self.coll).unwrap();
+            Footprint {
+                objects: objects as i64,
+                bytes: bytes as i64,
+            }
         }
 
         fn read_at(&self, snap: u64) -> Result<Vec<u8>, OpError> {
@@ -1390,6 +1437,25 @@ mod snap_tests {
             (vec![SubOp::SnapTrim], sc(7, &[])),
             (vec![SubOp::Append { data: b(b"again") }], None),
         ]
+    }
+
+    #[test]
+    fn write_footprints_keep_the_collections_count() {
+        // `Obj::write` checks that every write changes the full count of
+        // the collection by what it changes of the object's footprint:
+        // creates, appends, truncates, clones, removals to a whiteout,
+        // trims, deletes.
+        let mut o = Obj::new();
+        for (ops, snapc) in script() {
+            let _ = o.write(ops, snapc);
+        }
+        for (ops, snapc) in [
+            (vec![SubOp::Remove], sc(9, &[9])),
+            (vec![SubOp::SnapTrim], sc(9, &[])),
+        ] {
+            o.write(ops, snapc).unwrap();
+        }
+        assert_eq!(o.count(), Footprint::default(), "everything removed");
     }
 
     #[test]

@@ -22,6 +22,8 @@
 //! - `heartbeat`: pings to PG peers and neighbours, failure reports to the
 //!   monitors (`HeartbeatTracker` is the pure part).
 //! - `beacon`: periodic usage and PG statistics to the monitors.
+//! - `stats`: what each PG actor publishes about its PG (`PgStat`), rebuilt
+//!   only when a shown field other than the log position changed.
 //! - `budget`: `osd_memory_target` split into cache sizes, in-flight byte
 //!   limits and PG log lengths.
 //! - `cache`: the data cache of whole objects read from replicated PGs
@@ -51,13 +53,15 @@ pub mod peering_sm;
 pub mod pg;
 mod runtime;
 mod scrub;
+mod stats;
 
 pub use backfill::CopyWindow;
 pub use budget::MemoryBudget;
 pub use cache::CacheStats;
 pub use ec_io::{ec_encode_totals, EcEncodeTotals};
 pub use pg::{PgLimits, PgState, Role};
-pub use runtime::{MapSource, MonRequests, Osd, OsdConfig, OsdError, PgStat};
+pub use runtime::{MapSource, MonRequests, Osd, OsdConfig, OsdError};
+pub use stats::PgStat;
 
 /// A store of 64 MiB in a fresh temporary directory, for unit tests (the
 /// directory goes when the returned guard is dropped).

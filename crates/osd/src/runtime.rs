@@ -12,6 +12,7 @@ use crate::ec_pool::EcPg;
 use crate::exec;
 use crate::peering;
 use crate::pg::{PastInterval, Pg, PgAction, PgEvent, PgLimits, Placement, Role, Token};
+use crate::stats::{LogPosition, PgStat, Published, StatInputs, StatKey};
 use bytes::Bytes;
 use cairn_map::{ClusterMap, PgRecoveryCounts, PoolKind};
 use cairn_msg::{
@@ -26,7 +27,6 @@ use cairn_ops::{
 };
 use cairn_store::{CollectionId, Store, StoreError, Transaction};
 use cairn_types::{EntityName, Epoch, PgId, PoolId};
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -179,34 +179,6 @@ pub enum OsdError {
     Config { osd: i32, reason: String },
 }
 
-/// One PG as `cairn pg dump` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PgStat {
-    pub pgid: String,
-    pub state: String,
-    pub role: Role,
-    pub up: Vec<i32>,
-    pub acting: Vec<i32>,
-    pub primary: Option<i32>,
-    pub epoch: u64,
-    pub last_update: String,
-    pub log_tail: String,
-    pub log_entries: usize,
-    pub same_interval_since: u64,
-    pub last_epoch_started: u64,
-    pub down_reason: Option<String>,
-    /// Scrub stamps, state and findings (primary only).
-    pub scrub: cairn_map::PgScrubReport,
-    /// Backfill in progress (acting primary only).
-    pub backfill: Option<crate::backfill::BackfillStat>,
-    /// Object copies still to move to backfill targets.
-    pub misplaced_objects: u64,
-    /// Objects and bytes this OSD copied for the PG by backfill since it
-    /// started (counters: the monitors derive rates).
-    pub recovered_objects: u64,
-    pub recovered_bytes: u64,
-}
-
 /// Tasks of one OSD, so that `stop` can end them all (a simulated kill).
 #[derive(Default)]
 struct Tasks(Mutex<Vec<AbortHandle>>);
@@ -338,7 +310,9 @@ pub(crate) struct Shared {
     pub(crate) map_rx: MapSource,
     pub(crate) mon: Option<MonRequests>,
     pgs: Mutex<HashMap<PgId, mpsc::Sender<PgMsg>>>,
-    stats: Mutex<BTreeMap<PgId, PgStat>>,
+    stats: Mutex<BTreeMap<PgId, Published>>,
+    /// The next `Published::gen`.
+    stats_gen: AtomicU64,
     /// Objects this OSD recovered as primary, per PG (for the beacons).
     recovered: Mutex<BTreeMap<PgId, PgRecoveryCounts>>,
     peers: Mutex<HashMap<i32, PeerSlot>>,
@@ -518,6 +492,7 @@ impl Osd {
             mon,
             pgs: Mutex::new(HashMap::new()),
             stats: Mutex::new(BTreeMap::new()),
+            stats_gen: AtomicU64::new(1),
             recovered: Mutex::new(BTreeMap::new()),
             peers: Mutex::new(HashMap::new()),
             peer_events: watch::channel(0).0,
@@ -602,7 +577,10 @@ impl Osd {
 
     /// PG states on this OSD.
     pub fn pg_stats(&self) -> Vec<PgStat> {
-        lock(&self.shared.stats).values().cloned().collect()
+        lock(&self.shared.stats)
+            .values()
+            .map(Published::to_stat)
+            .collect()
     }
 
     /// Why this OSD stopped itself (fail-stop after its own store failed
@@ -730,6 +708,8 @@ fn ensure_pg(shared: &Arc<Shared>, pgid: PgId) -> Result<mpsc::Sender<PgMsg>, St
         recovered: (0, 0),
         local_commits: std::collections::VecDeque::new(),
         full_refusal: None,
+        published: None,
+        written: exec::Footprint::default(),
     };
     shared.tasks.spawn(actor.run());
     let map = shared.map_rx.borrow().clone();
@@ -1383,7 +1363,6 @@ impl Shared {
         self.tasks.spawn(fut);
     }
 
-    /// Every PG's published stats, by PG.
     /// Adds `counts` to what this OSD recovered in `pgid` as primary.
     pub(crate) fn add_recovered(&self, pgid: PgId, counts: PgRecoveryCounts) {
         let mut m = lock(&self.recovered);
@@ -1400,7 +1379,8 @@ impl Shared {
             .unwrap_or_default()
     }
 
-    pub(crate) fn pg_stat_map(&self) -> Vec<(PgId, PgStat)> {
+    /// Every PG's published stats, by PG.
+    pub(crate) fn published_map(&self) -> Vec<(PgId, Published)> {
         lock(&self.stats)
             .iter()
             .map(|(k, v)| (*k, v.clone()))
@@ -1460,6 +1440,12 @@ struct PgActor {
     /// Set while a member of the PG (acting or up) is marked full in the
     /// map: why writes that add data are refused (`ClusterMap::full_refusal`).
     full_refusal: Option<String>,
+    /// What the stats this actor last published were built from (None:
+    /// not published yet), and the log position they carry.
+    published: Option<(StatKey, LogPosition)>,
+    /// Store objects and bytes this actor's replicated client writes added
+    /// to the collection (see `LogPosition::written`).
+    written: exec::Footprint,
 }
 
 /// A write transaction of this PG submitted to the local store and not yet
@@ -2349,6 +2335,8 @@ impl PgActor {
             .as_ref()
             .filter(|_| crate::pg::adds_data(&req))
             .map(|why| OpError::NoSpace(why.clone()));
+        // Replicated: the object's footprint before the write.
+        let mut before_footprint = None;
         let resolved = if let Some(e) = refused {
             Err(e)
         } else if let Some(t) = &ec {
@@ -2381,7 +2369,10 @@ impl PgActor {
                     }
                 })
         } else {
-            self.resolve_replicated(&req, version)
+            self.resolve_replicated(&req, version).map(|(r, before)| {
+                before_footprint = Some(before);
+                r
+            })
         };
         // Refuse up front a write this OSD has no room for: the refusal is
         // logged and replicated like any failed op, so every member agrees.
@@ -2392,6 +2383,9 @@ impl PgActor {
         let (muts, outcome, op, prior) = match resolved {
             Ok(r) => {
                 if ec.is_none() {
+                    if let Some(before) = before_footprint {
+                        self.written = self.written.moved(before, r.after.footprint());
+                    }
                     // What the next write of the object starts from while
                     // this one is not yet durable (a failed write changes
                     // nothing, so the state before it stays).
@@ -2539,12 +2533,13 @@ impl PgActor {
     /// Resolves a write of a replicated pool against the object's state
     /// before it: the one the previous write of the object left while that
     /// write is in flight (the store shows it only once durable), else the
-    /// store's.
+    /// store's. Also gives that state's footprint (what the write changes
+    /// of it keeps the PG's object counts).
     fn resolve_replicated(
         &self,
         req: &OpRequest,
         version: Version,
-    ) -> Result<exec::Resolved, OpError> {
+    ) -> Result<(exec::Resolved, exec::Footprint), OpError> {
         if req.snap != cairn_ops::SNAP_HEAD {
             return Err(OpError::Invalid(format!(
                 "snapshot {} of {} is read-only: writes go to the head",
@@ -2559,7 +2554,7 @@ impl PgActor {
                 &loaded
             }
         };
-        exec::resolve_write_from(
+        let r = exec::resolve_write_from(
             &self.shared.store,
             self.coll,
             &req.oid,
@@ -2567,7 +2562,8 @@ impl PgActor {
             &req.ops,
             version,
             req.snapc.as_ref(),
-        )
+        )?;
+        Ok((r, before.footprint()))
     }
 
     /// `Some(no-space error)` when this OSD's store cannot take the data
@@ -3311,44 +3307,53 @@ impl PgActor {
         true
     }
 
-    fn publish_stats(&self) {
-        let p = self.pg.placement();
-        let running = self.scrub.running.as_ref().map(|(r, _)| *r);
-        let st = PgStat {
-            pgid: self.pgid.to_string(),
-            state: format!(
-                "{}{}",
-                self.pg.state,
-                crate::scrub::state_suffix(&self.scrub.stamps, running)
-            ),
+    fn stat_inputs(&self) -> StatInputs<'_> {
+        StatInputs {
+            pgid: self.pgid,
+            state: &self.pg.state,
             role: self.pg.role,
-            up: p.map(|p| p.up.clone()).unwrap_or_default(),
-            acting: p.map(|p| p.acting.clone()).unwrap_or_default(),
-            primary: p.and_then(|p| p.primary),
+            placement: self.pg.placement(),
             epoch: self.pg.epoch().0,
-            last_update: self.pg.info.last_update.to_string(),
-            log_tail: self.pg.info.log_tail.to_string(),
+            info: &self.pg.info,
             log_entries: self.pg.log_len(),
-            same_interval_since: self.pg.info.same_interval_since.0,
-            last_epoch_started: self.pg.info.last_epoch_started.0,
-            down_reason: self.pg.state.down_reason.clone(),
-            scrub: crate::scrub::report_of(&self.scrub.stamps, running),
-            backfill: self.backfill.as_ref().map(|b| b.stat()),
-            misplaced_objects: self
-                .backfill
-                .as_ref()
-                .map(|b| b.remaining_copies())
-                .unwrap_or(0),
-            recovered_objects: self.recovered.0
-                + self
-                    .backfill
-                    .as_ref()
-                    .map(|b| b.copied_objects)
-                    .unwrap_or(0),
-            recovered_bytes: self.recovered.1
-                + self.backfill.as_ref().map(|b| b.copied_bytes).unwrap_or(0),
-        };
-        lock(&self.shared.stats).insert(self.pgid, st);
+            stamps: &self.scrub.stamps,
+            running: self.scrub.running.as_ref().map(|(r, _)| *r),
+            backfill: self.backfill.as_ref(),
+            recovered: self.recovered,
+            written: self.ec.is_none().then_some(self.written),
+        }
+    }
+
+    /// Publishes the PG's stats if they changed since the last event: the
+    /// log position alone (every write) as numbers, anything else by
+    /// rebuilding the whole entry (see `crate::stats`).
+    fn publish_stats(&mut self) {
+        let inputs = self.stat_inputs();
+        let pos = inputs.position();
+        let same = self
+            .published
+            .as_ref()
+            .is_some_and(|(key, _)| inputs.matches(key));
+        if same && self.published.as_ref().is_some_and(|(_, p)| *p == pos) {
+            return;
+        }
+        let mut table = lock(&self.shared.stats);
+        match table.get_mut(&self.pgid) {
+            Some(entry) if same => entry.pos = pos,
+            _ => {
+                let stat = inputs.stat();
+                let gen = self.shared.stats_gen.fetch_add(1, Ordering::Relaxed);
+                table.insert(self.pgid, Published { stat, pos, gen });
+                drop(table);
+                let key = inputs.key();
+                self.published = Some((key, pos));
+                return;
+            }
+        }
+        drop(table);
+        if let Some((_, p)) = &mut self.published {
+            *p = pos;
+        }
     }
 
     // ------------------------------------------------------------ scrub hooks

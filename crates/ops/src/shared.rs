@@ -82,11 +82,16 @@ impl Drop for SinkGuard {
 /// least [`MIN_PART_BYTES`] are shared with `v` (reference-counted), the
 /// bytes around them are copied into small segments.
 pub fn encode_parts<T: serde::Serialize>(v: &T) -> Vec<Bytes> {
+    // Sized before any field is registered: a message shorter than a part
+    // is one segment, allocated once (see `crate::encode`).
+    let size = 1 + crate::encoded_size(v);
+    let mut cur = Vec::with_capacity(if size <= MIN_PART_BYTES { size } else { 0 });
+    cur.push(crate::OPS_WIRE_VERSION);
     let prev = SINK.with(|s| s.borrow_mut().replace(Vec::new()));
     let _guard = SinkGuard(prev);
     let flavor = Parts {
         parts: Vec::new(),
-        cur: vec![crate::OPS_WIRE_VERSION],
+        cur,
     };
     // postcard only fails on serializer errors that our plain data types never raise.
     postcard::serialize_with_flavor(v, flavor).expect("postcard encoding of plain data cannot fail")
@@ -309,5 +314,21 @@ mod tests {
         assert_eq!(parts.concat(), encode(&r).to_vec());
         let shared = parts.iter().filter(|p| p.as_ptr() == big.as_ptr()).count();
         assert_eq!(shared, 2);
+    }
+
+    #[test]
+    fn encodings_sized_up_front_are_the_versioned_encoding_in_one_allocation() {
+        let m = Mutation::Write {
+            offset: 5,
+            data: Bytes::from(vec![3u8; 4096]),
+        };
+        let plain = cairn_types::encode_versioned(crate::OPS_WIRE_VERSION, &m);
+        assert_eq!(encode(&m).to_vec(), plain);
+        let parts = encode_parts(&m);
+        assert_eq!(parts, vec![Bytes::from(plain.clone())]);
+        // Vec -> Bytes keeps the allocation only when it is exactly full.
+        let mut v = Vec::with_capacity(1 + crate::encoded_size(&m));
+        v.extend_from_slice(&plain);
+        assert_eq!(v.capacity(), v.len(), "sized exactly");
     }
 }

@@ -371,13 +371,12 @@ pub(crate) fn coll_of(pgid: PgId) -> CollectionId {
     CollectionId::pg(pgid.pool.0, pgid.seed)
 }
 
-/// Transactions with at least this much payload are submitted through
-/// [`blocking_store_call`]: the store writes big data blocks (O_DIRECT) in
-/// the submitting thread.
+/// Reads of at least this many bytes run through [`blocking_store_call`]
+/// (or off the PG's task).
 const BLOCKING_SUBMIT_BYTES: u64 = 64 << 10;
 
-/// Runs store work that blocks (a big write's data I/O in `submit`, a
-/// large read) from async code. On a multi-thread runtime the worker first
+/// Runs store work that blocks (a large read, a submit that waits for the
+/// store's in-flight budget) from async code. On a multi-thread runtime the worker first
 /// hands its other tasks to another thread (`block_in_place`), so one PG's
 /// 4 MiB write or read does not stall every connection, PG and heartbeat
 /// task queued on that worker; the calling task still waits, which keeps
@@ -390,10 +389,12 @@ pub(crate) fn blocking_store_call<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
-/// `store.submit(txn)`, through [`blocking_store_call`] when it carries
-/// enough data to block.
+/// `store.submit(txn)`. The store writes a big write's data on its own
+/// threads after `submit` returns, so a PG has many in flight; `submit`
+/// blocks only for the store's in-flight budget, and then runs through
+/// [`blocking_store_call`].
 fn submit_txn(store: &Store, txn: Transaction) -> Result<cairn_store::CommitHandle, StoreError> {
-    if txn.payload_bytes() >= BLOCKING_SUBMIT_BYTES {
+    if store.submit_would_wait(txn.payload_bytes()) {
         blocking_store_call(|| store.submit(txn))
     } else {
         store.submit(txn)
@@ -1451,7 +1452,7 @@ struct PgActor {
 /// A write transaction of this PG submitted to the local store and not yet
 /// durable: the primary's own part of a client write, or a replica's part
 /// of a primary's sub-op (with the acknowledgement to send once durable).
-/// The store completes commits in submission order, so the actor waits on
+/// The store completes a collection's commits in submission order, so the actor waits on
 /// the oldest one itself: no task per write and no extra hop between the
 /// store's completion and the PG (or the replica's ack).
 struct LocalCommit {
@@ -2513,10 +2514,10 @@ impl PgActor {
         if let Some(run) = self.backfill.as_mut() {
             run.note_write(version.seq, &req.oid, &replicas);
         }
-        // The sub-ops go out before the local commit is submitted: a big
-        // write's local data I/O (O_DIRECT write and sync, run in this
-        // task) then overlaps the replicas' instead of preceding it. The
-        // op is acknowledged only once every member's commit is reported.
+        // The sub-ops go out before the local commit is submitted, so the
+        // replicas' data I/O starts no later than this OSD's (which runs
+        // on the store's data writers, not in this task). The op is
+        // acknowledged only once every member's commit is reported.
         for (r, bytes) in per_replica {
             self.send_repop(r, version.seq, bytes).await;
         }
@@ -2754,7 +2755,8 @@ impl PgActor {
             }
         }
         // A resend of an entry we already have is acknowledged once every
-        // earlier transaction is durable (group commits complete in order).
+        // earlier transaction of the PG is durable (the store commits a
+        // collection's transactions in submission order).
         txn.meta_set(self.coll, META_INFO, encode(&self.pg.info));
         let handle = submit_txn(&self.shared.store, txn).map_err(|e| e.to_string());
         self.local_commits.push_back(LocalCommit {
@@ -2864,7 +2866,7 @@ impl PgActor {
     }
 
     /// Returns once everything submitted for this PG so far is durable
-    /// (group commits complete in submission order).
+    /// (the store commits a collection's transactions in submission order).
     async fn flush(&self) -> Result<(), String> {
         let mut t = Transaction::new();
         t.meta_set(self.coll, META_INFO, encode(&self.pg.info));

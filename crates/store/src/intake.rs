@@ -1,14 +1,19 @@
 //! The hand-off between submitters and the committer, and the waits for
 //! acknowledgements. Submitted transactions collect in one [`Intake`] that
-//! the committer takes whole as its next group; every transaction taken
+//! the committer takes as its next group; every transaction taken
 //! together shares one [`GroupAck`] word, so the thread that makes a group
 //! durable sets every result first and then wakes all of its waiters with
 //! one futex call (waking them one by one, the waker was preempted by the
 //! first waiter it woke and the rest trickled out, so callers came back one
-//! by one and half the groups held a single transaction). Owns the queueing
-//! and the waking only; group commit itself is in `store.rs`.
+//! by one and half the groups held a single transaction). A transaction
+//! whose large data is still being written ([`Ordered::ready`] false, see
+//! `prepare.rs`) stays queued, and so does every later one touching one of
+//! its collections: the committer takes them in submission order per
+//! collection. Owns the queueing, that ordering and the waking only; group
+//! commit itself is in `store.rs`.
 
 use crate::error::{Result, StoreError};
+use crate::ids::CollectionId;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -174,6 +179,18 @@ impl Future for CommitHandle {
     }
 }
 
+/// What the intake needs to know of a queued transaction to keep its order.
+pub(crate) trait Ordered {
+    /// The committer may take it: its large data is written and synced, or
+    /// failed (it then completes with that error, in its turn).
+    fn ready(&self) -> bool;
+    /// The collections it touches: it is committed after every transaction
+    /// submitted before it that touches one of them. Empty: after every
+    /// transaction submitted before it (an empty transaction is a barrier,
+    /// as callers that wait for "everything submitted so far" use it).
+    fn collections(&self) -> &[CollectionId];
+}
+
 /// What the committer takes in one go.
 pub(crate) struct Taken<T> {
     pub txns: Vec<T>,
@@ -209,7 +226,7 @@ pub(crate) enum Empty {
     Closed,
 }
 
-impl<T> Intake<T> {
+impl<T: Ordered> Intake<T> {
     pub fn new(max_txns: usize) -> Intake<T> {
         Intake {
             state: Mutex::new(IntakeState {
@@ -272,18 +289,20 @@ impl<T> Intake<T> {
         let Ok(mut st) = self.state.lock() else {
             return Err(Empty::Closed);
         };
-        if st.txns.is_empty() && st.checkpoints.is_empty() {
-            if st.closed {
+        if !takeable(&st.txns) && st.checkpoints.is_empty() {
+            if st.closed && st.txns.is_empty() {
                 return Err(Empty::Closed);
             }
+            // Closed with transactions still being prepared: they become
+            // ready (or fail) on their own and are committed in turn.
             st.committer_waiting = true;
             st = match self.work.wait_timeout(st, wait) {
                 Ok((g, _)) => g,
                 Err(_) => return Err(Empty::Closed),
             };
             st.committer_waiting = false;
-            if st.txns.is_empty() && st.checkpoints.is_empty() {
-                return Err(if st.closed {
+            if !takeable(&st.txns) && st.checkpoints.is_empty() {
+                return Err(if st.closed && st.txns.is_empty() {
                     Empty::Closed
                 } else {
                     Empty::TimedOut
@@ -291,6 +310,17 @@ impl<T> Intake<T> {
             }
         }
         Ok(self.take_locked(&mut st))
+    }
+
+    /// A queued transaction became ready: wakes the committer if it sleeps.
+    pub fn notify_ready(&self) {
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        if st.committer_waiting {
+            st.committer_waiting = false;
+            self.work.notify_one();
+        }
     }
 
     /// Takes whatever is queued now, without waiting (possibly nothing).
@@ -306,7 +336,15 @@ impl<T> Intake<T> {
     }
 
     fn take_locked(&self, st: &mut IntakeState<T>) -> Taken<T> {
-        let txns = std::mem::take(&mut st.txns);
+        let txns = if st.txns.iter().all(Ordered::ready) {
+            std::mem::take(&mut st.txns)
+        } else {
+            let (taken, kept) = split_in_order(std::mem::take(&mut st.txns));
+            st.txns = kept;
+            taken
+        };
+        // Transactions left queued keep their wake-up word (the group that
+        // takes them later wakes it again); new ones get a fresh word.
         if !txns.is_empty() {
             st.ack = Arc::default();
         }
@@ -329,9 +367,170 @@ impl<T> Intake<T> {
     }
 }
 
+/// Which of `queued` (in submission order) the committer may take now: a
+/// transaction stays when it is not ready, or when an earlier one that
+/// stays touches one of its collections (or either of the two is a
+/// barrier).
+fn take_mask<T: Ordered>(queued: &[T]) -> Vec<bool> {
+    // The collections of the transactions kept so far; `barrier`: a kept
+    // one holds back everything after it.
+    let mut held: Vec<CollectionId> = Vec::new();
+    let mut barrier = false;
+    let mut kept_any = false;
+    let mut mask = Vec::with_capacity(queued.len());
+    for t in queued {
+        let colls = t.collections();
+        let behind =
+            barrier || (colls.is_empty() && kept_any) || colls.iter().any(|c| held.contains(c));
+        let take = !behind && t.ready();
+        if !take {
+            kept_any = true;
+            barrier |= colls.is_empty();
+            for c in colls {
+                if !held.contains(c) {
+                    held.push(*c);
+                }
+            }
+        }
+        mask.push(take);
+    }
+    mask
+}
+
+/// Whether the committer may take anything of `queued` now.
+fn takeable<T: Ordered>(queued: &[T]) -> bool {
+    !queued.is_empty() && (queued.iter().all(Ordered::ready) || take_mask(queued).contains(&true))
+}
+
+/// Splits `queued` into what the committer may take now and what stays
+/// ([`take_mask`]); both parts keep their order.
+fn split_in_order<T: Ordered>(queued: Vec<T>) -> (Vec<T>, Vec<T>) {
+    let mask = take_mask(&queued);
+    let mut taken = Vec::with_capacity(queued.len());
+    let mut kept = Vec::new();
+    for (t, take) in queued.into_iter().zip(mask) {
+        if take {
+            taken.push(t);
+        } else {
+            kept.push(t);
+        }
+    }
+    (taken, kept)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// Ready at once, in no collection (the waking and room tests).
+    impl Ordered for Arc<Completion> {
+        fn ready(&self) -> bool {
+            true
+        }
+        fn collections(&self) -> &[CollectionId] {
+            &[]
+        }
+    }
+    impl Ordered for u32 {
+        fn ready(&self) -> bool {
+            true
+        }
+        fn collections(&self) -> &[CollectionId] {
+            &[]
+        }
+    }
+
+    /// A queued transaction of the ordering tests: an id, its collections,
+    /// and whether its data is written.
+    struct Txn(u32, Vec<CollectionId>, Arc<AtomicBool>);
+    impl Ordered for Txn {
+        fn ready(&self) -> bool {
+            self.2.load(Ordering::Acquire)
+        }
+        fn collections(&self) -> &[CollectionId] {
+            &self.1
+        }
+    }
+
+    fn ids(t: &Taken<Txn>) -> Vec<u32> {
+        t.txns.iter().map(|t| t.0).collect()
+    }
+
+    #[test]
+    fn a_collection_commits_in_submission_order_around_unready_writes() {
+        let (a, b) = (CollectionId::pg(1, 0), CollectionId::pg(1, 1));
+        let intake: Intake<Txn> = Intake::new(16);
+        let flags: Vec<Arc<AtomicBool>> = (0..6).map(|_| Arc::default()).collect();
+        // 1 (a, big, being written), 2 (b, ready), 3 (a, ready: behind 1),
+        // 4 (b, big, being written), 5 (a and b: behind 1 and 4).
+        let set = |i: usize| flags[i].store(true, Ordering::Release);
+        for (i, c) in [
+            (1, vec![a]),
+            (2, vec![b]),
+            (3, vec![a]),
+            (4, vec![b]),
+            (5, vec![a, b]),
+        ] {
+            intake
+                .push(|_| Txn(i, c, flags[i as usize].clone()))
+                .unwrap();
+        }
+        set(2);
+        set(3);
+        set(5);
+        assert_eq!(ids(&intake.take_now()), vec![2]);
+        // Nothing ready at the head of either collection: nothing to take.
+        assert!(matches!(
+            intake.take(Duration::from_millis(1)),
+            Err(Empty::TimedOut)
+        ));
+        // The later big write of b finishes first: still behind nothing in
+        // b, so it goes; 5 still waits for 1 (collection a).
+        set(4);
+        assert_eq!(ids(&intake.take_now()), vec![4]);
+        set(1);
+        assert_eq!(ids(&intake.take_now()), vec![1, 3, 5]);
+    }
+
+    #[test]
+    fn an_empty_transaction_waits_for_everything_before_it() {
+        let a = CollectionId::pg(1, 0);
+        let intake: Intake<Txn> = Intake::new(16);
+        let big = Arc::new(AtomicBool::new(false));
+        let ready = || Arc::new(AtomicBool::new(true));
+        intake.push(|_| Txn(1, vec![a], big.clone())).unwrap();
+        intake.push(|_| Txn(2, vec![], ready())).unwrap();
+        intake
+            .push(|_| Txn(3, vec![CollectionId::pg(2, 0)], ready()))
+            .unwrap();
+        assert!(intake.take_now().txns.is_empty());
+        big.store(true, Ordering::Release);
+        assert_eq!(ids(&intake.take_now()), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn the_committer_wakes_when_a_write_becomes_ready_and_drains_after_close() {
+        let a = CollectionId::pg(1, 0);
+        let intake: Arc<Intake<Txn>> = Arc::new(Intake::new(16));
+        let big = Arc::new(AtomicBool::new(false));
+        intake.push(|_| Txn(1, vec![a], big.clone())).unwrap();
+        intake.close();
+        let (i2, b2) = (intake.clone(), big.clone());
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            b2.store(true, Ordering::Release);
+            i2.notify_ready();
+        });
+        // Closed, but a transaction is still being prepared: not Closed yet.
+        let t = intake.take(Duration::from_secs(10)).ok().unwrap();
+        assert_eq!(ids(&t), vec![1]);
+        writer.join().unwrap();
+        assert!(matches!(
+            intake.take(Duration::from_millis(1)),
+            Err(Empty::Closed)
+        ));
+    }
 
     #[test]
     fn one_wake_reaches_every_waiter_of_a_group() {

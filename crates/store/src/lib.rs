@@ -20,6 +20,7 @@ mod ids;
 mod intake;
 mod meta;
 mod overlay;
+mod prepare;
 mod readbuf;
 pub mod sim;
 mod store;

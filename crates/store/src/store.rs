@@ -10,12 +10,13 @@ use crate::error::{Result, StoreError};
 use crate::extcache::ExtentCache;
 use crate::ids::{CollectionId, ObjectId};
 pub use crate::intake::CommitHandle;
-use crate::intake::{Completion, Empty, GroupAck, Intake};
+use crate::intake::{Completion, Empty, GroupAck, Intake, Ordered};
 use crate::meta::*;
 use crate::overlay::{
     GroupChanges, KvRead, Overlay, ReadView, TID_COLLS, TID_OBJECTS, TID_OMAP, TID_PGLOG,
     TID_PGMETA,
 };
+use crate::prepare::{DataJob, DataWriters, Prep};
 use crate::txn::Transaction;
 use crate::wal::{self, RedoLog, WalWriter, WAL_ALIGN};
 use crate::zeroer::{ZeroState, Zeroer, ZeroingStats};
@@ -80,6 +81,9 @@ pub struct StoreConfig {
     pub meta_reserve_bytes: u64,
     /// Bytes of submitted-but-uncommitted payload before `submit` blocks.
     pub max_inflight_bytes: u64,
+    /// Threads that write (and sync) the data of large writes after
+    /// `submit` returned: at most this many such writes run at once.
+    pub data_writer_threads: usize,
     /// Most transactions in one group commit.
     pub max_batch_txns: usize,
     /// Size of the write-ahead log file (used at create; at open the file's
@@ -136,6 +140,7 @@ impl StoreConfig {
             max_object_size: 128 << 20,
             meta_reserve_bytes: 256 << 20,
             max_inflight_bytes: 128 << 20,
+            data_writer_threads: 8,
             max_batch_txns: 512,
             wal_bytes: 0,
             deferred_write_below_bytes: 64 << 10,
@@ -168,6 +173,11 @@ impl StoreConfig {
                 "wal_bytes {} is too small (at least {MIN_WAL_BYTES})",
                 self.wal_bytes
             )));
+        }
+        if self.data_writer_threads == 0 {
+            return Err(StoreError::Invalid(
+                "data_writer_threads must be at least 1".into(),
+            ));
         }
         if self.max_batch_txns == 0 {
             return Err(StoreError::Invalid(
@@ -433,14 +443,14 @@ impl Inner {
     }
 
     /// Allocates new blocks for every block-aligned `Write` of `txn` and
-    /// writes the large ones from the calling thread, so many submitters
-    /// overlap their data I/O (O_DIRECT, each synced by its submitter
-    /// before the group is queued). Small ones are only allocated and
-    /// checksummed here: the committer writes them ([`write_deferred`]) and
-    /// their bytes ride in the record.
-    fn prewrite(&self, txn: &Transaction) -> Result<Vec<Option<Prewrite>>> {
+    /// computes their block crcs. Small ones are written by the committer
+    /// ([`write_deferred`]) and their bytes ride in the record; large ones
+    /// are returned with their blocks, for a data writer (`prepare.rs`)
+    /// to write and sync before the transaction may commit.
+    fn prewrite(&self, txn: &Transaction) -> Result<(Vec<Option<Prewrite>>, Vec<DataWrite>)> {
         let bs = self.block_size;
         let mut pre: Vec<Option<Prewrite>> = Vec::with_capacity(txn.ops.len());
+        let mut large = Vec::new();
         let mut res: Result<()> = Ok(());
         for op in &txn.ops {
             let pw = match op {
@@ -451,8 +461,13 @@ impl Inner {
                     && (data.len() as u64).is_multiple_of(bs)
                     && offset + data.len() as u64 <= self.cfg.max_object_size =>
                 {
-                    match self.prewrite_one(data, crcs.as_deref(), txn.keep_cached) {
-                        Ok(pw) => Some(pw),
+                    match self.prewrite_one(data, crcs.as_deref()) {
+                        Ok(pw) => {
+                            if pw.image.is_none() {
+                                large.push((data.clone(), pw.runs.clone()));
+                            }
+                            Some(pw)
+                        }
                         Err(e) => {
                             res = Err(e);
                             break;
@@ -473,85 +488,54 @@ impl Inner {
             }
             return Err(e);
         }
-        pre.resize_with(txn.ops.len(), || None);
-        Ok(pre)
-    }
-
-    /// `cached`: a large write goes through the page cache (then synced
-    /// like the O_DIRECT ones), so that reads soon after find it there.
-    /// `known`: the verified crcs of `data`'s 4 KiB blocks, if the
-    /// submitter has them (see `Transaction::write_verified`).
-    fn prewrite_one(
-        &self,
-        data: &bytes::Bytes,
-        known: Option<&[u32]>,
-        cached: bool,
-    ) -> Result<Prewrite> {
-        let bs = self.block_size;
-        let deferred = (data.len() as u64) < self.cfg.deferred_write_below_bytes;
-        let runs = self.allocate_blocks(data.len() as u64 / bs)?;
-        if deferred {
-            // Written into the data file by the committer (`write_deferred`),
-            // with the rest of its group, before the group applies.
-            return Ok(Prewrite {
-                runs,
-                crcs: apply::block_crcs_known(data, bs, known),
-                image: Some(data.clone()),
-            });
-        }
-        if cached {
+        if txn.keep_cached && !large.is_empty() {
             self.wrote_cached
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        let mut done = 0usize;
-        let mut written = Ok(());
-        for (pstart, plen) in crate::alloc::join_adjacent(&runs) {
-            let part = &data[done..done + (plen * bs) as usize];
-            let r = if cached {
-                self.data.write_at(part, pstart * bs)
-            } else {
-                self.data.write_at_direct(part, pstart * bs)
-            };
-            if let Err(e) = r {
-                written = Err(StoreError::io("data file write", e));
-                break;
-            }
-            done += part.len();
-        }
-        if written.is_ok() {
-            // A large write is durable before its group's record names its
-            // blocks: each submitter syncs its own data, as fio's threads
-            // do, and concurrent syncs merge in the block layer. A failed
-            // sync is not retryable (the kernel may have dropped other dirty
-            // pages of the file): it poisons the store.
-            if let Err(e) = self.data.sync_data() {
-                let err = StoreError::io("data file fdatasync", e);
-                poison(self, &err.to_string());
-                written = Err(err);
-            }
-        }
-        if let Err(e) = written {
-            if let Ok(mut a) = self.alloc.lock() {
-                for &(s, l) in &runs {
-                    a.release(s, l);
-                }
-            }
-            return Err(e);
-        }
+        pre.resize_with(txn.ops.len(), || None);
+        Ok((pre, large))
+    }
+
+    /// Allocates the blocks of one aligned write and computes its crcs;
+    /// keeps the bytes of a small (deferred) one. `known`: the verified
+    /// crcs of `data`'s 4 KiB blocks, if the submitter has them (see
+    /// `Transaction::write_verified`).
+    fn prewrite_one(&self, data: &bytes::Bytes, known: Option<&[u32]>) -> Result<Prewrite> {
+        let bs = self.block_size;
+        let deferred = (data.len() as u64) < self.cfg.deferred_write_below_bytes;
+        let runs = self.allocate_blocks(data.len() as u64 / bs)?;
         Ok(Prewrite {
             runs,
             crcs: apply::block_crcs_known(data, bs, known),
-            image: None,
+            // Written into the data file by the committer (`write_deferred`),
+            // with the rest of its group, before the group applies.
+            image: deferred.then(|| data.clone()),
         })
     }
 }
 
+/// A large write's data and the blocks allocated for it.
+type DataWrite = (bytes::Bytes, Vec<(u64, u64)>);
+
 struct Pending {
     txn: Transaction,
-    /// Per op: blocks already written by the submitter (aligned writes only).
+    /// Per op: blocks allocated at submit (aligned writes only).
     pre: Vec<Option<Prewrite>>,
     bytes: u64,
     done: Arc<Completion>,
+    /// Large writes' data being written by a data writer (None: none).
+    prep: Option<Arc<Prep>>,
+    /// `txn.collections()`: what it is ordered behind in the intake.
+    colls: Vec<CollectionId>,
+}
+
+impl Ordered for Pending {
+    fn ready(&self) -> bool {
+        self.prep.as_ref().is_none_or(|p| p.is_done())
+    }
+    fn collections(&self) -> &[CollectionId] {
+        &self.colls
+    }
 }
 
 /// A transaction dropped without a result (a store thread stopped or
@@ -563,6 +547,10 @@ impl Drop for Pending {
 }
 
 impl Pending {
+    /// Why its large data could not be written, if it could not.
+    fn prepare_error(&self) -> Option<Result<()>> {
+        self.prep.as_ref()?.take_error().map(Err)
+    }
     fn release_prewrites(&self, inner: &Inner) {
         if let Ok(mut a) = inner.alloc.lock() {
             for pw in self.pre.iter().flatten() {
@@ -579,6 +567,8 @@ pub struct Store {
     inner: Arc<Inner>,
     intake: Arc<Intake<Pending>>,
     committer: Option<JoinHandle<()>>,
+    /// Write large writes' data (stopped after the committer).
+    writers: Option<DataWriters>,
     /// Background zeroing of unwritten free space (stopped first on drop).
     zeroer: Option<Zeroer>,
     zero_state: Arc<ZeroState>,
@@ -862,12 +852,18 @@ impl Store {
                 }
             })
             .map_err(|e| StoreError::io("spawn committer thread", e))?;
+        let intake3 = intake.clone();
+        let writers =
+            DataWriters::spawn(inner.clone(), inner.cfg.data_writer_threads, move || {
+                intake3.notify_ready()
+            })?;
         let zero_state = Arc::new(ZeroState::default());
         let zeroer = Zeroer::spawn(inner.clone(), zero_state.clone());
         Ok(Store {
             inner,
             intake,
             committer: Some(committer),
+            writers: Some(writers),
             zeroer: Some(zeroer),
             zero_state,
             _lock: None,
@@ -875,7 +871,11 @@ impl Store {
     }
 
     /// Queues `txn` for the next group commit. Blocks only while more than
-    /// `max_inflight_bytes` of payload is queued (backpressure).
+    /// `max_inflight_bytes` of payload is queued (backpressure) or the
+    /// intake is full; the data of large writes is written by the store's
+    /// data writers meanwhile. Transactions touching a collection commit in
+    /// the order they were submitted (an empty one after everything
+    /// submitted before it).
     pub fn submit(&self, txn: Transaction) -> Result<CommitHandle> {
         if let Some(p) = lock(&self.inner.poisoned)?.as_ref() {
             return Err(StoreError::Poisoned(p.clone()));
@@ -894,18 +894,35 @@ impl Store {
             }
             *inflight += bytes;
         }
-        let pre = match self.inner.prewrite(&txn) {
+        let (pre, large) = match self.inner.prewrite(&txn) {
             Ok(p) => p,
             Err(e) => {
                 self.release_inflight(bytes);
                 return Err(e);
             }
         };
+        let cached = txn.keep_cached;
+        let prep = (!large.is_empty()).then(Arc::<Prep>::default);
         // Fails only once the committer has stopped (the store is closing
         // or broken); blocks allocated above are then simply not used (the
         // allocator is rebuilt from the metadata at the next open).
-        let done = self.inner_intake_push(txn, pre, bytes)?;
+        let done = self.inner_intake_push(txn, pre, bytes, prep.clone())?;
+        if let (Some(prep), Some(w)) = (prep, &self.writers) {
+            w.send(DataJob {
+                writes: large,
+                cached,
+                prep,
+            });
+        }
         Ok(CommitHandle(done))
+    }
+
+    /// Whether `submit` of a transaction carrying `bytes` of payload would
+    /// wait for the in-flight budget now (a hint: the budget moves).
+    pub fn submit_would_wait(&self, bytes: u64) -> bool {
+        self.inner.inflight.lock().map_or(true, |n| {
+            *n > 0 && *n + bytes > self.inner.cfg.max_inflight_bytes
+        })
     }
 
     fn inner_intake_push(
@@ -913,12 +930,16 @@ impl Store {
         txn: Transaction,
         pre: Vec<Option<Prewrite>>,
         bytes: u64,
+        prep: Option<Arc<Prep>>,
     ) -> Result<Arc<Completion>> {
+        let colls = txn.collections();
         let r = self.intake.push(|done| Pending {
             txn,
             pre,
             bytes,
             done,
+            prep,
+            colls,
         });
         if r.is_err() {
             self.release_inflight(bytes);
@@ -1303,9 +1324,11 @@ impl Drop for Store {
     fn drop(&mut self) {
         self.zeroer.take();
         self.intake.close();
+        // The committer drains the intake, waiting for the data writers.
         if let Some(h) = self.committer.take() {
             let _ = h.join();
         }
+        self.writers.take();
     }
 }
 
@@ -1808,11 +1831,11 @@ impl LogState {
     }
 }
 
-fn poisoned_msg(inner: &Inner) -> Option<String> {
+pub(crate) fn poisoned_msg(inner: &Inner) -> Option<String> {
     inner.poisoned.lock().ok().and_then(|g| g.clone())
 }
 
-fn poison(inner: &Inner, msg: &str) {
+pub(crate) fn poison(inner: &Inner, msg: &str) {
     tracing::error!(error = %msg, "store commit failed; store poisoned until reopen");
     if let Ok(mut p) = inner.poisoned.lock() {
         if p.is_none() {
@@ -2084,7 +2107,8 @@ fn wake_groups(groups: &[Arc<GroupAck>]) {
 /// and the rest retried) and hands it to the WAL writer, which acknowledges
 /// it once durable.
 fn commit_batch(inner: &Inner, log: &mut LogState, batch: Vec<Pending>) {
-    let mut results: Vec<Option<Result<()>>> = batch.iter().map(|_| None).collect();
+    // A transaction whose large data could not be written fails alone.
+    let mut results: Vec<Option<Result<()>>> = batch.iter().map(Pending::prepare_error).collect();
     if let Some(p) = poisoned_msg(inner) {
         finish_group(inner, batch, results, Some(&p));
         return;

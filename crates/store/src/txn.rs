@@ -111,6 +111,34 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// The collection the op reads or changes.
+    pub fn collection(&self) -> &CollectionId {
+        match self {
+            Op::CreateCollection(c)
+            | Op::RemoveCollection(c)
+            | Op::Touch(c, _)
+            | Op::Create(c, _)
+            | Op::Remove(c, _)
+            | Op::OmapClear(c, _) => c,
+            Op::Write { coll, .. }
+            | Op::Zero { coll, .. }
+            | Op::Truncate { coll, .. }
+            | Op::Clone { coll, .. }
+            | Op::CloneRange { coll, .. }
+            | Op::SetAttrs { coll, .. }
+            | Op::RmAttr { coll, .. }
+            | Op::OmapSet { coll, .. }
+            | Op::OmapRm { coll, .. }
+            | Op::OmapRmRange { coll, .. }
+            | Op::LogAppend { coll, .. }
+            | Op::LogTrim { coll, .. }
+            | Op::MetaSet { coll, .. }
+            | Op::MetaRm { coll, .. } => coll,
+        }
+    }
+}
+
 /// A batch of operations applied atomically and in order.
 #[derive(Debug, Clone, Default)]
 pub struct Transaction {
@@ -142,6 +170,17 @@ impl Transaction {
     pub fn push(&mut self, op: Op) -> &mut Self {
         self.ops.push(op);
         self
+    }
+    /// The collections the transaction touches, each once, in first-use order.
+    pub fn collections(&self) -> Vec<CollectionId> {
+        let mut out: Vec<CollectionId> = Vec::new();
+        for op in &self.ops {
+            let c = op.collection();
+            if !out.contains(c) {
+                out.push(*c);
+            }
+        }
+        out
     }
     /// Bytes of payload carried (what the in-flight throttle counts).
     pub fn payload_bytes(&self) -> u64 {

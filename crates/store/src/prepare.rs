@@ -9,7 +9,7 @@
 //! allocation stays in `store.rs` (`Inner::prewrite`).
 
 use crate::error::{Result, StoreError};
-use crate::store::{poison, Inner};
+use crate::store::{panic_text, poison, Inner};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -158,20 +158,44 @@ fn writer_loop(inner: &Inner, shared: &Shared) {
                 };
             }
         };
-        let r = write_and_sync(inner, &job);
+        // A panic fails the job (and poisons the store) instead of leaving
+        // its transaction, and every later one of its collections, queued
+        // forever; the thread goes on with the next job, which then fails
+        // on the poison.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            write_and_sync(inner, &job)
+        }))
+        .unwrap_or_else(|p| {
+            let msg = format!(
+                "store data writer thread panicked: {}; the store is poisoned until reopened",
+                panic_text(&*p)
+            );
+            poison(inner, &msg);
+            Err(StoreError::Poisoned(msg))
+        });
         job.prep.finish(r);
         (shared.on_done)();
     }
 }
 
-/// Writes a job's data into its blocks and makes it durable. A failed write
-/// fails only this transaction (the committer gives its blocks back); a
-/// failed sync is not retryable (the kernel may have dropped other dirty
-/// pages of the file): it also poisons the store.
+/// Writes a job's data into its blocks and makes it durable. Any failure
+/// poisons the store before the job is marked done: the transactions
+/// submitted after this one (in its collections) are already queued behind
+/// it and were built on it succeeding (a PG's next log entries), so none of
+/// them may commit; they fail with the poison. A failed sync is not
+/// retryable in any case (the kernel may have dropped other dirty pages of
+/// the file). The OSD stops on such an error anyway (fail-stop).
 fn write_and_sync(inner: &Inner, job: &DataJob) -> Result<()> {
     if let Some(p) = crate::store::poisoned_msg(inner) {
         return Err(StoreError::Poisoned(p));
     }
+    #[cfg(test)]
+    crate::store::test_panic_point(inner, "data writer");
+    let failed = |what: &str, e: std::io::Error| {
+        let err = StoreError::io(what, e);
+        poison(inner, &err.to_string());
+        err
+    };
     let bs = inner.block_size;
     for (data, runs) in &job.writes {
         let mut done = 0usize;
@@ -182,18 +206,17 @@ fn write_and_sync(inner: &Inner, job: &DataJob) -> Result<()> {
             } else {
                 inner.data.write_at_direct(part, pstart * bs)
             };
-            r.map_err(|e| StoreError::io("data file write", e))?;
+            r.map_err(|e| failed("data file write", e))?;
             done += part.len();
         }
     }
     // Durable before its group's record names the blocks: each write
     // syncs its own data, as each fio job does, and concurrent syncs merge
     // in the block layer.
-    inner.data.sync_data().map_err(|e| {
-        let err = StoreError::io("data file fdatasync", e);
-        poison(inner, &err.to_string());
-        err
-    })
+    inner
+        .data
+        .sync_data()
+        .map_err(|e| failed("data file fdatasync", e))
 }
 
 #[cfg(test)]
@@ -201,9 +224,11 @@ mod tests {
     use crate::device::StoreFile;
     use crate::sim::{FaultPlan, SimFile};
     use crate::{
-        CollectionId, CommitHandle, ObjectId, Store, StoreConfig, StoreFiles, Transaction,
+        CollectionId, CommitHandle, ObjectId, Store, StoreConfig, StoreError, StoreFiles,
+        Transaction,
     };
     use std::io;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Condvar, Mutex};
     use std::task::{Context, Poll, Waker};
     use std::time::Duration;
@@ -213,11 +238,16 @@ mod tests {
     const HELD: u8 = 0xA1;
     const FAILS: u8 = 0xEE;
 
-    /// A simulated data file whose large writes the test holds or fails.
+    /// A simulated data file whose large writes the test holds or fails,
+    /// and which tells whether a large write is still unsynced.
     struct GatedFile {
         file: Arc<SimFile>,
         open: Mutex<bool>,
         cv: Condvar,
+        /// The next `sync_data` fails with EIO.
+        fail_sync: AtomicBool,
+        /// A large (O_DIRECT) write landed and no sync followed yet.
+        unsynced: AtomicBool,
     }
 
     impl GatedFile {
@@ -245,9 +275,17 @@ mod tests {
                 }
                 _ => {}
             }
-            self.file.write_at(buf, offset)
+            self.file.write_at(buf, offset)?;
+            self.unsynced.store(true, Ordering::SeqCst);
+            Ok(())
         }
         fn sync_data(&self) -> io::Result<()> {
+            if self.fail_sync.swap(false, Ordering::SeqCst) {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            // Cleared before the sync: a write that lands meanwhile sets it
+            // again (it is not covered by this sync).
+            self.unsynced.store(false, Ordering::SeqCst);
             self.file.sync_data()
         }
         fn len(&self) -> io::Result<u64> {
@@ -261,28 +299,44 @@ mod tests {
         }
     }
 
-    /// A store on a gated data file, with collections pg 1.0 and 1.1.
-    fn store() -> (Store, Arc<GatedFile>) {
+    fn cfg() -> StoreConfig {
+        let mut cfg = StoreConfig::new("/nonexistent-prepare-test");
+        cfg.data_bytes = 32 << 20;
+        cfg.cache_bytes = 4 << 20;
+        cfg.wal_bytes = 1 << 20;
+        // No timed checkpoint: its data-file sync would take the failure
+        // a test arms for a data writer's.
+        cfg.checkpoint_interval_ms = 3_600_000;
+        cfg
+    }
+
+    /// A store on a gated data file, with collections pg 1.0 and 1.1; the
+    /// metadata and WAL files are returned for power cuts.
+    fn store_on() -> (Store, Arc<GatedFile>, Arc<SimFile>, Arc<SimFile>) {
         let plan = FaultPlan::new();
         let data = Arc::new(GatedFile {
             file: SimFile::new(plan.clone()),
             open: Mutex::new(false),
             cv: Condvar::new(),
+            fail_sync: AtomicBool::new(false),
+            unsynced: AtomicBool::new(false),
         });
-        let mut cfg = StoreConfig::new("/nonexistent-prepare-test");
-        cfg.data_bytes = 32 << 20;
-        cfg.cache_bytes = 4 << 20;
-        cfg.wal_bytes = 1 << 20;
+        let (meta, wal) = (SimFile::new(plan.clone()), SimFile::new(plan));
         let files = StoreFiles {
             data: data.clone(),
-            meta: SimFile::new(plan.clone()),
-            wal: SimFile::new(plan),
+            meta: meta.clone(),
+            wal: wal.clone(),
         };
-        let s = Store::create_on(cfg, files).unwrap();
+        let s = Store::create_on(cfg(), files).unwrap();
         let mut t = Transaction::new();
         t.create_collection(CollectionId::pg(1, 0));
         t.create_collection(CollectionId::pg(1, 1));
         s.commit(t).unwrap();
+        (s, data, meta, wal)
+    }
+
+    fn store() -> (Store, Arc<GatedFile>) {
+        let (s, data, _, _) = store_on();
         (s, data)
     }
 
@@ -311,6 +365,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         panic!("commit not done after 5 s");
+    }
+
+    fn poisoned(r: &crate::Result<()>) -> bool {
+        matches!(r, Err(StoreError::Poisoned(_)))
     }
 
     #[test]
@@ -345,24 +403,114 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_data_write_fails_only_its_transaction_and_before_the_next() {
+    fn an_empty_transaction_commits_after_a_big_write_submitted_before_it() {
+        let (s, gate) = store();
+        let a = CollectionId::pg(1, 0);
+        let mut big = s.submit(big_write(a, "one", HELD)).unwrap();
+        // A barrier (the OSD's "everything so far is durable"), and a
+        // small write of another collection behind it.
+        let mut barrier = s.submit(Transaction::new()).unwrap();
+        let mut t = Transaction::new();
+        t.meta_set(CollectionId::pg(1, 1), "k", b"v".to_vec());
+        let mut behind = s.submit(t).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(is_done(&mut barrier).is_none(), "barrier before the big write");
+        assert!(is_done(&mut behind).is_none(), "passed the barrier");
+        gate.release();
+        wait_done(&mut big).unwrap();
+        wait_done(&mut barrier).unwrap();
+        wait_done(&mut behind).unwrap();
+    }
+
+    #[test]
+    fn a_big_write_is_acknowledged_only_once_its_data_is_durable() {
+        let (s, gate, meta, wal) = store_on();
+        let a = CollectionId::pg(1, 0);
+        let mut h = s.submit(big_write(a, "one", HELD)).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(is_done(&mut h).is_none(), "acknowledged before its data landed");
+        gate.release();
+        wait_done(&mut h).unwrap();
+        assert!(
+            !gate.unsynced.load(Ordering::SeqCst),
+            "acknowledged before its data was synced"
+        );
+        // A power cut right after the acknowledgement keeps it whole.
+        for seed in 0..4 {
+            let plan = FaultPlan::new();
+            let files = StoreFiles {
+                data: gate.file.power_cut(seed, plan.clone()).unwrap(),
+                meta: meta.power_cut(seed, plan.clone()).unwrap(),
+                wal: wal.power_cut(seed, plan).unwrap(),
+            };
+            let r = Store::open_on(cfg(), files).unwrap();
+            let one = r.read(&a, &ObjectId::new(1, "one"), 0, 1 << 20).unwrap();
+            assert!(one.len() == 128 << 10 && one.iter().all(|&x| x == HELD));
+            assert_eq!(
+                r.meta_get(&a, "last").unwrap().as_deref(),
+                Some(&b"one"[..])
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_data_write_fails_its_transaction_and_poisons_the_store() {
+        let (s, _gate) = store();
+        let (a, b) = (CollectionId::pg(1, 0), CollectionId::pg(1, 1));
+        s.commit(big_write(b, "before", 0x05)).unwrap();
+        let mut bad = s.submit(big_write(a, "bad", FAILS)).unwrap();
+        let mut next = s.submit(big_write(a, "next", 0x07)).unwrap();
+        let err = wait_done(&mut bad);
+        assert!(matches!(err, Err(StoreError::Io { .. })), "{err:?}");
+        // The one behind it in the collection was built on it: it must not
+        // commit.
+        let r = wait_done(&mut next);
+        assert!(poisoned(&r), "{r:?}");
+        assert!(!s.exists(&a, &ObjectId::new(1, "bad")).unwrap());
+        assert!(!s.exists(&a, &ObjectId::new(1, "next")).unwrap());
+        assert_eq!(s.meta_get(&a, "last").unwrap(), None);
+        // What committed before stays; nothing commits after.
+        assert_eq!(
+            s.meta_get(&b, "last").unwrap().as_deref(),
+            Some(&b"before"[..])
+        );
+        assert!(s.is_poisoned());
+        assert!(matches!(
+            s.commit(big_write(b, "after", 0x08)),
+            Err(StoreError::Poisoned(_))
+        ));
+    }
+
+    #[test]
+    fn a_failed_data_sync_fails_its_transaction_and_poisons_the_store() {
+        let (s, gate) = store();
+        let a = CollectionId::pg(1, 0);
+        gate.fail_sync.store(true, Ordering::SeqCst);
+        let mut bad = s.submit(big_write(a, "bad", 0x06)).unwrap();
+        let mut next = s.submit(big_write(a, "next", 0x07)).unwrap();
+        let err = wait_done(&mut bad);
+        assert!(matches!(err, Err(StoreError::Io { .. })), "{err:?}");
+        let r = wait_done(&mut next);
+        assert!(r.is_err(), "committed after a failed sync: {r:?}");
+        assert!(!s.exists(&a, &ObjectId::new(1, "next")).unwrap());
+        assert!(s.is_poisoned());
+    }
+
+    #[test]
+    fn a_panicking_data_writer_fails_the_write_instead_of_hanging_it() {
         let (s, _gate) = store();
         let a = CollectionId::pg(1, 0);
-        let used_before = s.statfs().unwrap().used_bytes;
-        let mut bad = s.submit(big_write(a, "bad", FAILS)).unwrap();
-        let mut good = s.submit(big_write(a, "good", 0x07)).unwrap();
-        wait_done(&mut good).unwrap();
-        // The failure is set no later than the success after it.
-        let err = is_done(&mut bad).expect("failure reported before the later commit");
-        assert!(matches!(err, Err(crate::StoreError::Io { .. })), "{err:?}");
-        // Not poisoned; the failed write's blocks went back.
-        assert!(!s.exists(&a, &ObjectId::new(1, "bad")).unwrap());
-        assert_eq!(
-            s.meta_get(&a, "last").unwrap().as_deref(),
-            Some(&b"good"[..])
+        s.panic_next_in("data writer");
+        let mut h = s.submit(big_write(a, "one", 0x01)).unwrap();
+        let mut next = s.submit(big_write(a, "two", 0x02)).unwrap();
+        let e = wait_done(&mut h).expect_err("the panicked write");
+        assert!(
+            e.to_string().contains("store data writer thread panicked")
+                && e.to_string().contains("test panic in the data writer thread"),
+            "{e}"
         );
-        let used = s.statfs().unwrap().used_bytes;
-        assert_eq!(used - used_before, 128 << 10);
-        s.commit(big_write(a, "after", 0x08)).unwrap();
+        assert!(poisoned(&wait_done(&mut next)));
+        // Dropping the store does not hang on its data writers.
+        drop(s);
     }
 }

@@ -331,7 +331,8 @@ pub(crate) struct Inner {
     /// Milliseconds after `opened` of the last submit or data read (the
     /// zeroing thread runs only once this is `zero_idle_ms` old).
     last_activity_ms: std::sync::atomic::AtomicU64,
-    /// Tests: the store thread (`"committer"`, `"WAL"`) to panic at its next group.
+    /// Tests: the store thread (`"committer"`, `"WAL"`, `"data writer"`)
+    /// to panic at its next group (data writer: its next job).
     #[cfg(test)]
     panic_in: Mutex<Option<&'static str>>,
 }
@@ -1893,7 +1894,7 @@ fn drop_unfinished(c: &Arc<Completion>) {
 }
 
 /// The message a panic carried.
-fn panic_text(p: &(dyn std::any::Any + Send)) -> &str {
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> &str {
     p.downcast_ref::<&str>()
         .copied()
         .or_else(|| p.downcast_ref::<String>().map(String::as_str))
@@ -1937,9 +1938,24 @@ fn fail_intake(inner: &Inner, intake: &Intake<Pending>, msg: &str) {
     }
 }
 
+#[cfg(test)]
+impl Store {
+    /// Tests: makes store thread `role` panic at its next unit of work
+    /// (see `Inner::panic_in`).
+    pub(crate) fn panic_next_in(&self, role: &'static str) {
+        if let Ok(mut p) = self.inner.panic_in.lock() {
+            *p = Some(role);
+        }
+    }
+    /// Tests: whether the store is poisoned.
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.inner.is_poisoned()
+    }
+}
+
 /// Tests: panics here if the test asked thread `role` to.
 #[cfg(test)]
-fn test_panic_point(inner: &Inner, role: &str) {
+pub(crate) fn test_panic_point(inner: &Inner, role: &str) {
     let hit = inner
         .panic_in
         .lock()

@@ -162,17 +162,16 @@ fn writer_loop(inner: &Inner, shared: &Shared) {
         // its transaction, and every later one of its collections, queued
         // forever; the thread goes on with the next job, which then fails
         // on the poison.
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            write_and_sync(inner, &job)
-        }))
-        .unwrap_or_else(|p| {
-            let msg = format!(
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_and_sync(inner, &job)))
+                .unwrap_or_else(|p| {
+                    let msg = format!(
                 "store data writer thread panicked: {}; the store is poisoned until reopened",
                 panic_text(&*p)
             );
-            poison(inner, &msg);
-            Err(StoreError::Poisoned(msg))
-        });
+                    poison(inner, &msg);
+                    Err(StoreError::Poisoned(msg))
+                });
         job.prep.finish(r);
         (shared.on_done)();
     }
@@ -228,15 +227,15 @@ mod tests {
         Transaction,
     };
     use std::io;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Condvar, Mutex};
     use std::task::{Context, Poll, Waker};
     use std::time::Duration;
 
     /// Large writes whose data starts with `HELD` wait until released;
-    /// those starting with `FAILS` fail with EIO.
+    /// those starting with `FAILS_LATER` wait likewise, then fail with EIO.
     const HELD: u8 = 0xA1;
-    const FAILS: u8 = 0xEE;
+    const FAILS_LATER: u8 = 0xEF;
 
     /// A simulated data file whose large writes the test holds or fails,
     /// and which tells whether a large write is still unsynced.
@@ -248,6 +247,8 @@ mod tests {
         fail_sync: AtomicBool,
         /// A large (O_DIRECT) write landed and no sync followed yet.
         unsynced: AtomicBool,
+        /// Successful syncs so far.
+        syncs: AtomicU64,
     }
 
     impl GatedFile {
@@ -265,15 +266,14 @@ mod tests {
             self.file.write_at(buf, offset)
         }
         fn write_at_direct(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-            match buf.first() {
-                Some(&FAILS) => return Err(io::Error::from_raw_os_error(libc::EIO)),
-                Some(&HELD) => {
-                    let mut open = self.open.lock().unwrap();
-                    while !*open {
-                        open = self.cv.wait(open).unwrap();
-                    }
+            if let Some(&(HELD | FAILS_LATER)) = buf.first() {
+                let mut open = self.open.lock().unwrap();
+                while !*open {
+                    open = self.cv.wait(open).unwrap();
                 }
-                _ => {}
+            }
+            if buf.first() == Some(&FAILS_LATER) {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
             }
             self.file.write_at(buf, offset)?;
             self.unsynced.store(true, Ordering::SeqCst);
@@ -286,7 +286,9 @@ mod tests {
             // Cleared before the sync: a write that lands meanwhile sets it
             // again (it is not covered by this sync).
             self.unsynced.store(false, Ordering::SeqCst);
-            self.file.sync_data()
+            self.file.sync_data()?;
+            self.syncs.fetch_add(1, Ordering::SeqCst);
+            Ok(())
         }
         fn len(&self) -> io::Result<u64> {
             self.file.len()
@@ -320,6 +322,7 @@ mod tests {
             cv: Condvar::new(),
             fail_sync: AtomicBool::new(false),
             unsynced: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
         });
         let (meta, wal) = (SimFile::new(plan.clone()), SimFile::new(plan));
         let files = StoreFiles {
@@ -414,7 +417,10 @@ mod tests {
         t.meta_set(CollectionId::pg(1, 1), "k", b"v".to_vec());
         let mut behind = s.submit(t).unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        assert!(is_done(&mut barrier).is_none(), "barrier before the big write");
+        assert!(
+            is_done(&mut barrier).is_none(),
+            "barrier before the big write"
+        );
         assert!(is_done(&mut behind).is_none(), "passed the barrier");
         gate.release();
         wait_done(&mut big).unwrap();
@@ -428,7 +434,10 @@ mod tests {
         let a = CollectionId::pg(1, 0);
         let mut h = s.submit(big_write(a, "one", HELD)).unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        assert!(is_done(&mut h).is_none(), "acknowledged before its data landed");
+        assert!(
+            is_done(&mut h).is_none(),
+            "acknowledged before its data landed"
+        );
         gate.release();
         wait_done(&mut h).unwrap();
         assert!(
@@ -455,15 +464,21 @@ mod tests {
 
     #[test]
     fn a_failed_data_write_fails_its_transaction_and_poisons_the_store() {
-        let (s, _gate) = store();
+        let (s, gate) = store();
         let (a, b) = (CollectionId::pg(1, 0), CollectionId::pg(1, 1));
         s.commit(big_write(b, "before", 0x05)).unwrap();
-        let mut bad = s.submit(big_write(a, "bad", FAILS)).unwrap();
+        let mut bad = s.submit(big_write(a, "bad", FAILS_LATER)).unwrap();
         let mut next = s.submit(big_write(a, "next", 0x07)).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            is_done(&mut next).is_none(),
+            "committed before the write ahead of it"
+        );
+        gate.release();
         let err = wait_done(&mut bad);
         assert!(matches!(err, Err(StoreError::Io { .. })), "{err:?}");
-        // The one behind it in the collection was built on it: it must not
-        // commit.
+        // The one behind it in the collection was built on it: its data
+        // is on disk, but it must not commit.
         let r = wait_done(&mut next);
         assert!(poisoned(&r), "{r:?}");
         assert!(!s.exists(&a, &ObjectId::new(1, "bad")).unwrap());
@@ -485,13 +500,24 @@ mod tests {
     fn a_failed_data_sync_fails_its_transaction_and_poisons_the_store() {
         let (s, gate) = store();
         let a = CollectionId::pg(1, 0);
-        gate.fail_sync.store(true, Ordering::SeqCst);
-        let mut bad = s.submit(big_write(a, "bad", 0x06)).unwrap();
+        let mut bad = s.submit(big_write(a, "bad", HELD)).unwrap();
+        // The write behind it is written and synced first (its sync
+        // succeeds); then the held one's sync fails.
+        let synced = gate.syncs.load(Ordering::SeqCst);
         let mut next = s.submit(big_write(a, "next", 0x07)).unwrap();
+        for _ in 0..1000 {
+            if gate.syncs.load(Ordering::SeqCst) > synced {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(gate.syncs.load(Ordering::SeqCst) > synced, "never synced");
+        gate.fail_sync.store(true, Ordering::SeqCst);
+        gate.release();
         let err = wait_done(&mut bad);
         assert!(matches!(err, Err(StoreError::Io { .. })), "{err:?}");
         let r = wait_done(&mut next);
-        assert!(r.is_err(), "committed after a failed sync: {r:?}");
+        assert!(poisoned(&r), "committed after a failed sync: {r:?}");
         assert!(!s.exists(&a, &ObjectId::new(1, "next")).unwrap());
         assert!(s.is_poisoned());
     }
@@ -502,14 +528,19 @@ mod tests {
         let a = CollectionId::pg(1, 0);
         s.panic_next_in("data writer");
         let mut h = s.submit(big_write(a, "one", 0x01)).unwrap();
-        let mut next = s.submit(big_write(a, "two", 0x02)).unwrap();
+        // Submitted before or after the panic poisoned the store: it fails.
+        let next = s.submit(big_write(a, "two", 0x02));
         let e = wait_done(&mut h).expect_err("the panicked write");
         assert!(
             e.to_string().contains("store data writer thread panicked")
-                && e.to_string().contains("test panic in the data writer thread"),
+                && e.to_string()
+                    .contains("test panic in the data writer thread"),
             "{e}"
         );
-        assert!(poisoned(&wait_done(&mut next)));
+        match next {
+            Ok(mut next) => assert!(poisoned(&wait_done(&mut next))),
+            Err(e) => assert!(matches!(e, StoreError::Poisoned(_)), "{e}"),
+        }
         // Dropping the store does not hang on its data writers.
         drop(s);
     }

@@ -276,6 +276,25 @@ mod tests {
         assert!(Codec::new(31, 1).is_ok());
     }
 
+    /// `ErasureCode::encode` codes `k + 1` profiles without the library,
+    /// as the XOR of the data units: it must be the library's parity.
+    #[test]
+    fn one_parity_is_the_xor_of_the_data() {
+        for k in 1..=31 {
+            let codec = Codec::new(k, 1).unwrap();
+            for len in [64, 4096, 65536] {
+                let c = chunks(&codec, len, k as u8);
+                let mut xor = vec![0u8; len];
+                for d in &c[..k] {
+                    for (x, b) in xor.iter_mut().zip(d.as_ref().unwrap().iter()) {
+                        *x ^= b;
+                    }
+                }
+                assert_eq!(c[k].as_deref(), Some(&xor[..]), "k {k} len {len}");
+            }
+        }
+    }
+
     #[test]
     fn all_data_present_returns_same_buffers() {
         let codec = Codec::new(3, 2).unwrap();

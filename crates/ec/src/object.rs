@@ -119,7 +119,11 @@ fn put_xor_parity(
     let k = stripe.len() / su;
     let unit_blocks = su / CRC_BLOCK_BYTES;
     // An even number of data units leaves one crc(zeros) term over.
-    let zeros = if k % 2 == 0 { zero_block_crc() } else { 0 };
+    let zeros = if k.is_multiple_of(2) {
+        zero_block_crc()
+    } else {
+        0
+    };
     for b in 0..unit_blocks {
         let x = c[..k]
             .iter()

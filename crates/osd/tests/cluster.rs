@@ -343,7 +343,6 @@ async fn overlapping_writes_to_one_object_agree_on_every_member() {
             o.stop();
         }
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
     for name in ["pipe", "log"] {
         let on = ObjectName::new("", name);
         let seed =
@@ -352,7 +351,7 @@ async fn overlapping_writes_to_one_object_agree_on_every_member() {
         let coll = cairn_store::CollectionId::pg(pool.id, seed);
         let mut copies = Vec::new();
         for id in &acting {
-            let store = cairn_store::Store::open(c.store_cfg(*id)).expect("open store");
+            let store = open_after_stop(c.store_cfg(*id)).await;
             let st = cairn_osd::exec::get_object_state(&store, coll, &on).expect("state");
             copies.push(st.expect("object on every member"));
         }
@@ -447,6 +446,26 @@ async fn a_resent_op_is_applied_once() {
 }
 
 /// Object size of the failure-test load: 16 KiB to 40 KiB.
+/// Opens a stopped OSD's store. `stop()` aborts the OSD's tasks at once, but
+/// a store call already running on a blocking thread keeps its handle (and
+/// the store's lock) until it returns, which on a loaded machine can take a
+/// while: wait for the lock up to 30 s, then fail naming the store.
+async fn open_after_stop(cfg: cairn_store::StoreConfig) -> cairn_store::Store {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match cairn_store::Store::open(cfg.clone()) {
+            Ok(store) => return store,
+            Err(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!(
+                "store {} still not openable 30 s after stop: {e}",
+                cfg.path.display()
+            ),
+        }
+    }
+}
+
 fn load_size(i: u64) -> usize {
     (16 << 10) + (i % 7) as usize * 4096
 }

@@ -6,7 +6,9 @@
 //! the end. The faults: a host killed with SIGKILL and restarted (log-based
 //! recovery), one OSD lost and marked out (backfill elsewhere), a new OSD
 //! added (its share of PGs moves), `noout` during a host restart, and one
-//! host cut off by a network partition (network namespaces). Every daemon
+//! host cut off by a network partition (network namespaces); and (issue 7)
+//! an EC 2+1 pool, failure domain host, with a host killed during writes.
+//! Every daemon
 //! is killed by PID and every namespace deleted when a test ends, also
 //! when it fails. `recovery_figures` (ignored; `bench/recovery.sh`) prints
 //! the recovery timings and throughput.
@@ -78,6 +80,68 @@ fn stop_and_verify(c: &Hosts, w: Writer, what: &str) -> Vec<Acked> {
         panic!("{what}: {e}");
     }
     acked
+}
+
+/// Erasure coding across separate daemon processes: an EC 2+1 pool with
+/// failure domain host over the three `cairn daemon` hosts (min_size 2, k,
+/// as m = 1). kill -9 of a host during writes: every PG keeps two of its
+/// three chunks, so writes and reads go on, degraded; everything
+/// acknowledged reads back while the host is down and again after it
+/// restarted and every PG is active+clean.
+#[test]
+fn ec21_host_killed_during_writes_loses_nothing() {
+    let mut c = Hosts::start(&Opts::default());
+    c.ok(&[
+        "osd",
+        "erasure-code-profile",
+        "set",
+        "ec21host",
+        "k=2",
+        "m=1",
+        "crush-failure-domain=host",
+    ]);
+    c.ok(&[
+        "osd", "pool", "create", "ec21", "16", "16", "erasure", "ec21host",
+    ]);
+    c.wait_clean(Duration::from_secs(60));
+    c.pool = "ec21".into();
+    let w = c.writer("ec", 4);
+    assert!(
+        w.wait_acked(20, Duration::from_secs(30)),
+        "no EC writes acknowledged: {:?}",
+        w.errors()
+    );
+    let victim = 2;
+    let osds = c.host_osds(victim);
+    c.kill9(victim);
+    let killed = Instant::now();
+    c.wait_osds(
+        "EC: host c's OSDs marked down",
+        Duration::from_secs(30),
+        |s| osds.iter().all(|o| s.get(o).is_some_and(|(up, _)| !up)),
+    );
+    let active_after =
+        killed.elapsed() + wait_active(&c, "EC: after kill -9 of host c", Duration::from_secs(30));
+    eprintln!(
+        "EC 2+1: kill -9 of host c, every PG active after {:.1} s",
+        active_after.as_secs_f64()
+    );
+    let n = w.acked_count();
+    assert!(
+        w.wait_acked(n + 20, Duration::from_secs(30)),
+        "EC writes stalled with host c down: {:?}",
+        w.errors()
+    );
+    let acked = stop_and_verify(&c, w, "EC 2+1 with host c down (degraded reads)");
+    let r = c.start_host(victim);
+    assert!(r.ok, "restarting host c: {r:?}");
+    c.wait_osds("host c's OSDs up again", Duration::from_secs(30), |s| {
+        s.values().all(|(up, _)| *up)
+    });
+    c.wait_clean(Duration::from_secs(90));
+    if let Err(e) = c.verify(&acked) {
+        panic!("EC 2+1 after host c's return: {e}");
+    }
 }
 
 /// kill -9 of a whole host for about 5 s, then a restart: its OSDs are

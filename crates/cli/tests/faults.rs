@@ -64,6 +64,26 @@ fn wait_active(c: &Hosts, what: &str, within: Duration) -> Duration {
     t0.elapsed()
 }
 
+/// kill -9 of host `victim`, then waits until its OSDs are marked down and
+/// every PG is active again; returns both times, counted from the kill.
+fn kill_host_until_active(c: &Hosts, victim: usize, what: &str) -> (Duration, Duration) {
+    let osds = c.host_osds(victim);
+    c.kill9(victim);
+    let killed = Instant::now();
+    let down_after = c.wait_osds(
+        &format!("{what}: the OSDs marked down"),
+        Duration::from_secs(30),
+        |s| osds.iter().all(|o| s.get(o).is_some_and(|(up, _)| !up)),
+    );
+    let active_after = killed.elapsed()
+        + wait_active(
+            c,
+            &format!("{what}: every PG active"),
+            Duration::from_secs(30),
+        );
+    (down_after, active_after)
+}
+
 /// Stops the writer and checks every acknowledged object.
 fn stop_and_verify(c: &Hosts, w: Writer, what: &str) -> Vec<Acked> {
     let (acked, errors) = w.stop();
@@ -112,16 +132,7 @@ fn ec21_host_killed_during_writes_loses_nothing() {
         w.errors()
     );
     let victim = 2;
-    let osds = c.host_osds(victim);
-    c.kill9(victim);
-    let killed = Instant::now();
-    c.wait_osds(
-        "EC: host c's OSDs marked down",
-        Duration::from_secs(30),
-        |s| osds.iter().all(|o| s.get(o).is_some_and(|(up, _)| !up)),
-    );
-    let active_after =
-        killed.elapsed() + wait_active(&c, "EC: after kill -9 of host c", Duration::from_secs(30));
+    let (_, active_after) = kill_host_until_active(&c, victim, "EC: kill -9 of host c");
     eprintln!(
         "EC 2+1: kill -9 of host c, every PG active after {:.1} s",
         active_after.as_secs_f64()
@@ -159,15 +170,9 @@ fn host_killed_and_restarted_recovers_from_the_log() {
         w.errors()
     );
     let victim = 2;
-    let osds = c.host_osds(victim);
     let (log0, backfill0) = recovery_totals(&c);
-    c.kill9(victim);
     let killed = Instant::now();
-    let down_after = c.wait_osds("host c's OSDs marked down", Duration::from_secs(30), |s| {
-        osds.iter().all(|o| s.get(o).is_some_and(|(up, _)| !up))
-    });
-    let active_after =
-        killed.elapsed() + wait_active(&c, "after kill -9 of host c", Duration::from_secs(30));
+    let (down_after, active_after) = kill_host_until_active(&c, victim, "kill -9 of host c");
     eprintln!(
         "kill -9 of host c: its OSDs marked down after {:.1} s, every PG active after {:.1} s (grace 3 s)",
         down_after.as_secs_f64(),

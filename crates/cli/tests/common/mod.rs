@@ -50,6 +50,8 @@ pub struct Cluster {
 
 pub struct Run {
     pub ok: bool,
+    /// How the process ended (exit code or the signal that killed it).
+    pub status: std::process::ExitStatus,
     pub stdout: String,
     pub stderr: String,
     pub elapsed: Duration,
@@ -59,8 +61,8 @@ impl std::fmt::Debug for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "ok={} after {:?}\n--stdout--\n{}\n--stderr--\n{}",
-            self.ok, self.elapsed, self.stdout, self.stderr
+            "ok={} ({}) after {:?}\n--stdout--\n{}\n--stderr--\n{}",
+            self.ok, self.status, self.elapsed, self.stdout, self.stderr
         )
     }
 }
@@ -86,6 +88,7 @@ pub fn run_cmd(mut cmd: Command) -> Run {
     };
     Run {
         ok: status.success(),
+        status,
         stdout: read(out_f),
         stderr: read(err_f),
         elapsed,

@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use cairn_client::IoCtx;
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -383,6 +383,23 @@ struct Stats {
     lat_us: Mutex<Vec<u64>>,
     last_lat_us: AtomicU64,
     first_error: Mutex<Option<String>>,
+    /// Writers (or readers) still issuing or waiting for ops.
+    running: AtomicUsize,
+    /// Woken by the last of them to stop, so the bench's time ends when its
+    /// last op does (as Ceph's `rados bench`), not at the next report tick.
+    all_stopped: tokio::sync::Notify,
+}
+
+/// Counts one bench task out when it stops (returns or panics); the last
+/// one wakes the reporter.
+struct Running(Arc<Stats>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.all_stopped.notify_one();
+        }
+    }
 }
 
 /// Mean and sample standard deviation.
@@ -432,7 +449,10 @@ async fn bench(io: &IoCtx, o: &Opts, secs: Duration, mode: Mode) -> Result<()> {
         }
     };
     let pattern = BenchPattern::new(&prefix, op_bytes);
-    let stats = Arc::new(Stats::default());
+    let stats = Arc::new(Stats {
+        running: AtomicUsize::new(conc),
+        ..Stats::default()
+    });
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let deadline = start + secs;
@@ -446,6 +466,7 @@ async fn bench(io: &IoCtx, o: &Opts, secs: Duration, mode: Mode) -> Result<()> {
             pattern.clone(),
         );
         tasks.push(tokio::spawn(async move {
+            let _running = Running(stats.clone());
             // This writer's op buffer: only its header changes per op.
             let mut buf = bytes::BytesMut::new();
             while Instant::now() < deadline {
@@ -522,15 +543,21 @@ async fn bench(io: &IoCtx, o: &Opts, secs: Duration, mode: Mode) -> Result<()> {
     let mut last_done = 0u64;
     let mut sec = 0u64;
     loop {
-        let all_done = tasks.iter().all(|t| t.is_finished());
         let tick = start + Duration::from_secs(sec + 1);
-        if !all_done {
-            tokio::time::sleep_until(tick.into()).await;
-        }
+        // Wakes at the next whole second, or at once when the last op is
+        // done (the drain after the deadline ends the bench's time).
+        let whole_second = stats.running.load(Ordering::Acquire) > 0
+            && tokio::select! {
+                _ = tokio::time::sleep_until(tick.into()) => true,
+                _ = stats.all_stopped.notified() => false,
+            };
+        let all_done = stats.running.load(Ordering::Acquire) == 0;
         let done = stats.finished.load(Ordering::Relaxed);
         let started = stats.started.load(Ordering::Relaxed);
         let elapsed = start.elapsed().as_secs_f64();
-        if Instant::now() <= deadline + Duration::from_millis(50) || sec == 0 {
+        // Per-second figures count whole seconds only (and the first one,
+        // however short, so a tiny bench has one).
+        if (whole_second && Instant::now() <= deadline + Duration::from_millis(50)) || sec == 0 {
             per_sec_ops.push((done - last_done) as f64);
         }
         if !o.json {
@@ -556,14 +583,14 @@ async fn bench(io: &IoCtx, o: &Opts, secs: Duration, mode: Mode) -> Result<()> {
         }
         last_done = done;
         sec += 1;
-        if all_done || tasks.iter().all(|t| t.is_finished()) {
+        if all_done {
             break;
         }
     }
+    let total = start.elapsed().as_secs_f64();
     for t in tasks {
         let _ = t.await;
     }
-    let total = start.elapsed().as_secs_f64();
     let done = stats.finished.load(Ordering::Relaxed);
     if let Some(e) = stats
         .first_error

@@ -87,6 +87,17 @@ fn dev_up_rados_bench_down_restart() {
     ] {
         assert!(b.contains(line), "bench output lacks '{line}':\n{b}");
     }
+    // The bench's time ends when its last op does (as Ceph's), not at the
+    // report tick after it: a 2 s bench of small ops drains well within 1 s.
+    let total: f64 = b
+        .lines()
+        .find_map(|l| l.strip_prefix("Total time run:"))
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no total time in:\n{b}"));
+    assert!(
+        (2.0..3.0).contains(&total),
+        "total time run {total} s:\n{b}"
+    );
     let j = dev.ok(&[
         "rados", "-p", "rbd", "bench", "1", "rand", "-t", "4", "-f", "json",
     ]);

@@ -17,13 +17,8 @@ mod cmd_rados;
 mod cmd_rbd;
 mod cmd_store;
 mod conn;
+mod heap;
 mod osdhost;
-
-/// The daemon allocates and frees many small and mid-sized buffers per op on
-/// many threads (messages, transactions, PG log entries); mimalloc's
-/// per-thread free lists cost less CPU there than glibc's arenas.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Output shape shared by every command: Ceph-like plain text or JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

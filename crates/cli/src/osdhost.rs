@@ -56,9 +56,6 @@ impl std::fmt::Display for FailStopped {
 }
 
 impl std::error::Error for FailStopped {}
-/// How often the daemon hands heap memory freed by its OSDs back to the
-/// kernel (see [`trim_heap`]).
-const HEAP_TRIM_INTERVAL: Duration = Duration::from_secs(2);
 /// Store cache per OSD when no memory target is known (tools that open a
 /// store outside the daemon).
 pub const OSD_STORE_CACHE_BYTES: u64 = 64 << 20;
@@ -173,7 +170,7 @@ pub async fn run(
 ) {
     let mut running: HashMap<i32, (watch::Sender<bool>, tokio::task::JoinHandle<()>)> =
         HashMap::new();
-    let trimmer = tokio::spawn(trim_heap_periodically());
+    let releaser = tokio::spawn(crate::heap::release_free_memory_periodically());
     loop {
         match OsdRecord::load_all(&node) {
             Ok(recs) => {
@@ -230,50 +227,7 @@ pub async fn run(
         let _ = tx.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
     }
-    trimmer.abort();
-}
-
-/// Calls [`trim_heap`] every [`HEAP_TRIM_INTERVAL`] (on the blocking pool).
-async fn trim_heap_periodically() {
-    loop {
-        tokio::time::sleep(HEAP_TRIM_INTERVAL).await;
-        let _ = tokio::task::spawn_blocking(trim_heap).await;
-    }
-}
-
-/// Most glibc malloc arenas the daemon uses. By default glibc gives each
-/// new thread its own arena, up to 8 per core; tokio's blocking pool (store
-/// reads and writes, MACs of big frames) runs many threads, and each arena
-/// keeps its own high-water mark of freed 4 MiB buffers.
-const HEAP_ARENAS_MAX: i32 = 4;
-
-/// Caps the number of malloc arenas (call before any thread starts). A
-/// no-op elsewhere than glibc.
-pub fn limit_heap_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets a glibc tunable; called before the daemon
-    // starts its threads.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, HEAP_ARENAS_MAX);
-    }
-}
-
-/// Returns free heap pages to the kernel. glibc keeps memory freed into
-/// its per-thread arenas (4 MiB op buffers come from the arenas, not from
-/// mmap, once the OSD warmed the allocator; see cairn-osd's `ec_io`), so
-/// without this the daemon's RSS stays at the high-water mark of every
-/// arena rather than following what is in use. A no-op elsewhere.
-pub fn trim_heap() {
-    // Idle receive buffers the messenger keeps for reuse go first, so the
-    // heap trim below can return their pages too.
-    cairn_msg::bufpool::trim_idle();
-    cairn_ec::chunkpool::trim_idle();
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks glibc's own heap structures under
-    // their locks; it has no preconditions on the caller.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    releaser.abort();
 }
 
 /// Keeps one OSD running: starts it, restarts it after a failure with a

@@ -50,21 +50,6 @@ pub fn ec_encode_totals() -> EcEncodeTotals {
     }
 }
 
-/// Size of the block freed once at start-up to warm the allocator.
-const ALLOCATOR_WARM_BYTES: usize = 16 << 20;
-
-/// Allocates and frees one 16 MiB block. glibc serves multi-MiB blocks
-/// from freshly mapped (page-faulting) memory until a block that large has
-/// been freed once; after this, chunk and parity buffers of 4 MiB objects
-/// come from the heap (encoding measured 0.7 vs 10 GB/s, see
-/// docs/erasure-coding.md). Harmless with other allocators.
-pub(crate) fn warm_allocator() {
-    let mut block = vec![0u8; ALLOCATOR_WARM_BYTES];
-    // Touch it so the allocation cannot be elided.
-    block[ALLOCATOR_WARM_BYTES - 1] = 1;
-    std::hint::black_box(&block);
-}
-
 /// Attempts at a read whose shards fail or disagree, at most.
 const READ_ATTEMPTS: usize = 8;
 /// Pause between attempts when shards disagree on the object version.

@@ -465,7 +465,6 @@ impl Osd {
             others: cfg.service_mode,
         };
         let id = cfg.id;
-        crate::ec_io::warm_allocator();
         let keys = Arc::new(MapKeys {
             map: map.clone(),
             service: cfg.service_secrets.clone(),

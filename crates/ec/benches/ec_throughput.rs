@@ -73,13 +73,14 @@ fn slots(chunks: &[Bytes], m: usize) -> (Vec<Option<Bytes>>, Vec<Option<Bytes>>)
     (degraded, chunks.iter().cloned().map(Some).collect())
 }
 
-/// glibc hands out multi-MiB blocks as fresh mmap pages until a block at
-/// least that large has been freed (its dynamic mmap threshold, capped at
-/// 32 MiB). Until then every encode pays page faults for its output buffers
-/// (measured here: 5-10 ms instead of 0.5 ms for a 4 MiB 2+1 encode).
-/// Freeing one 16 MiB block first puts the allocator in the state of a
-/// long-running daemon, so the figures measure the coding.
-/// docs/erasure-coding.md reports both.
+/// This benchmark runs on the system allocator (glibc), not on the `cairn`
+/// binary's mimalloc. glibc hands out multi-MiB blocks as fresh mmap pages
+/// until a block at least that large has been freed (its dynamic mmap
+/// threshold, capped at 32 MiB). Until then every encode pays page faults
+/// for its output buffers (measured here: 5-10 ms instead of 0.5 ms for a
+/// 4 MiB 2+1 encode). Freeing one 16 MiB block first gets past that, so the
+/// figures measure the coding, as in the daemon, whose mimalloc reuses
+/// freed spans while they are busy (docs/erasure-coding.md).
 fn warm_allocator() {
     let block = vec![1u8; 16 << 20];
     std::hint::black_box(&block);

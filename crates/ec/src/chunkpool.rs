@@ -3,7 +3,7 @@
 //!
 //! Why: a 4 MiB 2+1 write codes into three fresh 2 MiB buffers. Fresh
 //! memory is mapped page by page on first touch (512 page faults, each
-//! zeroing a page, per chunk) — and glibc's periodic heap trim hands freed
+//! zeroing a page, per chunk) — and the daemon's periodic heap release hands freed
 //! buffers back to the kernel, so the next write faults again. A chunk's
 //! buffer comes back here when the last `Bytes` of it drops (the store
 //! wrote it, the replica acknowledged it) and the next write of that size

@@ -2578,7 +2578,14 @@ fn try_batch(
     let meta_low = meta_low(inner);
     let view = log.take_view(inner)?;
     let next_id = *lock(&inner.next_id)?;
-    let redo = RedoLog::new(log.max_record_bytes);
+    // The group's small writes log their blocks' images (read-modify-writes
+    // add a few more): room for them up front.
+    let images_bytes: usize = batch
+        .iter()
+        .flat_map(|p| p.pre.iter().flatten())
+        .filter_map(|pw| Some(pw.image.as_ref()?.len() + 12 * pw.runs.len()))
+        .sum();
+    let redo = RedoLog::new(log.max_record_bytes, images_bytes);
     let mut b = Batch {
         inner,
         t: Tables::over(&view, &redo, Some(&log.ext_cache)),

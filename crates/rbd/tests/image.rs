@@ -545,6 +545,63 @@ async fn random_ops(write_back: bool) {
     assert!(ro.read(0, size).await.unwrap()[..] == model[..]);
 }
 
+/// With the write cache on, a write of `WRITE_AROUND_MIN_BYTES` or more
+/// goes around it: the cached writes of its object land first, it is on
+/// the OSDs when it returns (a read-only handle sees only the OSDs), and a
+/// cached write after it wins over it in reads and on the OSDs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_writes_go_around_the_write_cache_in_order() {
+    use cairn_rbd::image::WRITE_AROUND_MIN_BYTES;
+    let cluster = Cluster::start(3, 1, 8, 256 * MIB).await;
+    let rados = cluster.client();
+    let rbd = Rbd::new(&rados, "rbd").unwrap();
+    let size = 4 * MIB;
+    rbd.create("w", &opts(size, 4 * MIB)).await.unwrap();
+    let img = rbd.open("w", "client.around", false).await.unwrap();
+    img.assume_flushing_user();
+    assert!(img.cache_config().writeback);
+    let on_osds = |off: u64, len: u64| {
+        let rbd = &rbd;
+        async move {
+            let ro = rbd.open_read_only("w").await.unwrap();
+            ro.read(off, len).await.unwrap()
+        }
+    };
+    let mut model = vec![0u8; size as usize];
+    // Cached small writes inside, beside and far from the big write.
+    for (off, b) in [
+        (0, 1u8),
+        (MIB - 4 * KIB, 2),
+        (MIB + 8 * KIB, 3),
+        (3 * MIB, 4),
+    ] {
+        img.write(off, vec![b; 8 * KIB as usize].into())
+            .await
+            .unwrap();
+        model[off as usize..(off + 8 * KIB) as usize].fill(b);
+    }
+    assert!(
+        on_osds(3 * MIB, 8 * KIB).await.iter().all(|b| *b == 0),
+        "small writes stay cached"
+    );
+    let big = WRITE_AROUND_MIN_BYTES as usize;
+    img.write(MIB, vec![9u8; big].into()).await.unwrap();
+    model[MIB as usize..MIB as usize + big].fill(9);
+    assert!(
+        on_osds(0, size).await[..] == model[..],
+        "the big write and the cached writes of its object before it are on the OSDs"
+    );
+    // A cached write over it wins.
+    img.write(MIB + 64 * KIB, vec![5u8; 4 * KIB as usize].into())
+        .await
+        .unwrap();
+    model[(MIB + 64 * KIB) as usize..(MIB + 68 * KIB) as usize].fill(5);
+    assert!(img.read(0, size).await.unwrap()[..] == model[..]);
+    img.flush().await.unwrap();
+    assert!(on_osds(0, size).await[..] == model[..]);
+    img.close().await.unwrap();
+}
+
 /// `rbd bench`'s load generator: counts, invalid options refused before
 /// any I/O, sequential writes land where they should, reads see them, and
 /// a read-only handle refuses a write bench.

@@ -555,7 +555,6 @@ fn close_inherited_fds() {
 /// Runs this node's roles until SIGTERM/SIGINT.
 fn run_daemon_foreground(conf_path: &Path) -> Result<()> {
     close_inherited_fds();
-    crate::heap::keep_in_small_pages();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")

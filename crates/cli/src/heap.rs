@@ -21,11 +21,12 @@ pub const RELEASE_INTERVAL: Duration = Duration::from_secs(2);
 /// names only the options v2 also has; v3 is the one it builds by default).
 const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 
-/// Keeps the daemon's heap in 4 KiB pages: no transparent huge pages for
+/// Keeps the process's heap in 4 KiB pages: no transparent huge pages for
 /// this process (`prctl(PR_SET_THP_DISABLE)`, which also stops mimalloc's
 /// `madvise(MADV_HUGEPAGE)` on its arenas). It holds for every thread and
-/// for memory mapped before; call it as the daemon starts, before the heap
-/// grows.
+/// for memory mapped before; `main` calls it first, for every command (the
+/// node daemon, `rbd serve`/`map`, `store bench` and the clients alike),
+/// before the heap grows.
 ///
 /// mimalloc reserves its arenas 1 GiB at a time and asks for huge pages on
 /// them, so where THP is on (`always`, or `madvise` as most distributions

@@ -708,6 +708,11 @@ fn seed_test(dev: &Dev, image: &str, count: u64) {
         "{image}: dd {count}×4M oflag=direct: {:.1} MiB/s",
         (count * 4) as f64 / secs
     );
+    // O_DIRECT is not a flush: what the loop device wrote may still be in
+    // the image's write cache (written back within rbd_cache_max_dirty_age).
+    // An fsync of the file makes XFS flush the device, which reaches the
+    // image as a flush, so `du` below counts every byte dd wrote.
+    sh("sync", &[&format!("{mnt_s}/test.dd")]);
     let full = used_bytes(dev, image);
     assert!(
         // XFS may place part of the file in objects mkfs already wrote
@@ -726,7 +731,9 @@ fn seed_test(dev: &Dev, image: &str, count: u64) {
     let after_trim = used_bytes(dev, image);
     eprintln!("{image}: du after mkfs {after_mkfs}, after dd {full}, after rm+fstrim {after_trim}");
     assert!(
-        after_trim + count * 4 * MIB <= full + 4 * MIB,
+        // The objects the file shared with XFS metadata (its first and last
+        // at most, as above) stay; seen: 16 KiB short of a 4 MiB margin.
+        after_trim + count * 4 * MIB <= full + 8 * MIB,
         "fstrim gave back too little: {full} -> {after_trim}"
     );
     sh("umount", &[mnt_s]);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/ab-seq.sh LABEL CAIRN_BIN [ROUNDS] [POOL]: one A/B sample of 4 MiB
 # sequential reads. A fresh release `cairn dev up --osd-size 4G` in a temp
-# dir, `rados bench 10 write -b 4M -t 16 --no-cleanup` on POOL (rbd), then
+# dir (OSD_SIZE=8G on a quiet machine: 10 s of writes fill 4G OSDs),
+# `rados bench 10 write -b 4M -t 16 --no-cleanup` on POOL (rbd), then
 # ROUNDS (2) x `rados bench 10 seq -t 16` of those objects. Prints per
 # phase: MB/s, bytes the disk read (whole-machine /proc/diskstats of DISK,
 # vda by default: other processes' I/O counts too) per GB served, the
@@ -19,7 +20,7 @@ set -uo pipefail
 L=$1 C=$2 R=${3:-2} POOL=${4:-rbd} DISK=${DISK:-vda}
 . "$(dirname "$0")/ab-common.sh"
 ab_init abseq
-ab_up 4G 2
+ab_up "${OSD_SIZE:-4G}" 2
 ab_restart_with global "${CONFIG:-}" 4G 2
 # sectors read, sectors written, ms doing I/O
 disk() { awk -v d="$DISK" '$3==d{print $6, $10, $13}' /proc/diskstats; }

@@ -134,7 +134,6 @@ fn exit_quietly_on_broken_stdout() {
 }
 
 fn main() -> ExitCode {
-    heap::keep_in_small_pages();
     exit_quietly_on_broken_stdout();
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let result = match first_verb(&raw) {

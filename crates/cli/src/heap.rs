@@ -1,6 +1,6 @@
 //! The process heap: the `cairn` binary's global allocator (mimalloc) and
 //! what the node daemon does so that its resident memory follows what is
-//! in use rather than its high-water mark. Owns the allocator's settings
+//! in use rather than its high-water mark. Owns the choice of allocator
 //! and the periodic hand-back of free memory; not the budgets that bound
 //! what is in use (cairn-osd's `budget`), nor the buffer pools it empties
 //! (cairn-msg's `bufpool`, cairn-ec's `chunkpool`).

@@ -7,7 +7,8 @@
 # phase: MB/s, bytes the disk read (whole-machine /proc/diskstats of DISK,
 # vda by default: other processes' I/O counts too) per GB served, the
 # disk's busy %, the node daemon's and the client's CPU seconds per GB
-# (/proc/PID/stat, `time`), and the load average.
+# (/proc/PID/stat, `time`), and the load average. CLIENT=path runs the
+# rados bench client from another binary than the daemon.
 #
 # CONFIG="key=value ..." sets central config keys and restarts the cluster
 # before the phases (e.g. CONFIG="ms_client_mode=secure" or
@@ -28,7 +29,7 @@ phase() { # name rados-bench-args...
   local n=$1; shift
   local l0 c0 c1 d0 d1 t0 t1
   l0=$(cut -d' ' -f1 /proc/loadavg); c0=$(ab_cpu); d0=$(disk); t0=$(date +%s.%N)
-  /usr/bin/time -f "%U %S" -o "$T/ct" nice -n "${NICE:-0}" "$C" rados -p "$POOL" bench "$@" \
+  /usr/bin/time -f "%U %S" -o "$T/ct" nice -n "${NICE:-0}" "${CLIENT:-$C}" rados -p "$POOL" bench "$@" \
     --format json >"$T/out.json" 2>"$T/err"
   t1=$(date +%s.%N); c1=$(ab_cpu); d1=$(disk)
   python3 - "$L" "$n" "$l0" "$(cut -d' ' -f1 /proc/loadavg)" "$c0" "$c1" "$d0" "$d1" "$t0" "$t1" \

@@ -169,7 +169,7 @@ fn cached_rev_until(
         return Ok(None);
     }
     let mut c = cache.borrow_mut();
-    if c.object(id).is_none() {
+    if !c.contains(id) {
         if !c.may_load(id) {
             return Ok(None);
         }

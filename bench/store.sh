@@ -10,10 +10,13 @@
 #      STORE_BENCH=path/to/store_bench (the store crate's example, quicker to
 #      build than the CLI: `cargo build --release -p cairn-store --example
 #      store_bench`; same benchmark code, cache fixed at 128 MiB),
-#      WRITES_ONLY=1 (skip the read workloads).
-# Fairness: both sides run the same number of threads, each with one I/O
-# outstanding (fio psync, numjobs = threads; the store bench: one blocking
-# commit per thread), and an I/O counts only once durable (fio: O_DIRECT
+#      WRITES_ONLY=1 (skip the read workloads),
+#      DRIVERS=N (threads that submit the store's writes, default: the CPU
+#      count, as an OSD's workers; 0: one blocking thread per write in flight).
+# Fairness: both sides keep the same number of I/Os outstanding (fio psync,
+# numjobs = threads, one each; the store bench: as many commits in flight,
+# submitted by DRIVERS threads as the OSD submits them, or reads from as
+# many threads), and an I/O counts only once durable (fio: O_DIRECT
 # write + fdatasync; the store: commit returned). fio writes in place into
 # files it laid out before timing (so its fdatasync is a cache flush only);
 # the store also makes its metadata durable (the WAL record). The store
@@ -28,6 +31,7 @@ SECS=${2:-10}
 CAIRN=${CAIRN:-$(dirname "$0")/../target/release/cairn}
 CACHE=${CACHE:-128M}
 RUNS=${RUNS:-1}
+DRIVERS=${DRIVERS:-$(nproc)}
 command -v fio >/dev/null || { echo "fio is not installed (apt-get install fio)" >&2; exit 1; }
 STORE_BENCH=${STORE_BENCH:-}
 if [[ -n $STORE_BENCH ]]; then
@@ -76,9 +80,10 @@ cairn_run() {
       esac
     done
     case $size in 4M) size=$((4 << 20)) ;; 4K) size=4096 ;; esac
-    "$STORE_BENCH" "$DIR/store" "$size" "$threads" "$SECS" $read
+    DRIVERS=$DRIVERS "$STORE_BENCH" "$DIR/store" "$size" "$threads" "$SECS" $read
   else
-    "$CAIRN" -f json store bench --path "$DIR/store" --seconds "$SECS" --cache-bytes "$CACHE" "$@"
+    "$CAIRN" -f json store bench --path "$DIR/store" --seconds "$SECS" --cache-bytes "$CACHE" \
+      --drivers "$DRIVERS" "$@"
   fi |
   python3 -c '
 import json,sys
@@ -96,7 +101,7 @@ row() { # row LABEL "cairn" "fio"
   python3 -c "print('%-22s ratio %.2f x fio' % ('', $cm / max($fm, 1e-9)))"
 }
 
-echo "store bench in $DIR, ${SECS}s per run, ${RUNS} run(s), O_DIRECT for fio: $DIRECT, store_cache_bytes $CACHE"
+echo "store bench in $DIR, ${SECS}s per run, ${RUNS} run(s), O_DIRECT for fio: $DIRECT, store_cache_bytes $CACHE, write drivers $DRIVERS"
 echo "load: $(uptime)"
 for run in $(seq 1 "$RUNS"); do
   [[ $RUNS -gt 1 ]] && echo "--- run $run of $RUNS (load:$(uptime | sed 's/.*load average//'))"

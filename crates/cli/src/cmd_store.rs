@@ -45,7 +45,7 @@ enum StoreCmd {
         #[arg(long)]
         meta_path: Option<PathBuf>,
     },
-    /// Write or read benchmark: N threads, one op at a time each, every write durable.
+    /// Write or read benchmark: N ops in flight, every write durable.
     Bench {
         /// Store directory (created if it holds no store).
         #[arg(long)]
@@ -53,8 +53,15 @@ enum StoreCmd {
         /// I/O size, e.g. 4M or 4K.
         #[arg(long, value_parser = parse_size, default_value = "4M")]
         size: u64,
+        /// Operations in flight.
         #[arg(long, default_value_t = 16)]
         threads: usize,
+        /// Threads that submit the writes, each keeping its share of the
+        /// --threads commits in flight (as an OSD's few workers do);
+        /// 0: one thread per operation, one blocking commit at a time (as
+        /// fio's psync jobs). Reads always run one thread per operation.
+        #[arg(long, default_value_t = 0)]
+        drivers: usize,
         #[arg(long, default_value_t = 10.0)]
         seconds: f64,
         /// Random reads over a prefilled working set instead of writes.
@@ -179,6 +186,7 @@ pub fn run(args: StoreArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             path,
             size,
             threads,
+            drivers,
             seconds,
             read,
             cache_bytes,
@@ -197,6 +205,7 @@ pub fn run(args: StoreArgs, global: &GlobalArgs) -> anyhow::Result<()> {
                 cache_bytes,
                 data_bytes,
                 block_size: u32::try_from(block_size).context("block size too large")?,
+                drivers,
             };
             let r = bench::run(&opts).context("store bench")?;
             print(global, &r, || {

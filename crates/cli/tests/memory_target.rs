@@ -139,3 +139,46 @@ fn daemon_rss_stays_within_the_osd_memory_targets_under_write_load() {
     );
     dev.ok(&["dev", "down", "--dir", dir_s]);
 }
+
+/// Issue 3's bound for a process doing sustained small writes: `cairn store
+/// bench --size 4K --threads 64` (64 commits in flight, submitted by two
+/// threads as an OSD's workers submit them) peaks within
+/// `store_cache_bytes` + 64 MiB of RSS.
+#[test]
+fn store_bench_small_writes_stay_within_the_cache_budget_plus_64_mib() {
+    const CACHE_MIB: u64 = 128;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let mut cmd = std::process::Command::new(common::CAIRN);
+    cmd.args(["-f", "json", "store", "bench", "--path"])
+        .arg(&store)
+        .args([
+            "--size",
+            "4K",
+            "--threads",
+            "64",
+            "--drivers",
+            "2",
+            "--seconds",
+            "4",
+        ])
+        .args([
+            "--cache-bytes",
+            &format!("{CACHE_MIB}M"),
+            "--data-bytes",
+            "2G",
+        ]);
+    let run = common::run_cmd(cmd);
+    assert!(run.ok, "store bench failed: {run:?}");
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).expect("bench json");
+    let peak_mib = report["rss_peak_bytes"].as_u64().expect("rss_peak_bytes") >> 20;
+    assert!(
+        report["ops"].as_u64().expect("ops") > 0,
+        "the bench wrote nothing: {run:?}"
+    );
+    assert_eq!(report["drivers"].as_u64(), Some(2), "{run:?}");
+    assert!(
+        peak_mib <= CACHE_MIB + 64,
+        "store bench RSS peaked at {peak_mib} MiB, over the {CACHE_MIB} MiB cache + 64 MiB: {run:?}"
+    );
+}

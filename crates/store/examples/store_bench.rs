@@ -2,8 +2,9 @@
 //! `cargo run --release -p cairn-store --example store_bench -- DIR SIZE_BYTES THREADS SECONDS [read]`.
 //! Prints the JSON report `cairn store bench -f json` prints.
 //! To compare settings: `WAL_BYTES=N` (at mkfs), `CHECKPOINT_MS=N`,
-//! `WRITEBACK_MS=N` (0: no paced data write-back between checkpoints) and
-//! `EXTENT_CACHE_PCT=N` (`extent_cache_pct`).
+//! `WRITEBACK_MS=N` (0: no paced data write-back between checkpoints),
+//! `EXTENT_CACHE_PCT=N` (`extent_cache_pct`) and `DRIVERS=N` (writes
+//! submitted by N threads, see `bench`).
 
 use cairn_store::bench::{run_with, BenchOpts};
 
@@ -28,6 +29,10 @@ fn main() {
         cache_bytes: 128 << 20,
         data_bytes: 4 << 30,
         block_size: 4096,
+        drivers: std::env::var("DRIVERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
     };
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
     let tune = |c: &mut cairn_store::StoreConfig| {

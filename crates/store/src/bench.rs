@@ -1,10 +1,19 @@
-//! `cairn store bench`: sustained writes or reads against a store from N
-//! threads, reporting throughput, latency percentiles and process RSS.
+//! `cairn store bench`: sustained writes or reads against a store with N
+//! operations in flight, reporting throughput, latency percentiles and
+//! process RSS. By default each operation in flight has its own thread
+//! (one blocking commit or read at a time, as each of fio's psync jobs
+//! does); with `drivers` set, writes are submitted by that many threads
+//! instead, each keeping its share of the N commits in flight and waiting
+//! for the oldest, as the OSD drives its store (a few workers, many
+//! transactions in flight). Commits of small writes complete in submission
+//! order (groups are acknowledged in order), so waiting for the oldest
+//! delays no other one's completion.
 
 use crate::error::Result;
 use crate::ids::{CollectionId, ObjectId};
 use crate::store::{Store, StoreConfig};
 use crate::txn::Transaction;
+use crate::CommitHandle;
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -31,6 +40,9 @@ pub struct BenchOpts {
     pub cache_bytes: u64,
     pub data_bytes: u64,
     pub block_size: u32,
+    /// Threads that submit writes (0: one per operation in flight); each
+    /// keeps `threads / drivers` commits in flight. Reads ignore it.
+    pub drivers: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -38,6 +50,8 @@ pub struct BenchReport {
     pub mode: &'static str,
     pub io_bytes: u64,
     pub threads: usize,
+    /// Threads that submitted the writes (0: one per operation in flight).
+    pub drivers: usize,
     pub seconds: f64,
     pub ops: u64,
     pub mb_per_s: f64,
@@ -184,12 +198,28 @@ pub fn run_with(opts: &BenchOpts, tune: impl FnOnce(&mut StoreConfig)) -> Result
     let cpu0 = process_cpu_seconds();
     let threads0 = thread_cpu_seconds();
     let mut handles = Vec::new();
-    for t in 0..opts.threads {
-        let (store, stop, o) = (store.clone(), stop.clone(), opts.clone());
-        let lay = Layout { ..layout(opts) };
-        handles.push(std::thread::spawn(move || {
-            worker(&store, &o, &lay, t, &stop)
-        }));
+    let drivers = if opts.read {
+        0
+    } else {
+        opts.drivers.min(opts.threads)
+    };
+    if drivers == 0 {
+        for t in 0..opts.threads {
+            let (store, stop, o) = (store.clone(), stop.clone(), opts.clone());
+            let lay = Layout { ..layout(opts) };
+            handles.push(std::thread::spawn(move || {
+                worker(&store, &o, &lay, t, &stop)
+            }));
+        }
+    } else {
+        for d in 0..drivers {
+            let (store, stop, o) = (store.clone(), stop.clone(), opts.clone());
+            let lay = Layout { ..layout(opts) };
+            let slots: Vec<usize> = (d..opts.threads).step_by(drivers).collect();
+            handles.push(std::thread::spawn(move || {
+                driver(&store, &o, &lay, &slots, &stop)
+            }));
+        }
     }
     std::thread::sleep(Duration::from_secs_f64(opts.seconds));
     // Before the callers exit (their time would leave the process's list).
@@ -227,6 +257,7 @@ pub fn run_with(opts: &BenchOpts, tune: impl FnOnce(&mut StoreConfig)) -> Result
         mode: if opts.read { "read" } else { "write" },
         io_bytes: opts.io_bytes,
         threads: opts.threads,
+        drivers,
         seconds: secs,
         ops,
         mb_per_s: (ops * opts.io_bytes) as f64 / secs / 1e6,
@@ -303,6 +334,72 @@ fn aligned_random(rng: &mut impl Rng, len: usize) -> Bytes {
     let skip = buf.as_ptr().align_offset(ALIGN).min(ALIGN);
     rng.fill(&mut buf[skip..skip + len]);
     Bytes::from(buf).slice(skip..skip + len)
+}
+
+/// One operation slot's state: the collection (`t`) it writes, its random
+/// stream and its data buffer, as a [`worker`] thread has.
+struct Slot {
+    t: usize,
+    rng: rand::rngs::StdRng,
+    data: Bytes,
+}
+
+impl Slot {
+    fn new(t: usize, io_bytes: u64) -> Slot {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(t as u64);
+        let data = aligned_random(&mut rng, io_bytes as usize);
+        Slot { t, rng, data }
+    }
+
+    /// Submits this slot's next write (random offset in one of its objects).
+    fn submit(
+        &mut self,
+        store: &Store,
+        lay: &Layout,
+        io_bytes: u64,
+        i: u64,
+    ) -> Result<CommitHandle> {
+        let slots = (lay.object_bytes / io_bytes).max(1);
+        let oi = if slots == 1 {
+            i % lay.objects_per_thread
+        } else {
+            self.rng.gen_range(0..lay.objects_per_thread)
+        };
+        let off = self.rng.gen_range(0..slots) * io_bytes;
+        let mut txn = Transaction::new();
+        txn.write(coll(self.t), obj(self.t, oi), off, self.data.clone());
+        store.submit(txn)
+    }
+}
+
+/// A driver thread: keeps one commit in flight for each of its slots,
+/// waits for the oldest, records its latency and submits that slot's next.
+fn driver(
+    store: &Store,
+    o: &BenchOpts,
+    lay: &Layout,
+    slots: &[usize],
+    stop: &AtomicBool,
+) -> Result<Vec<u32>> {
+    let mut state: Vec<Slot> = slots.iter().map(|&t| Slot::new(t, o.io_bytes)).collect();
+    let mut lats = Vec::new();
+    let mut in_flight = std::collections::VecDeque::new();
+    let mut i = 0u64;
+    for (k, s) in state.iter_mut().enumerate() {
+        in_flight.push_back((k, Instant::now(), s.submit(store, lay, o.io_bytes, i)?));
+    }
+    while let Some((k, t0, h)) = in_flight.pop_front() {
+        h.wait()?;
+        if lats.len() < MAX_SAMPLES_PER_THREAD * slots.len() {
+            lats.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        }
+        if !stop.load(Ordering::Relaxed) {
+            i += 1;
+            let h = state[k].submit(store, lay, o.io_bytes, i)?;
+            in_flight.push_back((k, Instant::now(), h));
+        }
+    }
+    Ok(lats)
 }
 
 fn worker(

@@ -9,6 +9,8 @@ use std::process::Command;
 #[test]
 fn usage_errors_need_no_cluster() {
     // No conf anywhere: parsing happens first, so the usage error wins.
+    // HOME and XDG_DATA_HOME point into the temp dir too: a dev cluster
+    // left in the default place on the test machine would be found.
     let tmp = tempfile::tempdir().unwrap();
     for args in [
         &["osd", "pool", "create"][..],
@@ -19,6 +21,8 @@ fn usage_errors_need_no_cluster() {
         let mut cmd = Command::new(CAIRN);
         cmd.args(args)
             .current_dir(tmp.path())
+            .env("HOME", tmp.path())
+            .env("XDG_DATA_HOME", tmp.path())
             .env_remove("CAIRN_CONF");
         let r = run_cmd(cmd);
         assert!(!r.ok, "{args:?}: {r:?}");
@@ -32,6 +36,8 @@ fn usage_errors_need_no_cluster() {
     let mut cmd = Command::new(CAIRN);
     cmd.args(["status"])
         .current_dir(tmp.path())
+        .env("HOME", tmp.path())
+        .env("XDG_DATA_HOME", tmp.path())
         .env_remove("CAIRN_CONF");
     let r = run_cmd(cmd);
     assert!(!r.ok && r.stderr.contains("no cairn.conf found"), "{r:?}");

@@ -336,8 +336,9 @@ fn aligned_random(rng: &mut impl Rng, len: usize) -> Bytes {
     Bytes::from(buf).slice(skip..skip + len)
 }
 
-/// One operation slot's state: the collection (`t`) it writes, its random
-/// stream and its data buffer, as a [`worker`] thread has.
+/// One operation slot's state: the collection (`t`) it uses, its random
+/// stream and its data buffer. A [`worker`] thread runs one slot; a
+/// [`driver`] thread several.
 struct Slot {
     t: usize,
     rng: rand::rngs::StdRng,
@@ -351,21 +352,20 @@ impl Slot {
         Slot { t, rng, data }
     }
 
-    /// Submits this slot's next write (random offset in one of its objects).
-    fn submit(
-        &mut self,
-        store: &Store,
-        lay: &Layout,
-        io_bytes: u64,
-        i: u64,
-    ) -> Result<CommitHandle> {
+    /// The object and offset of this slot's `i`-th I/O: objects in turn for
+    /// whole-object I/O, else a random aligned offset in a random object.
+    fn next_io(&mut self, lay: &Layout, io_bytes: u64, i: u64) -> (u64, u64) {
         let slots = (lay.object_bytes / io_bytes).max(1);
         let oi = if slots == 1 {
             i % lay.objects_per_thread
         } else {
             self.rng.gen_range(0..lay.objects_per_thread)
         };
-        let off = self.rng.gen_range(0..slots) * io_bytes;
+        (oi, self.rng.gen_range(0..slots) * io_bytes)
+    }
+
+    /// Submits a write of this slot's buffer to object `oi` at `off`.
+    fn write_at(&self, store: &Store, oi: u64, off: u64) -> Result<CommitHandle> {
         let mut txn = Transaction::new();
         txn.write(coll(self.t), obj(self.t, oi), off, self.data.clone());
         store.submit(txn)
@@ -385,8 +385,12 @@ fn driver(
     let mut lats = Vec::new();
     let mut in_flight = std::collections::VecDeque::new();
     let mut i = 0u64;
+    let submit = |s: &mut Slot, i: u64| -> Result<CommitHandle> {
+        let (oi, off) = s.next_io(lay, o.io_bytes, i);
+        s.write_at(store, oi, off)
+    };
     for (k, s) in state.iter_mut().enumerate() {
-        in_flight.push_back((k, Instant::now(), s.submit(store, lay, o.io_bytes, i)?));
+        in_flight.push_back((k, Instant::now(), submit(s, i)?));
     }
     while let Some((k, t0, h)) = in_flight.pop_front() {
         h.wait()?;
@@ -395,7 +399,7 @@ fn driver(
         }
         if !stop.load(Ordering::Relaxed) {
             i += 1;
-            let h = state[k].submit(store, lay, o.io_bytes, i)?;
+            let h = submit(&mut state[k], i)?;
             in_flight.push_back((k, Instant::now(), h));
         }
     }
@@ -409,26 +413,17 @@ fn worker(
     t: usize,
     stop: &AtomicBool,
 ) -> Result<Vec<u32>> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(t as u64);
-    let data = aligned_random(&mut rng, o.io_bytes as usize);
-    let slots = (lay.object_bytes / o.io_bytes).max(1);
+    let mut slot = Slot::new(t, o.io_bytes);
     let mut lats = Vec::new();
     let mut i = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let oi = if slots == 1 {
-            i % lay.objects_per_thread
-        } else {
-            rng.gen_range(0..lay.objects_per_thread)
-        };
-        let off = rng.gen_range(0..slots) * o.io_bytes;
+        let (oi, off) = slot.next_io(lay, o.io_bytes, i);
         let t0 = Instant::now();
         if o.read {
             let got = store.read_bytes(&coll(t), &obj(t, oi), off, o.io_bytes)?;
             debug_assert_eq!(got.len() as u64, o.io_bytes);
         } else {
-            let mut txn = Transaction::new();
-            txn.write(coll(t), obj(t, oi), off, data.clone());
-            store.commit(txn)?;
+            slot.write_at(store, oi, off)?.wait()?;
         }
         if lats.len() < MAX_SAMPLES_PER_THREAD {
             lats.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);

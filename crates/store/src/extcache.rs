@@ -43,6 +43,11 @@ struct ObjExtents {
     last_used: u64,
 }
 
+/// Load credit after one more lookup (kept to a few loads' worth).
+fn earned(credit: u64) -> u64 {
+    (credit + 1).min(4 * LOOKUPS_PER_LOAD_WHEN_FULL)
+}
+
 fn entry_bytes(v: &[u8]) -> usize {
     v.len() + ENTRY_OVERHEAD_BYTES
 }
@@ -80,12 +85,8 @@ impl ExtentCache {
         let tick = self.tick;
         let o = self.objs.get_mut(&id)?;
         o.last_used = tick;
-        self.load_credit = (self.load_credit + 1).min(4 * LOOKUPS_PER_LOAD_WHEN_FULL);
+        self.load_credit = earned(self.load_credit);
         Some(&o.map)
-    }
-
-    fn earn_credit(&mut self) {
-        self.load_credit = (self.load_credit + 1).min(4 * LOOKUPS_PER_LOAD_WHEN_FULL);
     }
 
     /// Whether object `id` is cached (not a use: no hit counted).
@@ -101,7 +102,7 @@ impl ExtentCache {
         if !self.enabled() || self.too_large.contains(&id) {
             return false;
         }
-        self.earn_credit();
+        self.load_credit = earned(self.load_credit);
         if self.bytes < self.budget_bytes / 2 {
             return true;
         }
